@@ -1,0 +1,1 @@
+"""The ``shipyard`` command: thin commands over the service layer."""

@@ -1,0 +1,211 @@
+"""``shipyard jobs submit|list|show|logs|cancel``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from shipyard.cli._follow import follow
+from shipyard.cli._output import JsonOpt, console, duration, print_json, table
+from shipyard.domain import JobState
+from shipyard.errors import Conflict
+from shipyard.schemas.views import JobDetail, JobView
+from shipyard.services import ServiceContext, open_context
+from shipyard.services import jobs as job_service
+
+app = typer.Typer(help="Submit and watch training jobs.", no_args_is_help=True)
+
+JobIdArg = Annotated[str, typer.Argument(help="Job id, as `shipyard jobs list` shows it.")]
+
+
+@app.command()
+def submit(
+    spec: Annotated[Path, typer.Argument(help="YAML job spec (apiVersion: shipyard/v1).")],
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Follow the job with a progress bar until it ends.")
+    ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option("--resume", help="Start from the newest checkpoint of the last job with this name."),
+    ] = False,
+    resume_from: Annotated[
+        str | None,
+        typer.Option("--resume-from", help="Start from this job id's or this folder's checkpoint."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Queue a training job; the local agent starts it when its devices are free."""
+    ctx = open_context()
+    view = job_service.submit(ctx, job_service.load_spec_file(spec), resume=resume, resume_from=resume_from)
+    if not json_out:
+        console.print(
+            f"submitted [bold]{view.id}[/]" + (f" (resuming {view.resume_from})" if view.resume_from else "")
+        )
+    if wait:
+        view = follow(ctx, view.id)
+    if json_out:
+        print_json(view)
+    elif wait:
+        _print_outcome(view)
+    if wait and view.state != JobState.SUCCEEDED:
+        raise typer.Exit(1)
+
+
+def _print_outcome(view: JobView) -> None:
+    color = "green" if view.state == JobState.SUCCEEDED else "red"
+    console.print(
+        f"job {view.id} [bold {color}]{view.state}[/]" + (f": {view.message}" if view.message else "")
+    )
+    if view.hint and view.state != JobState.SUCCEEDED:
+        console.print(f"[bold]Hint:[/] {view.hint}")
+
+
+@app.command("list")
+def list_(
+    state: Annotated[str | None, typer.Option(help="Only jobs in this state (queued, running, ...).")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
+    json_out: JsonOpt = False,
+) -> None:
+    """Jobs, newest first, with progress and why queued ones wait."""
+    views = job_service.list_jobs(open_context(), state=state, limit=limit)
+    if json_out:
+        print_json(views)
+        return
+    table(
+        None,
+        ["id", "state", "step", "loss", "tok/s", "devices", "submitted", "reason"],
+        [
+            (
+                v.id,
+                v.state,
+                f"{v.step}/{v.total_steps}",
+                v.loss,
+                v.tokens_per_s,
+                f"{v.devices}x{'|'.join(v.accelerator_types)}",
+                v.submitted_at,
+                v.pending_reason or v.message,
+            )
+            for v in views
+        ],
+    )
+
+
+@app.command()
+def show(job_id: JobIdArg, json_out: JsonOpt = False) -> None:
+    """One job: state, attempts, summary figures and artifacts."""
+    detail = job_service.get(open_context(), job_id)
+    if json_out:
+        print_json(detail)
+        return
+    _print_detail(detail)
+
+
+def _print_detail(d: JobDetail) -> None:
+    console.print(f"[bold]{d.id}[/]  {d.state}" + (f" ({d.exit_reason})" if d.exit_reason else ""))
+    rows: list[tuple[str, object]] = [
+        ("name / project / queue", f"{d.name} / {d.project} / {d.queue}"),
+        ("progress", f"step {d.step}/{d.total_steps}"),
+        ("resources", f"{d.devices} x {' or '.join(d.accelerator_types)}"),
+        ("submitted", d.submitted_at),
+        ("started", d.started_at),
+        ("finished", d.finished_at),
+        ("run dir", d.run_dir),
+    ]
+    if d.pending_reason:
+        rows.append(("waiting because", d.pending_reason))
+    if d.resume_from:
+        rows.append(("resumed from", d.resume_from))
+    if d.message:
+        rows.append(("message", d.message))
+    if d.hint:
+        rows.append(("hint", d.hint))
+    s = d.summary
+    for key, label in [
+        ("train_loss_start", "train loss (first step)"),
+        ("train_loss_end", "train loss (last step)"),
+        ("eval_loss_start", "eval loss (start)"),
+        ("eval_loss_end", "eval loss (end)"),
+        ("tokens_per_s", "tokens/s (median)"),
+        ("mfu", "MFU (median)"),
+    ]:
+        if key in s:
+            rows.append((label, f"{s[key]:.2%}" if key == "mfu" else s[key]))
+    if "wall_s" in s:
+        rows.append(("wall time", duration(s["wall_s"])))
+    table(None, ["", ""], rows)
+    if d.attempts:
+        table(
+            "attempts",
+            ["#", "state", "exit", "devices", "threads", "pid", "log"],
+            [
+                (
+                    a.number,
+                    a.state,
+                    a.exit_reason,
+                    f"{a.accelerator_type} {a.device_ids}",
+                    a.threads_per_process,
+                    a.pid,
+                    a.log_path,
+                )
+                for a in d.attempts
+            ],
+        )
+    if d.artifacts:
+        table(
+            "artifacts",
+            ["kind", "step", "size", "path"],
+            [(a.kind, a.step, f"{a.size_bytes / 2**20:.1f} MiB", a.path) for a in d.artifacts],
+        )
+
+
+@app.command()
+def logs(
+    job_id: JobIdArg,
+    follow_: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")
+    ] = False,
+) -> None:
+    """The job's training log (its newest attempt)."""
+    ctx = open_context()
+    path = job_service.log_path(ctx, job_id)
+    if path is None and not follow_:
+        view = job_service.status(ctx, job_id)
+        raise Conflict(
+            f"job {job_id} has not started yet ({view.pending_reason or view.state})",
+            hint=f"wait, or run `shipyard jobs logs {job_id} --follow`",
+        )
+    _stream(ctx, job_id, path, keep_following=follow_)
+
+
+def _stream(ctx: ServiceContext, job_id: str, path: Path | None, *, keep_following: bool) -> None:
+    offset = 0
+    while True:
+        path = path or job_service.log_path(ctx, job_id)
+        if path is not None and path.exists():
+            with open(path, "rb") as f:
+                f.seek(offset)
+                chunk = f.read()
+            offset += len(chunk)
+            if chunk:
+                typer.echo(chunk.decode(errors="replace"), nl=False)
+        if not keep_following:
+            return
+        if JobState(job_service.status(ctx, job_id).state).is_final:
+            keep_following = False  # one last read for lines written just before the end
+            continue
+        time.sleep(0.5)
+
+
+@app.command()
+def cancel(job_id: JobIdArg, json_out: JsonOpt = False) -> None:
+    """Cancel a job: a running one checkpoints first (SIGTERM), and is killed after a grace period."""
+    view = job_service.cancel(open_context(), job_id)
+    if json_out:
+        print_json(view)
+    elif view.state == JobState.CANCELLED:
+        console.print(f"job {view.id} cancelled")
+    else:
+        console.print(f"job {view.id}: stop requested; it checkpoints, then stops")

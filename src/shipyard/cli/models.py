@@ -1,0 +1,68 @@
+"""``shipyard models list`` and ``shipyard generate``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from shipyard.cli._output import JsonOpt, console, print_json, table
+from shipyard.services import models as model_service
+from shipyard.services import open_context
+
+app = typer.Typer(help="Registered model versions.", no_args_is_help=True)
+
+
+@app.command("list")
+def list_(
+    name: Annotated[str | None, typer.Argument(help="Only versions of this model.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Model versions, newest first per name, with the job that made each."""
+    versions = model_service.list_versions(open_context(), name)
+    if json_out:
+        print_json(versions)
+        return
+    table(
+        None,
+        ["model", "version", "job", "step", "eval loss", "size", "created", "path"],
+        [
+            (
+                v.name,
+                v.version,
+                v.job_id,
+                v.step,
+                v.metrics.get("eval_loss"),
+                f"{v.size_bytes / 2**20:.1f} MiB",
+                v.created_at,
+                v.path,
+            )
+            for v in versions
+        ],
+    )
+
+
+def generate(
+    model: Annotated[str, typer.Argument(help="NAME (newest version), NAME:VERSION, or a model folder.")],
+    prompt: Annotated[str, typer.Option("--prompt", "-p", help="Text to complete.")],
+    max_new_tokens: Annotated[int, typer.Option(help="Tokens to sample at most.")] = 64,
+    temperature: Annotated[float, typer.Option(help="0 for greedy decoding.")] = 0.8,
+    top_k: Annotated[int, typer.Option(help="Sample among the k likeliest tokens (0: all).")] = 50,
+    seed: Annotated[int, typer.Option(help="Sampling seed.")] = 0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Sample a completion from a trained model."""
+    completion = model_service.generate(
+        open_context(),
+        model,
+        prompt,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        seed=seed,
+    )
+    if json_out:
+        print_json(completion)
+    else:
+        console.print(f"[dim]{completion.model}[/]")
+        typer.echo(completion.prompt + completion.completion)

@@ -1,0 +1,68 @@
+"""The local agent process: ``python -m shipyard.daemon`` (started on demand by ``submit``).
+
+Holds the home's agent lock for its lifetime, runs ``services.agent.tick`` every poll interval and
+exits after a while with nothing queued or running. Jobs run in their own sessions, so stopping the
+agent does not stop them: the next agent adopts them.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import signal
+import sys
+import time
+import traceback
+from types import FrameType
+
+from shipyard.services import agent, open_context
+from shipyard.settings import Settings
+
+
+def run(settings: Settings) -> int:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    lock = open(settings.home / agent.AGENT_LOCK, "a")  # noqa: SIM115 - held for the process lifetime
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0  # another agent serves this home
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    stopping = False
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        del signum, frame
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    ctx = open_context(settings, autostart_agent=False)
+    agent_id = f"{os.uname().nodename}:{os.getpid()}"
+    print(f"agent {agent_id} serving {settings.home}", flush=True)
+    idle_since = time.monotonic()
+    try:
+        while not stopping:
+            try:
+                active = agent.tick(ctx, agent_id)
+            except Exception:  # keep serving: one bad record must not strand every job
+                traceback.print_exc()
+                active = True
+            if active:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > settings.agent_idle_exit_s:
+                break
+            time.sleep(settings.agent_poll_s)
+    finally:
+        ctx.close()
+        print(f"agent {agent_id} stopped", flush=True)
+    return 0
+
+
+def main() -> int:
+    return run(Settings.from_env())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Open the database: SQLite (WAL) under ``$SHIPYARD_HOME`` by default, any SQLAlchemy URL else.
+
+Opening brings the schema to the newest Alembic revision, under a file lock so that the CLI and
+the agent starting together do not race.
+"""
+
+from __future__ import annotations
+
+import fcntl
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+@dataclass(frozen=True, slots=True)
+class Database:
+    engine: Engine
+    sessions: sessionmaker[Session]
+
+    @contextmanager
+    def transaction(self) -> Iterator[Session]:
+        """One unit of work: committed when the block ends, rolled back if it raises."""
+        with self.sessions() as session, session.begin():
+            yield session
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def open_database(url: str, lock_dir: Path) -> Database:
+    engine = create_engine(url, connect_args=_connect_args(url))
+    if url.startswith("sqlite"):
+        event.listen(engine, "connect", _sqlite_pragmas)
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / ".migrate.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        upgrade(engine)
+    return Database(engine, sessionmaker(engine, expire_on_commit=False))
+
+
+def _connect_args(url: str) -> dict[str, Any]:
+    # The agent and CLI processes write concurrently; wait for the lock instead of failing.
+    return {"timeout": 30} if url.startswith("sqlite") else {}
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def upgrade(engine: Engine) -> None:
+    """Apply pending migrations (a no-op when the schema is current)."""
+    from alembic import command
+    from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    with engine.connect() as connection:
+        if MigrationContext.configure(connection).get_current_revision() == head:
+            return
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")

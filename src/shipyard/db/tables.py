@@ -1,0 +1,145 @@
+"""Tables. Every change to them ships with an Alembic migration in ``migrations/versions``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC on every backend (SQLite stores no zone and hands back naive values)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:  # noqa: ARG002
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:  # noqa: ARG002
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: JSON,
+        list[Any]: JSON,
+        datetime: UTCDateTime(),
+    }
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), index=True)
+    project: Mapped[str] = mapped_column(String(64), index=True)
+    queue: Mapped[str] = mapped_column(String(64))
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    spec: Mapped[dict[str, Any]]
+    """The validated spec, with data paths made absolute."""
+    devices: Mapped[int] = mapped_column(Integer)
+    accelerator_types: Mapped[list[Any]]
+    """The any-of list from the spec, in order of preference."""
+    run_dir: Mapped[str] = mapped_column(Text)
+    resume_from: Mapped[str | None] = mapped_column(Text)
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    pending_reason: Mapped[str | None] = mapped_column(Text)
+    """Why the agent could not start this queued job at its last look."""
+    exit_reason: Mapped[str | None] = mapped_column(String(16))
+    message: Mapped[str | None] = mapped_column(Text)
+    hint: Mapped[str | None] = mapped_column(Text)
+    submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+    attempts: Mapped[list[Attempt]] = relationship(
+        back_populates="job", order_by="Attempt.number", cascade="all, delete-orphan"
+    )
+
+
+class Attempt(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("job_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    accelerator_type: Mapped[str] = mapped_column(String(32))
+    device_ids: Mapped[list[Any]]
+    """Device indices (GPUs) or CPU core ids given to this attempt."""
+    threads_per_process: Mapped[int] = mapped_column(Integer)
+    pid: Mapped[int | None] = mapped_column(Integer)
+    agent_id: Mapped[str | None] = mapped_column(String(64))
+    """The agent process that launched it (a restarted agent cannot wait on it)."""
+    log_path: Mapped[str] = mapped_column(Text)
+    metrics_offset: Mapped[int] = mapped_column(Integer, default=0)
+    """Bytes of metrics.jsonl already copied into the metrics table."""
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    exit_reason: Mapped[str | None] = mapped_column(String(16))
+    signalled_at: Mapped[datetime | None]
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None]
+
+    job: Mapped[Job] = relationship(back_populates="attempts")
+
+
+class Metric(Base):
+    __tablename__ = "metrics"
+    __table_args__ = (Index("ix_metrics_job_kind_step", "job_id", "kind", "step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
+    """``start``, ``train``, ``eval`` or ``checkpoint``."""
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    loss: Mapped[float | None]
+    tokens_per_s: Mapped[float | None]
+    mfu: Mapped[float | None]
+    values: Mapped[dict[str, Any]]
+    """The whole record as the runtime wrote it."""
+
+
+class Artifact(Base):
+    __tablename__ = "artifacts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    """``checkpoint`` or ``export``."""
+    path: Mapped[str] = mapped_column(Text)
+    step: Mapped[int] = mapped_column(Integer)
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ModelVersion(Base):
+    __tablename__ = "model_versions"
+    __table_args__ = (UniqueConstraint("name", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(64), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    project: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"))
+    artifact_id: Mapped[int] = mapped_column(ForeignKey("artifacts.id"))
+    step: Mapped[int] = mapped_column(Integer)
+    metrics: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    artifact: Mapped[Artifact] = relationship()

@@ -1,0 +1,38 @@
+"""Words of the platform as types: ids, states and reasons (see DESIGN.md, "Words")."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NewType
+
+__all__ = ["AcceleratorType", "ExitReason", "JobId", "JobState"]
+
+JobId = NewType("JobId", str)
+AcceleratorType = NewType("AcceleratorType", str)
+"""A catalog key such as ``h100-sxm``, ``m2-ultra`` or ``cpu``."""
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class ExitReason(StrEnum):
+    """Why an attempt ended; stored with the attempt and shown by ``jobs show``."""
+
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    """Stopped on request; the runtime checkpointed before exiting."""
+    KILLED = "killed"
+    """Did not stop within the grace period and was killed."""
+    ERROR = "error"
+    """The runtime raised; the message is in the attempt's log and exit detail."""
+    LOST = "lost"
+    """The process vanished without a result (agent restarted, machine rebooted)."""

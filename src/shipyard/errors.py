@@ -1,0 +1,96 @@
+"""The one error tree of Shipyard.
+
+Every error a user can meet carries a stable ``code``, a message with the numbers and a ``hint``
+that says what to do. Boundaries translate: the CLI prints ``Error:``/``Hint:`` and exits 1.
+
+    ShipyardError
+    ├── InvalidSpec            a job spec or a command's input is malformed or inconsistent
+    │   └── DatasetError       a dataset path is missing, empty or unreadable
+    ├── NotFound               a job, model or file that was named does not exist
+    ├── Conflict               the resource is in a state that forbids the request
+    ├── Unschedulable          no device set of this machine can ever run the job
+    ├── ExecutorError          a job could not be launched or controlled
+    ├── CheckpointError        a checkpoint could not be written or read
+    └── DependencyMissing      an optional extra (torch, ...) is not installed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CheckpointError",
+    "Conflict",
+    "DatasetError",
+    "DependencyMissing",
+    "ExecutorError",
+    "InvalidSpec",
+    "NotFound",
+    "ShipyardError",
+    "Unschedulable",
+]
+
+
+class ShipyardError(Exception):
+    """Base of every error Shipyard raises on purpose."""
+
+    code: str = "shipyard_error"
+    http_status: int = 500
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidSpec(ShipyardError):
+    """Raised when a job spec or other input is malformed; the message names the field."""
+
+    code = "invalid_spec"
+    http_status = 422
+
+
+class DatasetError(InvalidSpec):
+    """Raised when a dataset path does not exist, matches no file, or holds no text."""
+
+    code = "dataset_error"
+
+
+class NotFound(ShipyardError):
+    """Raised when a named job, model version or file does not exist."""
+
+    code = "not_found"
+    http_status = 404
+
+
+class Conflict(ShipyardError):
+    """Raised when the resource's state forbids the request (cancel a finished job, ...)."""
+
+    code = "conflict"
+    http_status = 409
+
+
+class Unschedulable(ShipyardError):
+    """Raised at submit time when no accelerator set of this machine could ever run the job."""
+
+    code = "unschedulable"
+    http_status = 422
+
+
+class ExecutorError(ShipyardError):
+    """Raised when a job could not be launched, signalled or observed."""
+
+    code = "executor_error"
+
+
+class CheckpointError(ShipyardError):
+    """Raised when a checkpoint cannot be written or read back."""
+
+    code = "checkpoint_error"
+
+
+class DependencyMissing(ShipyardError):
+    """Raised when a feature needs an optional extra that is not installed."""
+
+    code = "dependency_missing"

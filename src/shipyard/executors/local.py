@@ -1,0 +1,238 @@
+"""Run attempts as subprocesses of this node: one process for one device, ``torchrun`` for more.
+
+An attempt sees only its devices (``CUDA_VISIBLE_DEVICES`` and friends), is pinned to its CPU cores
+and told how many threads to use, so concurrent jobs never oversubscribe the node. Each attempt
+runs in its own session, so stopping it reaches every process it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from shipyard.executors.base import Placement, Request, Unplaceable
+from shipyard.hardware.discovery import Device
+from shipyard.schemas.launch import TorchDevice
+
+_TORCH_DEVICE: dict[str, TorchDevice] = {
+    "nvidia": "cuda",
+    "amd": "cuda",
+    "apple": "mps",
+    "intel": "hpu",
+}
+
+# Environment variables that restrict a process to some accelerators, per vendor.
+_VISIBLE_ENV = {
+    "nvidia": ("CUDA_VISIBLE_DEVICES",),
+    "amd": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"),
+    "intel": ("HABANA_VISIBLE_MODULES",),
+}
+_ALL_VISIBLE_ENV = tuple(v for names in _VISIBLE_ENV.values() for v in names)
+
+
+class LocalExecutor:
+    def __init__(self, devices: list[Device]) -> None:
+        self.devices = devices
+        self.cpu = next(d for d in devices if d.accelerator_type == "cpu")
+        self.accelerators = [d for d in devices if d.accelerator_type != "cpu"]
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    # --- placement --------------------------------------------------------------------------
+
+    def inventory(self) -> dict[str, int]:
+        """Devices per accelerator type; for ``cpu`` the number of cores."""
+        counts: dict[str, int] = {}
+        for d in self.accelerators:
+            counts[d.accelerator_type] = counts.get(d.accelerator_type, 0) + 1
+        counts["cpu"] = self.cpu.cores
+        return counts
+
+    def check_feasible(self, request: Request) -> Unplaceable | None:
+        """Could the request ever run here, on an idle node?"""
+        placed = self.place(request, {}, set())
+        return placed if isinstance(placed, Unplaceable) else None
+
+    def place(
+        self, request: Request, busy_devices: Mapping[str, set[int]], busy_cores: set[int]
+    ) -> Placement | Unplaceable:
+        """The first accelerator type of the request's any-of list that fits now, or why none does."""
+        if request.nodes > 1:
+            return Unplaceable(
+                f"the local executor runs single-node jobs; this job asks for {request.nodes} nodes",
+                transient=False,
+            )
+        reasons: list[str] = []
+        transient = False
+        for accelerator_type in request.accelerator_types:
+            placed = self._place_on(accelerator_type, request, busy_devices, busy_cores)
+            if isinstance(placed, Placement):
+                return placed
+            reasons.append(placed.reason)
+            transient = transient or placed.transient
+        return Unplaceable("; ".join(reasons), transient=transient)
+
+    def _place_on(
+        self,
+        accelerator_type: str,
+        request: Request,
+        busy_devices: Mapping[str, set[int]],
+        busy_cores: set[int],
+    ) -> Placement | Unplaceable:
+        all_cores = list(range(self.cpu.cores))
+        if accelerator_type == "cpu":
+            threads = request.cpus_per_device or max(1, self.cpu.cores // request.devices)
+            need = threads * request.devices
+            if need > self.cpu.cores:
+                return Unplaceable(
+                    f"cpu: needs {need} cores ({request.devices} processes × {threads} threads), "
+                    f"this node has {self.cpu.cores}",
+                    transient=False,
+                )
+            free = [c for c in all_cores if c not in busy_cores]
+            if need > len(free):
+                return Unplaceable(
+                    f"cpu: {len(free)} of {self.cpu.cores} cores free, needs {need}", transient=True
+                )
+            return Placement(
+                accelerator_type="cpu",
+                torch_device="cpu",
+                device_ids=(),
+                core_ids=tuple(free[:need]),
+                threads_per_process=threads,
+                world_size=request.devices,
+                peak_tflops_bf16=self.cpu.peak_bf16_tflops / self.cpu.cores * threads,
+                peak_tflops_fp32=self.cpu.peak_fp32_tflops / self.cpu.cores * threads,
+            )
+        matching = [d for d in self.accelerators if d.accelerator_type == accelerator_type]
+        if len(matching) < request.devices:
+            have = f"has {len(matching)}" if matching else "has none"
+            return Unplaceable(
+                f"{accelerator_type}: needs {request.devices} devices, this node {have}",
+                transient=False,
+            )
+        busy = busy_devices.get(accelerator_type, set())
+        free_devices = [d for d in matching if d.index not in busy]
+        if len(free_devices) < request.devices:
+            return Unplaceable(
+                f"{accelerator_type}: {len(free_devices)} of {len(matching)} devices free, "
+                f"needs {request.devices}",
+                transient=True,
+            )
+        chosen = _prefer_nvlink_island(free_devices, request.devices)
+        # Host threads per GPU process: the node's cores shared over its accelerators.
+        threads = request.cpus_per_device or max(1, self.cpu.cores // max(1, len(self.accelerators)))
+        free_cores = [c for c in all_cores if c not in busy_cores]
+        cores = tuple(free_cores[: threads * request.devices]) or tuple(all_cores)
+        spec = chosen[0]
+        return Placement(
+            accelerator_type=accelerator_type,
+            torch_device=_TORCH_DEVICE.get(spec.vendor, "cuda"),
+            device_ids=tuple(d.index for d in chosen),
+            core_ids=cores,
+            threads_per_process=threads,
+            world_size=request.devices,
+            peak_tflops_bf16=spec.peak_bf16_tflops,
+            peak_tflops_fp32=spec.peak_fp32_tflops,
+        )
+
+    # --- processes ----------------------------------------------------------------------------
+
+    def command(self, placement: Placement, run_dir: Path) -> list[str]:
+        if placement.world_size == 1:
+            return [sys.executable, "-m", "shipyard.training", str(run_dir)]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={placement.world_size}",
+            "-m",
+            "shipyard.training",
+            str(run_dir),
+        ]
+
+    def environment(self, placement: Placement) -> dict[str, str]:
+        env = dict(os.environ)
+        for name in _ALL_VISIBLE_ENV:
+            env.pop(name, None)
+        vendor = next(
+            (d.vendor for d in self.accelerators if d.accelerator_type == placement.accelerator_type),
+            None,
+        )
+        ids = ",".join(str(i) for i in placement.device_ids)
+        for name in _VISIBLE_ENV.get(vendor or "", ()):
+            env[name] = ids
+        if placement.accelerator_type == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU job must not grab a GPU of the node
+        env["OMP_NUM_THREADS"] = str(placement.threads_per_process)
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> int:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        cores = set(placement.core_ids)
+
+        def pin() -> None:  # runs in the child before exec
+            if cores and hasattr(os, "sched_setaffinity"):
+                # Best effort: thread counts already bound the load where affinity is refused.
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(0, cores)
+
+        with open(log_path, "ab") as log:
+            process = subprocess.Popen(
+                self.command(placement, run_dir),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.environment(placement),
+                cwd=run_dir,
+                start_new_session=True,
+                preexec_fn=pin,
+            )
+        self._children[process.pid] = process
+        return process.pid
+
+    def poll(self, pid: int) -> int | None:
+        child = self._children.get(pid)
+        if child is not None:
+            code = child.poll()
+            if code is not None:
+                del self._children[pid]
+            return code
+        # Launched by an earlier agent: we cannot wait on it, only see whether it still runs.
+        return None if _alive(pid) else -1
+
+    def terminate(self, pid: int) -> None:
+        _signal_group(pid, signal.SIGTERM)
+
+    def kill(self, pid: int) -> None:
+        _signal_group(pid, signal.SIGKILL)
+
+
+def _prefer_nvlink_island(free: list[Device], count: int) -> list[Device]:
+    """Pick devices that are NVLink peers of each other when the node has such a set."""
+    for first in free:
+        island = [first] + [d for d in free if d.index in first.nvlink_peers]
+        if len(island) >= count:
+            return island[:count]
+    return free[:count]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):  # already gone
+        os.killpg(pid, sig)

@@ -1,0 +1,259 @@
+"""Device discovery: which accelerators this node has, each mapped to a catalog key.
+
+Each vendor is asked through one small query function. ``VendorQueries`` bundles them so tests can
+fake the answer of hardware this machine lacks (an H100 box, an MI250, an M2 Ultra) without the
+code ever pretending at run time: the real functions below are what ``discover()`` uses.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from shipyard.hardware.catalog import lookup, match_accelerator_type
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RawDevice:
+    """What a vendor query reports about one device, before catalog mapping."""
+
+    vendor: str
+    """``nvidia``, ``amd``, ``apple``, ``intel``."""
+    index: int
+    name: str
+    memory_bytes: int
+    nvlink_peers: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CpuInfo:
+    model: str
+    cores: int
+    mhz: float
+    flags: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Device:
+    """One device of this node, as the executor hands it out."""
+
+    accelerator_type: str
+    """Catalog key, or ``unknown`` when the catalog has no row for the reported name."""
+    index: int
+    name: str
+    vendor: str
+    memory_gib: float
+    peak_bf16_tflops: float
+    peak_fp32_tflops: float
+    nvlink_peers: tuple[int, ...] = ()
+    cores: int = 0
+    """CPU cores (only for the ``cpu`` device)."""
+
+
+@dataclass(frozen=True, slots=True)
+class VendorQueries:
+    """The seam: one function per vendor API. Each returns [] when its hardware is absent."""
+
+    nvidia: Callable[[], list[RawDevice]] = field(default=lambda: query_nvml())
+    torch_devices: Callable[[], list[RawDevice]] = field(default=lambda: query_torch_devices())
+    cpu: Callable[[], CpuInfo] = field(default=lambda: query_cpu())
+
+
+def discover(queries: VendorQueries | None = None) -> list[Device]:
+    """All devices of this node: accelerators first, then the CPU as one ``cpu`` device."""
+    queries = queries or VendorQueries()
+    raw = queries.nvidia()
+    if not raw:
+        # torch sees NVIDIA GPUs too; only ask it when NVML did not answer, to avoid doubles.
+        raw = queries.torch_devices()
+    else:
+        raw += [d for d in queries.torch_devices() if d.vendor != "nvidia"]
+    devices = [_to_device(d) for d in raw]
+    devices.append(cpu_device(queries.cpu()))
+    return devices
+
+
+def _to_device(raw: RawDevice) -> Device:
+    memory_gib = raw.memory_bytes / GIB
+    key = match_accelerator_type(raw.name, memory_gib)
+    spec = lookup(key) if key else None
+    return Device(
+        accelerator_type=key or "unknown",
+        index=raw.index,
+        name=raw.name,
+        vendor=raw.vendor,
+        memory_gib=round(memory_gib, 1),
+        # An unknown device gets no peak, so MFU shows as 0 rather than a wrong guess.
+        peak_bf16_tflops=spec.bf16_tflops if spec else 0.0,
+        peak_fp32_tflops=spec.fp32_tflops if spec else 0.0,
+        nvlink_peers=raw.nvlink_peers,
+    )
+
+
+def cpu_device(info: CpuInfo) -> Device:
+    """The host CPU as a device, with a peak derived from cores, clock and vector units."""
+    ghz = info.mhz / 1000
+    return Device(
+        accelerator_type="cpu",
+        index=0,
+        name=info.model,
+        vendor="generic",
+        memory_gib=round(_host_memory_bytes() / GIB, 1),
+        peak_bf16_tflops=info.cores * ghz * _bf16_flops_per_cycle(info.flags) / 1000,
+        peak_fp32_tflops=info.cores * ghz * _fp32_flops_per_cycle(info.flags) / 1000,
+        cores=info.cores,
+    )
+
+
+def _fp32_flops_per_cycle(flags: frozenset[str]) -> int:
+    # Two FMA ports, each lane doing a multiply and an add.
+    if "avx512f" in flags:
+        return 2 * 16 * 2
+    if "avx2" in flags and "fma" in flags:
+        return 2 * 8 * 2
+    return 8
+
+
+def _bf16_flops_per_cycle(flags: frozenset[str]) -> int:
+    if "amx_bf16" in flags:
+        return 1024  # AMX tile unit, per core
+    if "avx512_bf16" in flags:
+        return 2 * 16 * 2 * 2  # VDPBF16PS: two bf16 products per fp32 lane
+    return _fp32_flops_per_cycle(flags)
+
+
+def _host_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+# --- real vendor queries ---------------------------------------------------------------------
+
+
+def query_cpu() -> CpuInfo:
+    model, mhz, flags = platform.processor() or platform.machine(), 0.0, frozenset[str]()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "model name" and model in ("", platform.machine(), platform.processor()):
+                    model = value
+                elif key == "cpu MHz" and not mhz:
+                    mhz = float(value)
+                elif key == "flags" and not flags:
+                    flags = frozenset(value.split())
+    except OSError:
+        pass  # not Linux: model from platform, peak unknown
+    if platform.system() == "Darwin":
+        model = _sysctl("machdep.cpu.brand_string") or model
+    return CpuInfo(model=model, cores=usable_cores(), mhz=mhz, flags=flags)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (respects cgroup/affinity limits where the OS exposes them)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def query_nvml() -> list[RawDevice]:
+    """NVIDIA GPUs through NVML (``nvidia-ml-py``), with NVLink peers; [] without driver."""
+    if importlib.util.find_spec("pynvml") is None:
+        return []
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []  # no driver or no GPU: not an error, just no NVIDIA devices
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        bus_ids = [_bus_id(pynvml.nvmlDeviceGetPciInfo(h)) for h in handles]
+        devices = []
+        for i, handle in enumerate(handles):
+            name = pynvml.nvmlDeviceGetName(handle)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total
+            peers = _nvlink_peers(pynvml, handle, bus_ids)
+            devices.append(
+                RawDevice(
+                    vendor="nvidia",
+                    index=i,
+                    name=name.decode() if isinstance(name, bytes) else str(name),
+                    memory_bytes=int(memory),
+                    nvlink_peers=peers,
+                )
+            )
+        return devices
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _bus_id(pci: object) -> str:
+    bus = getattr(pci, "busId", b"")
+    return (bus.decode() if isinstance(bus, bytes) else str(bus)).lower()
+
+
+def _nvlink_peers(pynvml: object, handle: object, bus_ids: Sequence[str]) -> tuple[int, ...]:
+    peers: set[int] = set()
+    max_links = getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)
+    for link in range(max_links):
+        try:
+            if not pynvml.nvmlDeviceGetNvLinkState(handle, link):  # type: ignore[attr-defined]
+                continue
+            remote = _bus_id(pynvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link))  # type: ignore[attr-defined]
+        except Exception:  # NVMLError_NotSupported on GPUs without NVLink
+            break
+        if remote in bus_ids:
+            peers.add(bus_ids.index(remote))
+    return tuple(sorted(peers))
+
+
+def query_torch_devices() -> list[RawDevice]:
+    """AMD (ROCm build), Apple MPS, Intel XPU/HPU, as far as an installed torch exposes them."""
+    if importlib.util.find_spec("torch") is None:
+        return []
+    import torch
+
+    devices: list[RawDevice] = []
+    if torch.cuda.is_available():
+        vendor = "amd" if torch.version.hip else "nvidia"
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            devices.append(
+                RawDevice(vendor=vendor, index=i, name=props.name, memory_bytes=props.total_memory)
+            )
+    if torch.backends.mps.is_available():
+        # Apple silicon shares memory between CPU and GPU: report the unified memory.
+        name = _sysctl("machdep.cpu.brand_string") or "Apple silicon"
+        devices.append(RawDevice(vendor="apple", index=0, name=name, memory_bytes=_host_memory_bytes()))
+    xpu = getattr(torch, "xpu", None)
+    if xpu is not None and xpu.is_available():
+        for i in range(xpu.device_count()):
+            props = xpu.get_device_properties(i)
+            devices.append(
+                RawDevice(vendor="intel", index=i, name=props.name, memory_bytes=props.total_memory)
+            )
+    if importlib.util.find_spec("habana_frameworks") is not None:
+        import habana_frameworks.torch.hpu as hpu
+
+        for i in range(hpu.device_count()):
+            devices.append(RawDevice(vendor="intel", index=i, name=hpu.get_device_name(i), memory_bytes=0))
+    return devices
+
+
+def _sysctl(name: str) -> str | None:
+    try:
+        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None

@@ -1,0 +1,92 @@
+"""The launch plan: what an executor hands the training runtime, as ``launch.json`` in the run
+directory. It is the whole contract between the platform and ``python -m shipyard.training``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from shipyard.schemas.jobspec import JobSpec
+
+LAUNCH_FILE = "launch.json"
+RESULT_FILE = "result.json"
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINT_DIR = "checkpoints"
+EXPORT_DIR = "export"
+CHECKPOINT_STATE_FILE = "state.pt"
+CHECKPOINT_POINTER = "latest"
+
+TorchDevice = Literal["cpu", "cuda", "mps", "xpu", "hpu"]
+
+
+class LaunchPlan(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    job_id: str
+    attempt: int
+    spec: JobSpec
+    run_dir: str
+    cache_dir: str
+    """Shared cache of tokenizers and token shards (content-addressed)."""
+    accelerator_type: str
+    torch_device: TorchDevice
+    world_size: int
+    threads_per_process: int
+    peak_tflops_bf16: float
+    """Per device, for MFU; 0 when unknown."""
+    peak_tflops_fp32: float
+    resume_from: str | None = None
+    """A checkpoint directory to resume from (``--resume``), else a fresh start."""
+    stop_at_step: int | None = None
+    """Checkpoint and stop after this step, as if preempted (used by tests and benchmarks)."""
+
+    def write(self, run_dir: Path) -> None:
+        write_json_atomic(run_dir / LAUNCH_FILE, self.model_dump(mode="json", by_alias=True))
+
+    @classmethod
+    def read(cls, run_dir: Path) -> LaunchPlan:
+        return cls.model_validate_json((run_dir / LAUNCH_FILE).read_text())
+
+
+class AttemptResult(BaseModel):
+    """What the runtime reports when it ends, as ``result.json``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["completed", "cancelled", "failed"]
+    step: int = 0
+    message: str | None = None
+    hint: str | None = None
+    checkpoint: str | None = None
+    export_dir: str | None = None
+    summary: dict[str, float] = {}
+
+
+def latest_checkpoint(checkpoints: Path) -> Path | None:
+    """The newest complete checkpoint in a ``checkpoints`` directory (see training/checkpoint.py):
+    the one the ``latest`` pointer names, else the highest complete ``step_*`` directory."""
+    pointer = checkpoints / CHECKPOINT_POINTER
+    if pointer.is_file():
+        candidate = checkpoints / pointer.read_text().strip()
+        if (candidate / CHECKPOINT_STATE_FILE).is_file():
+            return candidate
+    complete = sorted(
+        p
+        for p in checkpoints.glob("step_*")
+        if ".tmp-" not in p.name and (p / CHECKPOINT_STATE_FILE).is_file()
+    )
+    return complete[-1] if complete else None
+
+
+def write_json_atomic(path: Path, payload: object) -> None:
+    """Write JSON so that readers see the old file or the whole new one, never a torn write."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

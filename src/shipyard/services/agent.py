@@ -1,0 +1,316 @@
+"""The local agent's use cases: start queued jobs on free devices (FIFO), watch attempts, copy
+their metrics, stop cancelled ones, and record how each ended.
+
+``tick`` is one pass; ``shipyard.daemon`` runs it in a loop. Every ``submit`` makes sure one agent
+runs per ``$SHIPYARD_HOME`` (a file lock tells), so jobs start without a command of their own.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from shipyard.db import Artifact, Attempt, Job, Metric, ModelVersion
+from shipyard.domain import ExitReason, JobState
+from shipyard.executors.base import Placement, Request, Unplaceable
+from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.schemas.launch import (
+    CHECKPOINT_DIR,
+    METRICS_FILE,
+    RESULT_FILE,
+    AttemptResult,
+    LaunchPlan,
+    latest_checkpoint,
+)
+from shipyard.services.context import ServiceContext
+from shipyard.settings import Settings
+
+AGENT_LOCK = "agent.lock"
+AGENT_LOG = "agent.log"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+# --- one agent per home ---------------------------------------------------------------------
+
+
+def is_running(settings: Settings) -> bool:
+    """Whether an agent holds this home's lock."""
+    path = settings.home / AGENT_LOCK
+    if not path.exists():
+        return False
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def ensure_running(settings: Settings) -> None:
+    """Start a background agent for this home unless one runs (a second one exits at once)."""
+    if is_running(settings):
+        return
+    settings.home.mkdir(parents=True, exist_ok=True)
+    with open(settings.home / AGENT_LOG, "ab") as log:
+        subprocess.Popen(
+            [sys.executable, "-m", "shipyard.daemon"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={
+                **os.environ,
+                "SHIPYARD_HOME": str(settings.home),
+                "SHIPYARD_DB_URL": settings.db_url,
+            },
+            start_new_session=True,
+        )
+
+
+# --- one pass -------------------------------------------------------------------------------
+
+
+def tick(ctx: ServiceContext, agent_id: str) -> bool:
+    """One pass of the agent. Returns whether any job is still queued or running."""
+    with ctx.db.transaction() as session:
+        for attempt in _running(session):
+            _ingest_metrics(session, attempt)
+            _finish_if_exited(ctx, session, attempt)
+        for attempt in _running(session):
+            _stop_if_cancelled(ctx, attempt)
+        _admit(ctx, session, agent_id)
+        return bool(
+            session.scalar(
+                select(func.count())
+                .select_from(Job)
+                .where(Job.state.in_([JobState.QUEUED, JobState.RUNNING]))
+            )
+        )
+
+
+def _running(session: Session) -> list[Attempt]:
+    return list(session.scalars(select(Attempt).where(Attempt.state == JobState.RUNNING)))
+
+
+def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> None:
+    """Start queued jobs in submission order; the first one that does not fit blocks the rest."""
+    busy_devices: dict[str, set[int]] = {}
+    busy_cores: set[int] = set()
+    for attempt in _running(session):
+        if attempt.accelerator_type == "cpu":
+            busy_cores.update(attempt.device_ids)
+        else:
+            busy_devices.setdefault(attempt.accelerator_type, set()).update(attempt.device_ids)
+    queued = session.scalars(
+        select(Job).where(Job.state == JobState.QUEUED).order_by(Job.submitted_at, Job.id)
+    )
+    blocked_by: str | None = None
+    for job in queued:
+        if blocked_by is not None:
+            job.pending_reason = f"waiting behind {blocked_by} (first in, first out)"
+            continue
+        spec = validate_job_spec(job.spec)
+        request = Request(
+            accelerator_types=job.accelerator_types,
+            devices=job.devices,
+            nodes=spec.resources.nodes,
+            cpus_per_device=spec.resources.cpus_per_device,
+        )
+        placed = ctx.executor.place(request, busy_devices, busy_cores)
+        if isinstance(placed, Unplaceable):
+            job.pending_reason = f"0/1 nodes: {placed.reason}"
+            blocked_by = job.id
+            continue
+        _launch(ctx, job, placed, agent_id)
+        if placed.accelerator_type == "cpu":
+            busy_cores.update(placed.core_ids)
+        else:
+            busy_devices.setdefault(placed.accelerator_type, set()).update(placed.device_ids)
+
+
+def _launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> None:
+    number = len(job.attempts) + 1
+    run_dir = Path(job.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / RESULT_FILE).unlink(missing_ok=True)  # a stale result would be read as this attempt's
+    resume_from = job.resume_from
+    if number > 1:  # a relaunch continues from the job's own newest checkpoint
+        own = latest_checkpoint(run_dir / CHECKPOINT_DIR)
+        resume_from = str(own) if own else resume_from
+    LaunchPlan(
+        job_id=job.id,
+        attempt=number,
+        spec=validate_job_spec(job.spec),
+        run_dir=str(run_dir),
+        cache_dir=str(ctx.settings.cache_dir),
+        accelerator_type=placed.accelerator_type,
+        torch_device=placed.torch_device,
+        world_size=placed.world_size,
+        threads_per_process=placed.threads_per_process,
+        peak_tflops_bf16=placed.peak_tflops_bf16,
+        peak_tflops_fp32=placed.peak_tflops_fp32,
+        resume_from=resume_from,
+    ).write(run_dir)
+    log_path = run_dir / "logs" / f"attempt-{number}.log"
+    metrics = run_dir / METRICS_FILE
+    pid = ctx.executor.launch(placed, run_dir, log_path)
+    ids = list(placed.device_ids) if placed.accelerator_type != "cpu" else list(placed.core_ids)
+    job.attempts.append(
+        Attempt(
+            number=number,
+            state=JobState.RUNNING,
+            accelerator_type=placed.accelerator_type,
+            device_ids=ids,
+            threads_per_process=placed.threads_per_process,
+            pid=pid,
+            agent_id=agent_id,
+            log_path=str(log_path),
+            metrics_offset=metrics.stat().st_size if metrics.exists() else 0,
+        )
+    )
+    job.state = JobState.RUNNING
+    job.pending_reason = None
+    job.started_at = job.started_at or utcnow()
+
+
+def _ingest_metrics(session: Session, attempt: Attempt) -> None:
+    """Copy the complete lines the runtime appended to metrics.jsonl since the last look."""
+    path = Path(attempt.job.run_dir) / METRICS_FILE
+    if not path.exists():
+        return
+    if path.stat().st_size < attempt.metrics_offset:
+        attempt.metrics_offset = 0  # a fresh start truncated the file
+    with open(path, "rb") as f:
+        f.seek(attempt.metrics_offset)
+        chunk = f.read()
+    complete = chunk[: chunk.rfind(b"\n") + 1]
+    for line in complete.splitlines():
+        record = json.loads(line)
+        session.add(
+            Metric(
+                job_id=attempt.job_id,
+                attempt_id=attempt.id,
+                kind=record.get("kind", "train"),
+                step=record.get("step", 0),
+                loss=record.get("loss"),
+                tokens_per_s=record.get("tokens_per_s"),
+                mfu=record.get("mfu"),
+                values=record,
+            )
+        )
+    attempt.metrics_offset += len(complete)
+
+
+def _stop_if_cancelled(ctx: ServiceContext, attempt: Attempt) -> None:
+    if not attempt.job.cancel_requested or attempt.pid is None:
+        return
+    now = utcnow()
+    if attempt.signalled_at is None:
+        ctx.executor.terminate(attempt.pid)
+        attempt.signalled_at = now
+    elif (now - attempt.signalled_at).total_seconds() > ctx.settings.cancel_grace_s:
+        ctx.executor.kill(attempt.pid)
+
+
+def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -> None:
+    assert attempt.pid is not None
+    exit_code = ctx.executor.poll(attempt.pid)
+    if exit_code is None:
+        return
+    _ingest_metrics(session, attempt)  # lines written between the last look and the exit
+    job = attempt.job
+    result_path = Path(job.run_dir) / RESULT_FILE
+    result = AttemptResult.model_validate_json(result_path.read_text()) if result_path.exists() else None
+    now = utcnow()
+    attempt.exit_code = exit_code
+    attempt.finished_at = job.finished_at = now
+    if result is not None and result.status == "completed":
+        attempt.state, attempt.exit_reason = JobState.SUCCEEDED, ExitReason.COMPLETED
+        job.state, job.exit_reason = JobState.SUCCEEDED, ExitReason.COMPLETED
+        _register_outputs(session, job, result)
+    elif result is not None and result.status == "cancelled":
+        attempt.state, attempt.exit_reason = JobState.CANCELLED, ExitReason.CANCELLED
+        job.state, job.exit_reason, job.message = (
+            JobState.CANCELLED,
+            ExitReason.CANCELLED,
+            result.message,
+        )
+        job.hint = f"shipyard jobs submit SPEC --resume-from {job.id}"
+    elif result is not None:
+        attempt.state, attempt.exit_reason = JobState.FAILED, ExitReason.ERROR
+        job.state, job.exit_reason = JobState.FAILED, ExitReason.ERROR
+        job.message, job.hint = result.message, result.hint or f"see `shipyard jobs logs {job.id}`"
+    elif attempt.signalled_at is not None:
+        attempt.state, attempt.exit_reason = JobState.CANCELLED, ExitReason.KILLED
+        job.state, job.exit_reason = JobState.CANCELLED, ExitReason.KILLED
+        job.message = f"did not stop within {ctx.settings.cancel_grace_s:.0f}s of SIGTERM and was killed"
+    else:
+        reason = ExitReason.LOST if exit_code == -1 and attempt.agent_id else ExitReason.ERROR
+        attempt.state, attempt.exit_reason = JobState.FAILED, reason
+        job.state, job.exit_reason = JobState.FAILED, reason
+        job.message = _describe_exit(exit_code)
+        job.hint = (
+            f"see `shipyard jobs logs {job.id}`; resubmit with --resume to continue from its last checkpoint"
+        )
+
+
+def _describe_exit(code: int) -> str:
+    if code < -1:
+        return f"the training process was killed by signal {-code} before it reported a result"
+    if code == -1:
+        return "the training process ended while no agent watched it; its exit status is unknown"
+    return f"the training process exited with code {code} without reporting a result"
+
+
+def _register_outputs(session: Session, job: Job, result: AttemptResult) -> None:
+    """Record the final checkpoint and export, and publish the export as a new model version."""
+    if result.checkpoint:
+        session.add(
+            Artifact(
+                job_id=job.id,
+                kind="checkpoint",
+                path=result.checkpoint,
+                step=result.step,
+                size_bytes=_size(Path(result.checkpoint)),
+            )
+        )
+    if not result.export_dir:
+        return
+    export = Artifact(
+        job_id=job.id,
+        kind="export",
+        path=result.export_dir,
+        step=result.step,
+        size_bytes=_size(Path(result.export_dir)),
+    )
+    session.add(export)
+    session.flush()
+    latest = session.scalar(select(func.max(ModelVersion.version)).where(ModelVersion.name == job.name)) or 0
+    session.add(
+        ModelVersion(
+            name=job.name,
+            version=latest + 1,
+            project=job.project,
+            job_id=job.id,
+            artifact_id=export.id,
+            step=result.step,
+            metrics=result.summary,
+        )
+    )
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

@@ -1,0 +1,273 @@
+"""Job use cases: submit, list, show, cancel, logs."""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shipyard.db import Artifact, Job, Metric
+from shipyard.domain import JobState
+from shipyard.errors import Conflict, InvalidSpec, NotFound, Unschedulable
+from shipyard.executors.base import Request
+from shipyard.schemas.jobspec import JobSpec, parse_job_spec, validate_job_spec
+from shipyard.schemas.launch import (
+    CHECKPOINT_DIR,
+    latest_checkpoint,
+)
+from shipyard.schemas.presets import PRESETS
+from shipyard.schemas.views import ArtifactView, AttemptView, JobDetail, JobView
+from shipyard.services import agent
+from shipyard.services.context import ServiceContext
+
+
+def load_spec_file(path: Path) -> JobSpec:
+    """Read and validate a job spec file; relative paths inside it are taken from its folder."""
+    if not path.is_file():
+        raise NotFound(f"job spec {path} does not exist", hint="give the path of a YAML job spec")
+    spec = parse_job_spec(path.read_text(), source=str(path))
+    return absolutize(spec, path.resolve().parent)
+
+
+def absolutize(spec: JobSpec, base: Path) -> JobSpec:
+    def resolve(p: str) -> str:
+        expanded = Path(p).expanduser()
+        return str(expanded if expanded.is_absolute() else base / expanded)
+
+    document = spec.model_dump(mode="json", by_alias=True)
+    document["data"]["paths"] = [resolve(p) for p in spec.data.paths]
+    if spec.data.tokenizer.path:
+        document["data"]["tokenizer"]["path"] = resolve(spec.data.tokenizer.path)
+    if spec.model.path:
+        document["model"]["path"] = resolve(spec.model.path)
+    return validate_job_spec(document)
+
+
+def submit(
+    ctx: ServiceContext, spec: JobSpec, *, resume: bool = False, resume_from: str | None = None
+) -> JobView:
+    """Validate everything that can be known before launch, then queue the job."""
+    spec.data.files()  # missing or empty dataset: fail now, not in the job's log
+    _check_model(spec)
+    request = _request(spec)
+    spec.training.grad_accum_steps(request.devices)
+    unplaceable = ctx.executor.check_feasible(request)
+    if unplaceable is not None:
+        inventory = ", ".join(f"{k}: {v}" for k, v in ctx.executor.inventory().items())
+        raise Unschedulable(
+            f"job {spec.name!r} can never run on this node: {unplaceable.reason}",
+            hint=f"this node has {inventory} (cpu counts cores); lower resources.devices or "
+            "list an accelerator type it has in resources.accelerator",
+        )
+    with ctx.db.transaction() as session:
+        checkpoint = _resume_point(session, spec, resume, resume_from)
+        job_id = f"{spec.name}-{secrets.token_hex(3)}"
+        run_dir = ctx.settings.runs_dir / job_id
+        job = Job(
+            id=job_id,
+            name=spec.name,
+            project=spec.project,
+            queue=spec.queue,
+            priority=spec.priority,
+            state=JobState.QUEUED,
+            spec=spec.model_dump(mode="json", by_alias=True),
+            devices=request.devices,
+            accelerator_types=list(request.accelerator_types),
+            run_dir=str(run_dir),
+            resume_from=str(checkpoint) if checkpoint else None,
+            pending_reason="waiting for the local agent to pick it up",
+        )
+        session.add(job)
+        session.flush()
+        view = _view(session, job)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if ctx.autostart_agent:
+        agent.ensure_running(ctx.settings)
+    return view
+
+
+def _request(spec: JobSpec) -> Request:
+    r = spec.resources
+    return Request(
+        accelerator_types=r.accelerator,
+        devices=r.devices,
+        nodes=r.nodes,
+        cpus_per_device=r.cpus_per_device,
+    )
+
+
+def _check_model(spec: JobSpec) -> None:
+    if spec.model.path:
+        config = Path(spec.model.path) / "config.json"
+        if not config.is_file():
+            raise InvalidSpec(
+                f"model.path {spec.model.path} is not a Hugging Face model folder (no config.json)",
+                hint="give the folder that save_pretrained or a Shipyard export wrote",
+            )
+        return
+    arch = PRESETS[spec.model.preset or ""]
+    if spec.training.seq_len > arch.max_seq_len:
+        raise InvalidSpec(
+            f"training.seq_len {spec.training.seq_len} exceeds the max_seq_len {arch.max_seq_len} "
+            f"of {spec.model.preset}",
+            hint=f"set training.seq_len to at most {arch.max_seq_len}",
+        )
+
+
+def _resume_point(session: Session, spec: JobSpec, resume: bool, resume_from: str | None) -> Path | None:
+    if resume_from:
+        path = Path(resume_from).expanduser()
+        if not path.exists():
+            job = session.get(Job, resume_from)
+            if job is None:
+                raise NotFound(
+                    f"--resume-from {resume_from!r} is neither a checkpoint path nor a job id",
+                    hint="give a job id from `shipyard jobs list` or a checkpoint directory",
+                )
+            path = Path(job.run_dir) / CHECKPOINT_DIR
+        found = latest_checkpoint(path) if (path / "latest").exists() or path.name == CHECKPOINT_DIR else path
+        if found is None or not (found / "state.pt").is_file():
+            raise NotFound(f"no checkpoint at {path}", hint="resume from a job that saved a checkpoint")
+        return found
+    if not resume:
+        return None
+    earlier = session.scalars(
+        select(Job)
+        .where(Job.name == spec.name, Job.project == spec.project)
+        .order_by(Job.submitted_at.desc())
+    )
+    for job in earlier:
+        found = latest_checkpoint(Path(job.run_dir) / CHECKPOINT_DIR)
+        if found is not None:
+            return found
+    raise NotFound(
+        f"--resume: no earlier job named {spec.name!r} in project {spec.project!r} left a checkpoint",
+        hint="submit without --resume to start from scratch",
+    )
+
+
+def list_jobs(ctx: ServiceContext, *, state: str | None = None, limit: int = 50) -> list[JobView]:
+    with ctx.db.transaction() as session:
+        query = select(Job).order_by(Job.submitted_at.desc()).limit(limit)
+        if state:
+            if state not in set(JobState):
+                raise InvalidSpec(f"unknown job state {state!r}", hint=f"use one of: {', '.join(JobState)}")
+            query = query.where(Job.state == state)
+        return [_view(session, job) for job in session.scalars(query)]
+
+
+def get(ctx: ServiceContext, job_id: str) -> JobDetail:
+    with ctx.db.transaction() as session:
+        job = _get(session, job_id)
+        metrics = list(session.scalars(select(Metric).where(Metric.job_id == job.id).order_by(Metric.id)))
+        artifacts = session.scalars(select(Artifact).where(Artifact.job_id == job.id).order_by(Artifact.id))
+        return JobDetail(
+            **_view(session, job).model_dump(),
+            attempts=[AttemptView.model_validate(a, from_attributes=True) for a in job.attempts],
+            artifacts=[ArtifactView.model_validate(a, from_attributes=True) for a in artifacts],
+            spec=job.spec,
+            summary=summarize(job, metrics),
+        )
+
+
+def _get(session: Session, job_id: str) -> Job:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise NotFound(f"no job with id {job_id!r}", hint="`shipyard jobs list` shows job ids")
+    return job
+
+
+def cancel(ctx: ServiceContext, job_id: str) -> JobView:
+    """A queued job is cancelled at once; a running one is asked to checkpoint and stop."""
+    with ctx.db.transaction() as session:
+        job = _get(session, job_id)
+        if JobState(job.state).is_final:
+            raise Conflict(
+                f"job {job_id} already {job.state}",
+                hint="only queued or running jobs can be cancelled",
+            )
+        if job.state == JobState.QUEUED:
+            job.state = JobState.CANCELLED
+            job.exit_reason = "cancelled"
+            job.pending_reason = None
+            job.finished_at = agent.utcnow()
+        else:
+            job.cancel_requested = True
+        return _view(session, job)
+
+
+def log_path(ctx: ServiceContext, job_id: str) -> Path | None:
+    """The newest attempt's log file, or None while the job has not started."""
+    with ctx.db.transaction() as session:
+        job = _get(session, job_id)
+        return Path(job.attempts[-1].log_path) if job.attempts else None
+
+
+def _view(session: Session, job: Job) -> JobView:
+    last_train = _last_metric(session, job.id, "train")
+    last_eval = _last_metric(session, job.id, "eval")
+    return JobView(
+        id=job.id,
+        name=job.name,
+        project=job.project,
+        queue=job.queue,
+        priority=job.priority,
+        state=job.state,
+        pending_reason=job.pending_reason if job.state == JobState.QUEUED else None,
+        devices=job.devices,
+        accelerator_types=job.accelerator_types,
+        step=last_train.step if last_train else 0,
+        total_steps=validate_job_spec(job.spec).training.total_steps,
+        loss=last_train.loss if last_train else None,
+        eval_loss=last_eval.loss if last_eval else None,
+        tokens_per_s=last_train.tokens_per_s if last_train else None,
+        exit_reason=job.exit_reason,
+        message=job.message,
+        hint=job.hint,
+        run_dir=job.run_dir,
+        resume_from=job.resume_from,
+        submitted_at=job.submitted_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+    )
+
+
+def _last_metric(session: Session, job_id: str, kind: str) -> Metric | None:
+    return session.scalars(
+        select(Metric).where(Metric.job_id == job_id, Metric.kind == kind).order_by(Metric.id.desc()).limit(1)
+    ).first()
+
+
+def summarize(job: Job, metrics: list[Metric]) -> dict[str, float]:
+    """Start and end losses, steady-state throughput and wall time of a job's training."""
+    train = [m for m in metrics if m.kind == "train"]
+    evals = [m for m in metrics if m.kind == "eval"]
+    summary: dict[str, Any] = {}
+    if train:
+        summary["train_loss_start"] = train[0].loss
+        summary["train_loss_end"] = train[-1].loss
+        # The first step of an attempt pays for warm-up (allocations, compilation): leave it out.
+        steady = [m.tokens_per_s for m in train[1:] if m.tokens_per_s] or [train[0].tokens_per_s or 0.0]
+        summary["tokens_per_s"] = statistics.median(steady)
+        mfus = [m.mfu for m in train[1:] if m.mfu is not None] or [train[0].mfu or 0.0]
+        summary["mfu"] = statistics.median(mfus)
+        summary["steps"] = train[-1].step
+    if evals:
+        summary["eval_loss_start"] = evals[0].loss
+        summary["eval_loss_end"] = evals[-1].loss
+    start = next((m for m in metrics if m.kind == "start"), None)
+    if start is not None:
+        summary["params"] = start.values.get("params", 0)
+    if job.started_at and job.finished_at:
+        summary["wall_s"] = (job.finished_at - job.started_at).total_seconds()
+    return {k: float(v) for k, v in summary.items() if v is not None}
+
+
+def status(ctx: ServiceContext, job_id: str) -> JobView:
+    """The job's state and latest progress (cheaper than ``get``)."""
+    with ctx.db.transaction() as session:
+        return _view(session, _get(session, job_id))

@@ -1,0 +1,113 @@
+"""Model versions: the exports of finished jobs, by name and version."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shipyard.db import ModelVersion
+from shipyard.errors import ExecutorError, InvalidSpec, NotFound
+from shipyard.schemas.views import Completion, ModelVersionView
+from shipyard.services.context import ServiceContext
+
+
+def list_versions(ctx: ServiceContext, name: str | None = None) -> list[ModelVersionView]:
+    with ctx.db.transaction() as session:
+        query = select(ModelVersion).order_by(ModelVersion.name, ModelVersion.version.desc())
+        if name:
+            query = query.where(ModelVersion.name == name)
+        return [_view(v) for v in session.scalars(query)]
+
+
+def _view(version: ModelVersion) -> ModelVersionView:
+    return ModelVersionView(
+        name=version.name,
+        version=version.version,
+        project=version.project,
+        job_id=version.job_id,
+        step=version.step,
+        path=version.artifact.path,
+        size_bytes=version.artifact.size_bytes,
+        metrics=version.metrics,
+        created_at=version.created_at,
+    )
+
+
+def resolve(ctx: ServiceContext, ref: str) -> tuple[str, Path]:
+    """``NAME`` (newest version), ``NAME:VERSION`` or a model folder -> (label, folder)."""
+    path = Path(ref).expanduser()
+    if path.is_dir():
+        return str(path), path
+    name, _, version = ref.partition(":")
+    with ctx.db.transaction() as session:
+        found = _find(session, name, version)
+        return f"{found.name}:{found.version}", Path(found.artifact.path)
+
+
+def _find(session: Session, name: str, version: str) -> ModelVersion:
+    query = select(ModelVersion).where(ModelVersion.name == name)
+    if version:
+        if not version.isdigit():
+            raise InvalidSpec(
+                f"model version {version!r} is not a number",
+                hint="write NAME:VERSION, e.g. quickstart:1",
+            )
+        query = query.where(ModelVersion.version == int(version))
+    found = session.scalars(query.order_by(ModelVersion.version.desc()).limit(1)).first()
+    if found is None:
+        raise NotFound(
+            f"no model version {name}{':' + version if version else ''}",
+            hint="`shipyard models list` shows the registered models; or give a model folder",
+        )
+    return found
+
+
+def generate(
+    ctx: ServiceContext,
+    ref: str,
+    prompt: str,
+    *,
+    max_new_tokens: int = 64,
+    temperature: float = 0.8,
+    top_k: int = 50,
+    seed: int = 0,
+) -> Completion:
+    """Sample a completion in a child process (the runtime, which holds torch)."""
+    label, folder = resolve(ctx, ref)
+    if not (folder / "config.json").is_file():
+        raise NotFound(
+            f"{folder} holds no model (no config.json)",
+            hint="give a model folder or NAME[:VERSION]",
+        )
+    command = [
+        sys.executable,
+        "-m",
+        "shipyard.training.generate",
+        str(folder),
+        "--prompt",
+        prompt,
+        "--max-new-tokens",
+        str(max_new_tokens),
+        "--temperature",
+        str(temperature),
+        "--top-k",
+        str(top_k),
+        "--seed",
+        str(seed),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        raise ExecutorError(
+            f"sampling from {label} failed: {done.stderr.strip()[-500:] or 'no output'}",
+            hint="check that the training extra is installed (pip install 'shipyard[train]')",
+        ) from None
+    if "error" in answer:
+        raise InvalidSpec(answer["error"], hint=answer.get("hint"))
+    return Completion(model=label, prompt=prompt, completion=answer["completion"], tokens=answer["tokens"])

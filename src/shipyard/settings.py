@@ -1,0 +1,39 @@
+"""Where Shipyard keeps its state, read from the environment when asked (never at import)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    home: Path
+    """``$SHIPYARD_HOME``, default ``~/.shipyard``: database, runs, caches, agent state."""
+    db_url: str
+    agent_poll_s: float = 0.5
+    agent_idle_exit_s: float = 30.0
+    """The embedded agent exits after this long with nothing queued or running."""
+    cancel_grace_s: float = 60.0
+    """Time a job has to checkpoint after SIGTERM before it is killed."""
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache"
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        home = Path(os.environ.get("SHIPYARD_HOME", "~/.shipyard")).expanduser().resolve()
+        db_url = os.environ.get("SHIPYARD_DB_URL") or f"sqlite:///{home / 'shipyard.db'}"
+        return cls(
+            home=home,
+            db_url=db_url,
+            agent_poll_s=float(os.environ.get("SHIPYARD_AGENT_POLL_S", "0.5")),
+            agent_idle_exit_s=float(os.environ.get("SHIPYARD_AGENT_IDLE_EXIT_S", "30")),
+            cancel_grace_s=float(os.environ.get("SHIPYARD_CANCEL_GRACE_S", "60")),
+        )

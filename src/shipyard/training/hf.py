@@ -1,0 +1,145 @@
+"""Hugging Face format: export a trained model, and load one (a Shipyard export or any local
+LLaMA-architecture directory) to fine-tune or sample from."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+from shipyard.errors import InvalidSpec
+from shipyard.schemas.presets import ModelArch
+from shipyard.training.data import EOS
+from shipyard.training.model import Transformer
+
+
+def hf_config(arch: ModelArch, eos_id: int) -> dict[str, object]:
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": arch.vocab_size,
+        "hidden_size": arch.dim,
+        "intermediate_size": arch.ffn_dim,
+        "num_hidden_layers": arch.n_layers,
+        "num_attention_heads": arch.n_heads,
+        "num_key_value_heads": arch.n_kv_heads,
+        "head_dim": arch.head_dim,
+        "hidden_act": "silu",
+        "max_position_embeddings": arch.max_seq_len,
+        "rms_norm_eps": arch.norm_eps,
+        # Both spellings: older transformers read rope_theta, newer rope_parameters.
+        "rope_theta": arch.rope_theta,
+        "rope_parameters": {"rope_type": "default", "rope_theta": arch.rope_theta},
+        "tie_word_embeddings": arch.tie_embeddings,
+        "attention_bias": False,
+        "mlp_bias": False,
+        "bos_token_id": eos_id,
+        "eos_token_id": eos_id,
+        "torch_dtype": "float32",
+    }
+
+
+def export(
+    state_dict: dict[str, torch.Tensor],
+    arch: ModelArch,
+    tokenizer_file: Path,
+    eos_id: int,
+    out: Path,
+) -> Path:
+    """Write ``out`` as a Hugging Face model directory, atomically (staging dir + rename)."""
+    from safetensors.torch import save_file
+
+    staging = out.with_name(out.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state_dict.items()}
+    if arch.tie_embeddings:
+        tensors.pop("lm_head.weight", None)  # the loader re-ties it; safetensors refuses shared storage
+    save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
+    _write_json(staging / "config.json", hf_config(arch, eos_id))
+    _write_json(
+        staging / "generation_config.json",
+        {"bos_token_id": eos_id, "eos_token_id": eos_id, "do_sample": True},
+    )
+    shutil.copyfile(tokenizer_file, staging / "tokenizer.json")
+    _write_json(
+        staging / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "eos_token": EOS,
+            "bos_token": EOS,
+            "unk_token": EOS,
+            "model_max_length": arch.max_seq_len,
+            "clean_up_tokenization_spaces": False,
+        },
+    )
+    _write_json(staging / "special_tokens_map.json", {"eos_token": EOS, "bos_token": EOS})
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(staging, out)
+    return out
+
+
+def _write_json(path: Path, payload: object) -> None:
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def arch_from_hf(directory: Path) -> ModelArch:
+    """The architecture of a local Hugging Face LLaMA directory."""
+    config_path = directory / "config.json"
+    if not config_path.is_file():
+        raise InvalidSpec(
+            f"model.path {directory} has no config.json",
+            hint="give the folder of a Hugging Face-format model (config.json + model.safetensors)",
+        )
+    config = json.loads(config_path.read_text())
+    if config.get("model_type") != "llama":
+        raise InvalidSpec(
+            f"model.path {directory} holds a {config.get('model_type')!r} model; "
+            "Shipyard trains the LLaMA architecture",
+            hint="use a LLaMA-family checkpoint or a preset",
+        )
+    rope = config.get("rope_parameters") or {}
+    n_heads = config["num_attention_heads"]
+    return ModelArch(
+        dim=config["hidden_size"],
+        n_layers=config["num_hidden_layers"],
+        n_heads=n_heads,
+        n_kv_heads=config.get("num_key_value_heads") or n_heads,
+        ffn_dim=config["intermediate_size"],
+        vocab_size=config["vocab_size"],
+        max_seq_len=config.get("max_position_embeddings", 2048),
+        rope_theta=float(rope.get("rope_theta", config.get("rope_theta", 10000.0))),
+        norm_eps=config.get("rms_norm_eps", 1e-5),
+        tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+    )
+
+
+def load_model(directory: Path) -> Transformer:
+    """A ``Transformer`` with the weights of a Hugging Face LLaMA directory."""
+    from safetensors.torch import load_file
+
+    arch = arch_from_hf(directory)
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise InvalidSpec(
+            f"model.path {directory} has no .safetensors weights",
+            hint="save the model with safe_serialization (the default of save_pretrained)",
+        )
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(str(file)))
+    model = Transformer(arch)
+    if arch.tie_embeddings:
+        state.pop("lm_head.weight", None)
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [m for m in missing if not (arch.tie_embeddings and m == "lm_head.weight")]
+    if missing or unexpected:
+        raise InvalidSpec(
+            f"weights in {directory} do not match a LLaMA model of its config "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]})",
+            hint="check that config.json belongs to these weights",
+        )
+    return model

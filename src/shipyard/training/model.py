@@ -1,0 +1,163 @@
+"""A LLaMA-style decoder: RMSNorm, rotary position embeddings, SwiGLU, grouped-query attention.
+
+Module names follow Hugging Face's ``LlamaForCausalLM`` one for one, so the export to Hugging Face
+format is a file write, not a rename table. References: Touvron et al. 2023 (LLaMA), Su et al. 2021
+(RoPE), Shazeer 2020 (SwiGLU), Ainslie et al. 2023 (GQA). Single-device code only: parallelism is
+applied from outside (see ``parallel.py``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from shipyard.schemas.presets import ModelArch
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 as LLaMA does; autocast would otherwise do it in bf16.
+        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).type_as(x)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin tables for the "rotate half" RoPE layout that Hugging Face's LLaMA uses."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    def __init__(self, head_dim: int, max_seq_len: int, theta: float) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        freqs = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
+        angles = torch.cat((freqs, freqs), dim=-1)
+        # Not persistent: derived from the config, so checkpoints and exports stay small.
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.cos[:seq_len], self.sin[:seq_len]
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    return x * cos.to(x.dtype) + _rotate_half(x) * sin.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, arch: ModelArch) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = arch.n_heads, arch.n_kv_heads, arch.head_dim
+        self.q_proj = nn.Linear(arch.dim, arch.n_heads * arch.head_dim, bias=False)
+        self.k_proj = nn.Linear(arch.dim, arch.n_kv_heads * arch.head_dim, bias=False)
+        self.v_proj = nn.Linear(arch.dim, arch.n_kv_heads * arch.head_dim, bias=False)
+        self.o_proj = nn.Linear(arch.n_heads * arch.head_dim, arch.dim, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        q = self.q_proj(x).view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.n_kv_heads != self.n_heads:
+            # Share each key/value head among n_heads / n_kv_heads query heads (GQA).
+            repeat = self.n_heads // self.n_kv_heads
+            k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        projected: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
+        return projected
+
+
+class MLP(nn.Module):
+    def __init__(self, arch: ModelArch) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(arch.dim, arch.ffn_dim, bias=False)
+        self.up_proj = nn.Linear(arch.dim, arch.ffn_dim, bias=False)
+        self.down_proj = nn.Linear(arch.ffn_dim, arch.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        down: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return down
+
+
+class Block(nn.Module):
+    def __init__(self, arch: ModelArch) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(arch.dim, arch.norm_eps)
+        self.self_attn = Attention(arch)
+        self.post_attention_layernorm = RMSNorm(arch.dim, arch.norm_eps)
+        self.mlp = MLP(arch)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        mlp_out: torch.Tensor = self.mlp(self.post_attention_layernorm(x))
+        return x + mlp_out
+
+
+class Decoder(nn.Module):
+    def __init__(self, arch: ModelArch) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(arch.vocab_size, arch.dim)
+        self.layers = nn.ModuleList(Block(arch) for _ in range(arch.n_layers))
+        self.norm = RMSNorm(arch.dim, arch.norm_eps)
+        self.rotary = RotaryEmbedding(arch.head_dim, arch.max_seq_len, arch.rope_theta)
+
+
+class Transformer(nn.Module):
+    """``model.*`` + ``lm_head``, the layout of ``LlamaForCausalLM``."""
+
+    def __init__(self, arch: ModelArch) -> None:
+        super().__init__()
+        self.arch = arch
+        self.model = Decoder(arch)
+        self.lm_head = nn.Linear(arch.dim, arch.vocab_size, bias=False)
+        if arch.tie_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        std = 0.02
+        for name, param in self.named_parameters():
+            if param.dim() < 2:
+                continue  # norm weights stay at one
+            # GPT-2's scaled init: residual projections shrink with depth.
+            scale = (
+                1 / math.sqrt(2 * self.arch.n_layers)
+                if name.endswith(("o_proj.weight", "down_proj.weight"))
+                else 1.0
+            )
+            nn.init.normal_(param, mean=0.0, std=std * scale)
+
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits for ``tokens``, or the mean cross-entropy loss when ``targets`` are given."""
+        seq = tokens.shape[1]
+        if seq > self.arch.max_seq_len:
+            raise ValueError(f"sequence of {seq} tokens exceeds max_seq_len {self.arch.max_seq_len}")
+        cos, sin = self.model.rotary(seq)
+        x = self.model.embed_tokens(tokens)
+        for layer in self.model.layers:
+            x = layer(x, cos, sin)
+        logits: torch.Tensor = self.lm_head(self.model.norm(x))
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token: 6 per matmul weight (forward + backward) plus attention
+        scores, as in PaLM appendix B. The embedding lookup does no matmul; the head does."""
+        arch = self.arch
+        matmul_params = arch.num_params(include_embedding=False) + arch.vocab_size * arch.dim
+        attention = 12 * arch.n_layers * arch.n_heads * arch.head_dim * seq_len
+        return 6 * matmul_params + attention

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SHIPYARD = [sys.executable, "-m", "shipyard.cli.main"]
+
+
+class Cli:
+    """Runs the real ``shipyard`` command in a child process against one home."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = {
+            **os.environ,
+            "SHIPYARD_HOME": str(home),
+            "SHIPYARD_AGENT_POLL_S": "0.2",
+            "SHIPYARD_AGENT_IDLE_EXIT_S": "3",
+            "SHIPYARD_CANCEL_GRACE_S": "30",
+            "COLUMNS": "200",
+        }
+        self.env.pop("SHIPYARD_DEBUG", None)
+        self.env.pop("SHIPYARD_DB_URL", None)
+
+    def run(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [*SHIPYARD, *args], capture_output=True, text=True, env=self.env, timeout=timeout
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(
+                f"shipyard {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+            )
+        return done
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "--json").stdout)
+
+    def wait_for(self, job_id: str, predicate: Any, timeout: float = 240) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.json("jobs", "show", job_id)
+            if predicate(job):
+                return job  # type: ignore[no-any-return]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} never reached the condition; last: {job}")
+            time.sleep(0.3)
+
+    def stop_agent(self) -> None:
+        lock = self.home / "agent.lock"
+        if lock.exists() and lock.read_text().strip():
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Iterator[Cli]:
+    runner = Cli(tmp_path / "home")
+    yield runner
+    runner.stop_agent()

@@ -1,0 +1,134 @@
+"""Real training jobs through the CLI, the local agent and the runtime, on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.builders import write_spec
+from tests.conftest import Cli
+
+pytestmark = pytest.mark.integration
+
+
+def test_submit_wait_list_show_logs_models_generate(cli: Cli, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    job = json.loads(cli.run("jobs", "submit", str(spec), "--wait", "--json").stdout)
+    assert job["state"] == "succeeded", job
+    assert job["step"] == job["total_steps"] == 8
+
+    [listed] = cli.json("jobs", "list")
+    assert listed["id"] == job["id"] and listed["state"] == "succeeded"
+    detail = cli.json("jobs", "show", job["id"])
+    assert detail["summary"]["eval_loss_end"] < detail["summary"]["eval_loss_start"]
+    assert detail["summary"]["tokens_per_s"] > 0
+    assert {a["kind"] for a in detail["artifacts"]} == {"checkpoint", "export"}
+    assert detail["attempts"][0]["exit_reason"] == "completed"
+    assert detail["attempts"][0]["threads_per_process"] == 1
+
+    log = cli.run("jobs", "logs", job["id"]).stdout
+    assert "step 8/8" in log and "exported Hugging Face model" in log
+
+    [version] = cli.json("models", "list")
+    assert (version["name"], version["version"], version["job_id"]) == ("tiny", 1, job["id"])
+    assert Path(version["path"], "model.safetensors").is_file()
+
+    sample = cli.json("generate", "tiny", "--prompt", "import ", "--max-new-tokens", "8")
+    assert sample["model"] == "tiny:1" and sample["prompt"] == "import "
+    assert 0 < sample["tokens"] <= 8
+
+
+def test_jobs_wait_fifo_for_cores_with_a_reason(cli: Cli, tmp_path: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    whole = {"accelerator": "cpu", "devices": 1, "cpus_per_device": cores}
+    first = cli.json(
+        "jobs",
+        "submit",
+        str(write_spec(tmp_path, "first", resources=whole, training={"steps": 30})),
+    )
+    second = cli.json("jobs", "submit", str(write_spec(tmp_path, "second", resources=whole)))
+    cli.wait_for(first["id"], lambda j: j["state"] == "running")
+    waiting = cli.json("jobs", "show", second["id"])
+    assert waiting["state"] == "queued"
+    assert waiting["pending_reason"] == f"0/1 nodes: cpu: 0 of {cores} cores free, needs {cores}"
+    table = cli.run("jobs", "list").stdout
+    assert "cores free" in table
+    for job in (first, second):
+        assert (
+            cli.wait_for(job["id"], lambda j: j["state"] in ("succeeded", "failed"))["state"] == "succeeded"
+        )
+    a, b = (cli.json("jobs", "show", j["id"]) for j in (first, second))
+    assert b["started_at"] >= a["finished_at"]
+
+
+def test_cancel_checkpoints_and_resume_finishes_the_run(cli: Cli, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, training={"steps": 400})
+    job = cli.json("jobs", "submit", str(spec))
+    cli.wait_for(job["id"], lambda j: j["step"] >= 3)
+    assert cli.json("jobs", "cancel", job["id"])["state"] == "running"  # asked to stop
+    stopped = cli.wait_for(job["id"], lambda j: j["state"] == "cancelled")
+    assert stopped["exit_reason"] == "cancelled"
+    assert "resume with --resume" in stopped["message"]
+    step = int(stopped["message"].split("after step ")[1].split()[0])
+    assert step >= 3
+    assert "received SIGTERM" in cli.run("jobs", "logs", job["id"]).stdout
+
+    resumed = json.loads(cli.run("jobs", "submit", str(spec), "--resume", "--wait", "--json").stdout)
+    assert resumed["state"] == "succeeded"
+    assert resumed["resume_from"].endswith(f"step_{step:06d}")
+    log = cli.run("jobs", "logs", resumed["id"]).stdout
+    assert f"resumed from {resumed['resume_from']} at step {step}" in log
+    assert f"steps {step}->400" in log
+
+
+def test_a_killed_job_fails_and_resumes_from_its_last_checkpoint(cli: Cli, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, training={"steps": 400}, checkpoint={"interval": 2})
+    job = cli.json("jobs", "submit", str(spec))
+    running = cli.wait_for(job["id"], lambda j: j["step"] >= 5)
+    os.killpg(running["attempts"][0]["pid"], signal.SIGKILL)
+    failed = cli.wait_for(job["id"], lambda j: j["state"] == "failed")
+    assert failed["message"] == "the training process was killed by signal 9 before it reported a result"
+    assert "--resume" in failed["hint"]
+    resumed = cli.json("jobs", "submit", str(spec), "--resume-from", job["id"])
+    assert "/checkpoints/step_" in resumed["resume_from"]
+    cli.run("jobs", "cancel", resumed["id"])  # no need to train 400 steps: the start is what counts
+    cli.wait_for(resumed["id"], lambda j: j["state"] == "cancelled")
+
+
+def test_cancelling_a_queued_job_is_immediate(cli: Cli, tmp_path: Path) -> None:
+    cores = len(os.sched_getaffinity(0))
+    whole = {"accelerator": "cpu", "devices": 1, "cpus_per_device": cores}
+    blocker = cli.json(
+        "jobs",
+        "submit",
+        str(write_spec(tmp_path, "blocker", resources=whole, training={"steps": 400})),
+    )
+    queued = cli.json("jobs", "submit", str(write_spec(tmp_path, "queued", resources=whole)))
+    assert cli.json("jobs", "cancel", queued["id"])["state"] == "cancelled"
+    again = cli.run("jobs", "cancel", queued["id"], check=False)
+    assert again.returncode == 1 and "already cancelled" in again.stderr
+    cli.run("jobs", "cancel", blocker["id"])
+    cli.wait_for(blocker["id"], lambda j: j["state"] == "cancelled")
+
+
+def test_logs_follow_streams_until_the_end(cli: Cli, tmp_path: Path) -> None:
+    job = cli.json("jobs", "submit", str(write_spec(tmp_path)))
+    started = time.monotonic()
+    out = cli.run("jobs", "logs", job["id"], "--follow").stdout
+    assert "step 8/8" in out and "exported Hugging Face model" in out
+    assert time.monotonic() - started < 300
+    assert cli.json("jobs", "show", job["id"])["state"] == "succeeded"
+
+
+def test_quickstart_trains_registers_and_samples(cli: Cli) -> None:
+    done = cli.run("quickstart", "--steps", "6", "--model", "llama-tiny", timeout=600)
+    assert "Sample" in done.stdout and "Summary" in done.stdout and "quickstart:1" in done.stdout
+    [job] = cli.json("jobs", "list")
+    assert job["name"] == "quickstart" and job["state"] == "succeeded"
+    [version] = cli.json("models", "list")
+    assert version["name"] == "quickstart" and version["job_id"] == job["id"]

@@ -1,0 +1,157 @@
+"""Device discovery and placement for hardware this machine lacks, through the vendor-query seam
+(``VendorQueries``): the fakes stand in for NVML and torch's device APIs only."""
+
+from __future__ import annotations
+
+import pytest
+
+from shipyard.executors.base import Placement, Request, Unplaceable
+from shipyard.executors.local import LocalExecutor
+from shipyard.hardware import VendorQueries, discover, match_accelerator_type
+from shipyard.hardware.discovery import GIB, CpuInfo, RawDevice
+
+CPU = CpuInfo(model="Test CPU", cores=16, mhz=2000.0, flags=frozenset({"avx512f", "avx512_bf16", "fma"}))
+
+
+def fake(
+    nvidia: list[RawDevice] | None = None, torch_devices: list[RawDevice] | None = None
+) -> VendorQueries:
+    return VendorQueries(
+        nvidia=lambda: list(nvidia or []),
+        torch_devices=lambda: list(torch_devices or []),
+        cpu=lambda: CPU,
+    )
+
+
+def dgx_h100() -> list[RawDevice]:
+    # Two NVLink islands of four, as a test topology.
+    return [
+        RawDevice(
+            vendor="nvidia",
+            index=i,
+            name="NVIDIA H100 80GB HBM3",
+            memory_bytes=80 * GIB,
+            nvlink_peers=tuple(j for j in range(4 * (i // 4), 4 * (i // 4) + 4) if j != i),
+        )
+        for i in range(8)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "memory_gib", "key"),
+    [
+        ("NVIDIA H100 80GB HBM3", 80, "h100-sxm"),
+        ("NVIDIA H100 PCIe", 80, "h100-pcie"),
+        ("NVIDIA H800", 80, "h800"),
+        ("NVIDIA H200", 141, "h200"),
+        ("NVIDIA GH200 480GB", 96, "gh200"),
+        ("NVIDIA A100-SXM4-40GB", 40, "a100-40gb"),
+        ("NVIDIA A100-SXM4-80GB", 80, "a100-80gb"),
+        ("NVIDIA A100-PCIE-40GB", 39.4, "a100-40gb"),
+        ("NVIDIA A800 80GB PCIe", 80, "a800"),
+        ("Tesla V100-SXM2-16GB", 16, "v100-16gb"),
+        ("Tesla V100-PCIE-32GB", 32, "v100-32gb"),
+        ("Tesla V100S-PCIE", 15.8, "v100-16gb"),
+        ("NVIDIA GeForce RTX 4090", 24, "rtx-4090"),
+        ("AMD Instinct MI250X", 64, "mi250x"),
+        ("AMD Instinct MI250", 64, "mi250"),
+        ("AMD Instinct MI300X", 192, "mi300x"),
+        ("Apple M2 Ultra", 192, "m2-ultra"),
+        ("Intel Gaudi 2", 96, "gaudi2"),
+        ("NVIDIA Tesla K80", 12, None),
+    ],
+)
+def test_vendor_names_map_to_catalog_keys(name: str, memory_gib: float, key: str | None) -> None:
+    assert match_accelerator_type(name, memory_gib) == key
+
+
+def test_nvidia_node_through_nvml() -> None:
+    devices = discover(fake(nvidia=dgx_h100()))
+    gpus = [d for d in devices if d.accelerator_type == "h100-sxm"]
+    assert len(gpus) == 8
+    assert gpus[0].peak_bf16_tflops == pytest.approx(989.4)
+    assert gpus[1].nvlink_peers == (0, 2, 3)
+    assert devices[-1].accelerator_type == "cpu"
+
+
+def test_rocm_and_apple_devices_come_from_torch() -> None:
+    amd = [
+        RawDevice(vendor="amd", index=i, name="AMD Instinct MI250X", memory_bytes=64 * GIB) for i in range(2)
+    ]
+    assert [d.accelerator_type for d in discover(fake(torch_devices=amd))] == [
+        "mi250x",
+        "mi250x",
+        "cpu",
+    ]
+    mac = [RawDevice(vendor="apple", index=0, name="Apple M2 Ultra", memory_bytes=192 * GIB)]
+    assert discover(fake(torch_devices=mac))[0].accelerator_type == "m2-ultra"
+
+
+def test_an_unknown_gpu_gets_no_peak_so_mfu_is_not_made_up() -> None:
+    odd = [RawDevice(vendor="nvidia", index=0, name="NVIDIA Tesla K80", memory_bytes=12 * GIB)]
+    device = discover(fake(nvidia=odd))[0]
+    assert device.accelerator_type == "unknown"
+    assert device.peak_bf16_tflops == 0
+
+
+def test_cpu_peak_follows_cores_clock_and_vector_units() -> None:
+    cpu = discover(fake())[-1]
+    assert cpu.cores == 16
+    assert cpu.peak_fp32_tflops == pytest.approx(16 * 2.0 * 64 / 1000)
+    assert cpu.peak_bf16_tflops == pytest.approx(16 * 2.0 * 128 / 1000)
+
+
+def test_placement_prefers_an_nvlink_island_and_hides_other_gpus() -> None:
+    executor = LocalExecutor(discover(fake(nvidia=dgx_h100())))
+    request = Request(accelerator_types=["h100-sxm"], devices=4)
+    placed = executor.place(request, {"h100-sxm": {0}}, set())
+    assert isinstance(placed, Placement)
+    assert placed.device_ids == (4, 5, 6, 7)  # 1-3 are one short of a full island
+    env = executor.environment(placed)
+    assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert placed.torch_device == "cuda"
+    assert executor.command(placed, __import__("pathlib").Path("/run"))[2:4] == [
+        "torch.distributed.run",
+        "--standalone",
+    ]
+
+
+def test_any_of_list_falls_through_to_the_first_type_present() -> None:
+    executor = LocalExecutor(discover(fake(nvidia=dgx_h100())))
+    placed = executor.place(Request(accelerator_types=["a800", "h100-sxm", "cpu"], devices=2), {}, set())
+    assert isinstance(placed, Placement) and placed.accelerator_type == "h100-sxm"
+
+
+def test_impossible_requests_say_why_and_are_not_transient() -> None:
+    executor = LocalExecutor(discover(fake(nvidia=dgx_h100())))
+    placed = executor.place(Request(accelerator_types=["a800", "h100-sxm"], devices=16), {}, set())
+    assert isinstance(placed, Unplaceable) and not placed.transient
+    assert (
+        placed.reason
+        == "a800: needs 16 devices, this node has none; h100-sxm: needs 16 devices, this node has 8"
+    )
+    multi = executor.place(Request(accelerator_types=["h100-sxm"], devices=8, nodes=2), {}, set())
+    assert isinstance(multi, Unplaceable) and "single-node" in multi.reason
+
+
+def test_busy_devices_make_a_job_wait_with_a_reason() -> None:
+    executor = LocalExecutor(discover(fake(nvidia=dgx_h100())))
+    placed = executor.place(
+        Request(accelerator_types=["h100-sxm"], devices=4), {"h100-sxm": {0, 1, 2, 3, 4}}, set()
+    )
+    assert isinstance(placed, Unplaceable) and placed.transient
+    assert placed.reason == "h100-sxm: 3 of 8 devices free, needs 4"
+
+
+def test_cpu_jobs_share_cores_without_oversubscribing() -> None:
+    executor = LocalExecutor(discover(fake()))
+    whole = executor.place(Request(accelerator_types=["cpu"], devices=2), {}, set())
+    assert isinstance(whole, Placement) and whole.threads_per_process == 8 and len(whole.core_ids) == 16
+    env = executor.environment(whole)
+    assert env["OMP_NUM_THREADS"] == "8" and env["CUDA_VISIBLE_DEVICES"] == ""
+    half = executor.place(
+        Request(accelerator_types=["cpu"], devices=1, cpus_per_device=8), {}, set(range(10))
+    )
+    assert isinstance(half, Unplaceable) and half.reason == "cpu: 6 of 16 cores free, needs 8"
+    too_many = executor.place(Request(accelerator_types=["cpu"], devices=32), {}, set())
+    assert isinstance(too_many, Unplaceable) and not too_many.transient

@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from shipyard.errors import DatasetError, InvalidSpec
+from shipyard.schemas.jobspec import parse_job_spec, validate_job_spec
+from tests.builders import spec_dict
+
+
+def parse(document: dict[str, object]) -> object:
+    return parse_job_spec(yaml.safe_dump(document))
+
+
+def test_a_complete_spec_parses_with_defaults() -> None:
+    spec = validate_job_spec(spec_dict())
+    assert spec.api_version == "shipyard/v1"
+    assert spec.training.total_steps == 8
+    assert spec.resources.accelerator == ["cpu"]
+    assert spec.checkpoint.keep == 2
+    assert spec.queue == "default"
+
+
+def test_unknown_field_names_the_field_the_value_and_the_valid_ones() -> None:
+    document = spec_dict(training={"stepz": 5})
+    with pytest.raises(InvalidSpec) as err:
+        parse(document)
+    message = str(err.value)
+    assert "unknown field `training.stepz` (value 5)" in message
+    assert "steps, tokens, global_batch_tokens" in message
+
+
+def test_unknown_preset_lists_the_presets() -> None:
+    with pytest.raises(
+        InvalidSpec,
+        match=r"`model.preset`: unknown preset; valid presets: llama-tiny.*\(got 'llama-3b'\)",
+    ):
+        parse(spec_dict(model={"preset": "llama-3b"}))
+
+
+def test_malformed_yaml_gives_the_line() -> None:
+    with pytest.raises(InvalidSpec, match="not valid YAML at line 2"):
+        parse_job_spec("name: x\nmodel: preset: llama-tiny\n", source="job.yaml")
+
+
+def test_a_yaml_list_is_not_a_spec() -> None:
+    with pytest.raises(InvalidSpec, match="must be a YAML mapping"):
+        parse_job_spec("- a\n- b\n")
+
+
+def test_steps_and_tokens_are_exclusive() -> None:
+    with pytest.raises(InvalidSpec, match="exactly one of `steps` or `tokens`"):
+        parse(spec_dict(training={"tokens": 10_000}))
+
+
+def test_tokens_give_steps_rounded_up() -> None:
+    document = spec_dict()
+    del document["training"]["steps"]
+    document["training"]["tokens"] = 5000
+    assert validate_job_spec(document).training.total_steps == 3  # 5000 / 2048
+
+
+def test_global_batch_must_split_into_micro_batches() -> None:
+    with pytest.raises(
+        InvalidSpec, match=r"must be a multiple of micro_batch_size × seq_len \(4 × 64 = 256\)"
+    ):
+        parse(spec_dict(training={"global_batch_tokens": 1000}))
+
+
+def test_gradient_accumulation_is_derived_from_the_global_batch() -> None:
+    training = validate_job_spec(spec_dict()).training  # 2048 tokens, micro 4 x 64
+    assert training.grad_accum_steps(1) == 8
+    assert training.grad_accum_steps(2) == 4
+    with pytest.raises(InvalidSpec, match="not a multiple of micro_batch_size × seq_len × devices"):
+        training.grad_accum_steps(3)
+
+
+def test_accelerator_accepts_one_type_or_an_any_of_list() -> None:
+    spec = validate_job_spec(spec_dict(resources={"accelerator": ["h100-sxm", "a800", "cpu"]}))
+    assert spec.resources.accelerator == ["h100-sxm", "a800", "cpu"]
+    with pytest.raises(InvalidSpec, match="unknown accelerator type h900"):
+        parse(spec_dict(resources={"accelerator": "h900"}))
+
+
+def test_missing_section_is_named() -> None:
+    document = spec_dict()
+    del document["data"]
+    with pytest.raises(InvalidSpec, match="missing required field `data`"):
+        parse(document)
+
+
+def test_job_name_must_be_a_slug() -> None:
+    with pytest.raises(InvalidSpec, match="`name`"):
+        parse(spec_dict(name="My Job"))
+
+
+def test_dataset_paths_expand_and_missing_or_empty_ones_fail(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("hello")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.jsonl").write_text('{"text": "x"}\n')
+    data = validate_job_spec(spec_dict(data={"paths": [str(tmp_path)]})).data
+    assert [p.name for p in data.files()] == ["a.txt", "b.jsonl"]
+
+    missing = validate_job_spec(spec_dict(data={"paths": [str(tmp_path / "nope" / "*.txt")]})).data
+    with pytest.raises(DatasetError, match="does not exist or matches no file"):
+        missing.files()
+
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "z.txt").write_text("")
+    empty = validate_job_spec(spec_dict(data={"paths": [str(tmp_path / "empty")]})).data
+    with pytest.raises(DatasetError, match="is empty"):
+        empty.files()
