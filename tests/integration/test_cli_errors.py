@@ -57,7 +57,7 @@ def test_missing_dataset(cli: Cli, tmp_path: Path) -> None:
         "jobs",
         "submit",
         str(spec),
-        message="'no/such/dir/*.txt' does not exist",
+        message="no/such/dir/*.txt' does not exist or matches no file",
         hint="fix data.paths",
     )
 

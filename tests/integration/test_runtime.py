@@ -146,7 +146,7 @@ def test_fine_tuning_starts_from_the_exported_weights(tmp_path: Path) -> None:
         tmp_path / "tuned",
         tmp_path / "cache",
         spec_dict(
-            model={"path": str(export)},
+            model={"preset": None, "path": str(export)},
             data={"tokenizer": {"path": str(export)}},
             training={"steps": 2, "seed": 7},
         ),

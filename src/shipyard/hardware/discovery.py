@@ -105,8 +105,8 @@ def cpu_device(info: CpuInfo) -> Device:
         name=info.model,
         vendor="generic",
         memory_gib=round(_host_memory_bytes() / GIB, 1),
-        peak_bf16_tflops=info.cores * ghz * _bf16_flops_per_cycle(info.flags) / 1000,
-        peak_fp32_tflops=info.cores * ghz * _fp32_flops_per_cycle(info.flags) / 1000,
+        peak_bf16_tflops=round(info.cores * ghz * _bf16_flops_per_cycle(info.flags) / 1000, 3),
+        peak_fp32_tflops=round(info.cores * ghz * _fp32_flops_per_cycle(info.flags) / 1000, 3),
         cores=info.cores,
     )
 

@@ -86,6 +86,8 @@ class ModelVersionView(_View):
 
 
 class DeviceView(_View):
+    model_config = ConfigDict(frozen=True, from_attributes=True)
+
     accelerator_type: str
     index: int
     name: str
@@ -94,7 +96,7 @@ class DeviceView(_View):
     peak_bf16_tflops: float
     peak_fp32_tflops: float
     cores: int
-    nvlink_peers: list[int]
+    nvlink_peers: tuple[int, ...]
 
 
 class Completion(_View):

@@ -164,7 +164,14 @@ def _launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
     ).write(run_dir)
     log_path = run_dir / "logs" / f"attempt-{number}.log"
     metrics = run_dir / METRICS_FILE
-    pid = ctx.executor.launch(placed, run_dir, log_path)
+    try:
+        pid = ctx.executor.launch(placed, run_dir, log_path)
+    except OSError as exc:  # the job cannot start at all: say why instead of retrying forever
+        job.state, job.exit_reason, job.pending_reason = JobState.FAILED, ExitReason.ERROR, None
+        job.message = f"could not start the training process: {exc}"
+        job.hint = "check that Shipyard's training extra is installed: pip install 'shipyard[train]'"
+        job.finished_at = utcnow()
+        return
     ids = list(placed.device_ids) if placed.accelerator_type != "cpu" else list(placed.core_ids)
     job.attempts.append(
         Attempt(

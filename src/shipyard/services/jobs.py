@@ -54,7 +54,6 @@ def submit(
     spec.data.files()  # missing or empty dataset: fail now, not in the job's log
     _check_model(spec)
     request = _request(spec)
-    spec.training.grad_accum_steps(request.devices)
     unplaceable = ctx.executor.check_feasible(request)
     if unplaceable is not None:
         inventory = ", ".join(f"{k}: {v}" for k, v in ctx.executor.inventory().items())
@@ -63,6 +62,7 @@ def submit(
             hint=f"this node has {inventory} (cpu counts cores); lower resources.devices or "
             "list an accelerator type it has in resources.accelerator",
         )
+    spec.training.grad_accum_steps(request.devices)
     with ctx.db.transaction() as session:
         checkpoint = _resume_point(session, spec, resume, resume_from)
         job_id = f"{spec.name}-{secrets.token_hex(3)}"

@@ -52,7 +52,7 @@ def spec(ctx: ServiceContext, *, steps: int | None = None, preset: str | None = 
         accelerator = gpus[0].accelerator_type
     else:
         data_dir = corpus(ctx.settings.home, CPU_CORPUS_BYTES)
-        model, seq_len, micro, batch, default_steps, lr = "llama-12m", 256, 16, 4096, 200, 3e-3
+        model, seq_len, micro, batch, default_steps, lr = "llama-12m", 128, 16, 2048, 400, 3e-3
         accelerator = "cpu"
     total = steps or default_steps
     document = {

@@ -22,6 +22,7 @@ from shipyard.errors import CheckpointError
 from shipyard.schemas.launch import CHECKPOINT_POINTER as LATEST
 from shipyard.schemas.launch import CHECKPOINT_STATE_FILE as STATE_FILE
 from shipyard.schemas.launch import latest_checkpoint
+from shipyard.training._atomic import fsync_dir, staged_directory
 
 __all__ = ["latest", "load", "rng_state", "save", "set_rng_state", "step_dir_name"]
 
@@ -59,40 +60,18 @@ def save(
 ) -> Path:
     """Write one checkpoint atomically and prune all but the ``keep`` newest. Returns its path."""
     final = directory / step_dir_name(step)
-    staging = directory / f"{final.name}.tmp-{os.getpid()}"
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir()
-        _save_synced({**state, "rng_by_rank": rng_by_rank}, staging / STATE_FILE)
-        _fsync_dir(staging)
-        if final.exists():
-            shutil.rmtree(final)  # a re-run of the same step after resume
-        os.replace(staging, final)
+        with staged_directory(final) as staging, open(staging / STATE_FILE, "wb") as f:
+            torch.save({**state, "rng_by_rank": rng_by_rank}, f)
         _write_latest(directory, final.name)
     except OSError as exc:
-        shutil.rmtree(staging, ignore_errors=True)
         raise CheckpointError(
             f"could not write checkpoint {final}: {exc.strerror or exc}",
             hint="free disk space under the job's run directory; the previous checkpoint is intact",
         ) from exc
     _prune(directory, keep)
     return final
-
-
-def _save_synced(obj: object, path: Path) -> None:
-    with open(path, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_latest(directory: Path, name: str) -> None:
@@ -102,7 +81,7 @@ def _write_latest(directory: Path, name: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, directory / LATEST)
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ import torch
 
 from shipyard.errors import DatasetError
 from shipyard.schemas.jobspec import DataSection
+from shipyard.training._atomic import staged_directory
 
 EOS = "<|endoftext|>"
 SHARD_TOKENS = 1 << 24
@@ -150,40 +149,38 @@ def _build(files: list[Path], data: DataSection, target: Path, log: object) -> N
     from tokenizers import Tokenizer
 
     say = log if callable(log) else print
-    staging = target.with_name(target.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    if data.tokenizer.path:
-        tokenizer = Tokenizer.from_file(str(Path(data.tokenizer.path) / "tokenizer.json"))
-    else:
-        say(f"training a {data.tokenizer.vocab_size}-token BPE tokenizer on {len(files)} files")
-        tokenizer = train_tokenizer(iter_documents(files, data.text_field), data.tokenizer.vocab_size)  # type: ignore[assignment]
-    tokenizer.save(str(staging / "tokenizer.json"))
-    eos_id = tokenizer.token_to_id(EOS)
-    if eos_id is None:
-        eos_id = tokenizer.token_to_id("</s>")
-    if eos_id is None:
-        raise DatasetError(
-            f"tokenizer has neither {EOS!r} nor '</s>' as a token",
-            hint="use a tokenizer with an end-of-text token, or let Shipyard train one",
-        )
-    vocab_size = tokenizer.get_vocab_size()
-    dtype = np.uint16 if vocab_size < 2**16 else np.uint32
-    say("tokenizing the corpus into memory-mapped shards")
-    n_tokens = _write_shards(tokenizer, iter_documents(files, data.text_field), eos_id, dtype, staging)
-    if n_tokens == 0:
-        raise DatasetError(f"dataset {data.paths} holds no text", hint="point data.paths at non-empty files")
-    meta = {
-        "vocab_size": vocab_size,
-        "eos_id": eos_id,
-        "n_tokens": n_tokens,
-        "dtype": np.dtype(dtype).name,
-        "files": len(files),
-    }
-    (staging / "meta.json").write_text(json.dumps(meta))
-    _fsync_tree(staging)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(staging, target)
+    with staged_directory(target) as staging:
+        if data.tokenizer.path:
+            tokenizer = Tokenizer.from_file(str(Path(data.tokenizer.path) / "tokenizer.json"))
+        else:
+            say(f"training a {data.tokenizer.vocab_size}-token BPE tokenizer on {len(files)} files")
+            tokenizer = train_tokenizer(iter_documents(files, data.text_field), data.tokenizer.vocab_size)  # type: ignore[assignment]
+        tokenizer.save(str(staging / "tokenizer.json"))
+        eos_id = tokenizer.token_to_id(EOS)
+        if eos_id is None:
+            eos_id = tokenizer.token_to_id("</s>")
+        if eos_id is None:
+            raise DatasetError(
+                f"tokenizer has neither {EOS!r} nor '</s>' as a token",
+                hint="use a tokenizer with an end-of-text token, or let Shipyard train one",
+            )
+        vocab_size = tokenizer.get_vocab_size()
+        dtype = np.uint16 if vocab_size < 2**16 else np.uint32
+        say("tokenizing the corpus into memory-mapped shards")
+        documents = iter_documents(files, data.text_field)
+        n_tokens = _write_shards(tokenizer, documents, eos_id, dtype, staging)
+        if n_tokens == 0:
+            raise DatasetError(
+                f"dataset {data.paths} holds no text", hint="point data.paths at non-empty files"
+            )
+        meta = {
+            "vocab_size": vocab_size,
+            "eos_id": eos_id,
+            "n_tokens": n_tokens,
+            "dtype": np.dtype(dtype).name,
+            "files": len(files),
+        }
+        (staging / "meta.json").write_text(json.dumps(meta))
 
 
 def _write_shards(
@@ -218,17 +215,6 @@ def _encode_into(tokenizer: object, batch: list[str], eos_id: int, buffer: list[
         buffer.extend(encoding.ids)
         buffer.append(eos_id)
     return len(buffer) - before
-
-
-def _fsync_tree(directory: Path) -> None:
-    for path in directory.iterdir():
-        with open(path, "rb") as f:
-            os.fsync(f.fileno())
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # --- sampling -----------------------------------------------------------------------------------

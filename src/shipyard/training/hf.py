@@ -4,7 +4,6 @@ LLaMA-architecture directory) to fine-tune or sample from."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import torch
 
 from shipyard.errors import InvalidSpec
 from shipyard.schemas.presets import ModelArch
+from shipyard.training._atomic import staged_directory
 from shipyard.training.data import EOS
 from shipyard.training.model import Transformer
 
@@ -52,33 +52,29 @@ def export(
     """Write ``out`` as a Hugging Face model directory, atomically (staging dir + rename)."""
     from safetensors.torch import save_file
 
-    staging = out.with_name(out.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state_dict.items()}
-    if arch.tie_embeddings:
-        tensors.pop("lm_head.weight", None)  # the loader re-ties it; safetensors refuses shared storage
-    save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
-    _write_json(staging / "config.json", hf_config(arch, eos_id))
-    _write_json(
-        staging / "generation_config.json",
-        {"bos_token_id": eos_id, "eos_token_id": eos_id, "do_sample": True},
-    )
-    shutil.copyfile(tokenizer_file, staging / "tokenizer.json")
-    _write_json(
-        staging / "tokenizer_config.json",
-        {
-            "tokenizer_class": "PreTrainedTokenizerFast",
-            "eos_token": EOS,
-            "bos_token": EOS,
-            "unk_token": EOS,
-            "model_max_length": arch.max_seq_len,
-            "clean_up_tokenization_spaces": False,
-        },
-    )
-    _write_json(staging / "special_tokens_map.json", {"eos_token": EOS, "bos_token": EOS})
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(staging, out)
+    with staged_directory(out) as staging:
+        tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state_dict.items()}
+        if arch.tie_embeddings:
+            tensors.pop("lm_head.weight", None)  # the loader re-ties it; safetensors refuses shared storage
+        save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
+        _write_json(staging / "config.json", hf_config(arch, eos_id))
+        _write_json(
+            staging / "generation_config.json",
+            {"bos_token_id": eos_id, "eos_token_id": eos_id, "do_sample": True},
+        )
+        shutil.copyfile(tokenizer_file, staging / "tokenizer.json")
+        _write_json(
+            staging / "tokenizer_config.json",
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "eos_token": EOS,
+                "bos_token": EOS,
+                "unk_token": EOS,
+                "model_max_length": arch.max_seq_len,
+                "clean_up_tokenization_spaces": False,
+            },
+        )
+        _write_json(staging / "special_tokens_map.json", {"eos_token": EOS, "bos_token": EOS})
     return out
 
 
