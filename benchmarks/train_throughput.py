@@ -3,9 +3,10 @@ vs Hugging Face ``Trainer``, on the same model shape, batch, sequence length and
 
     .venv/bin/python benchmarks/train_throughput.py [--steps 12] [--rounds 1] [--precision bf16]
 
-Each way's tokens/s is the global batch divided by its median step time after two warm-up steps;
-the three run one after the other in this one invocation, ``--rounds`` times, interleaved, and the
-median over rounds is reported with the ratios Shipyard/bare and Shipyard/Trainer.
+Each way runs in a fresh child process (so none inherits another's warm allocator or threads), one
+after the other in this one invocation, ``--rounds`` times, interleaved. A way's tokens/s is the
+global batch divided by its median step time after two warm-up steps; the median over rounds is
+reported with the ratios Shipyard/bare and Shipyard/Trainer.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def bare_loop(args: argparse.Namespace) -> float:
     s = shape(args)
     torch.manual_seed(0)
     model = Transformer(s["arch"])
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True
+    )
     data = torch.randint(0, VOCAB, (args.steps * s["accum"], args.micro, args.seq_len + 1))
     times = []
     for step in range(args.steps):
@@ -167,6 +170,20 @@ def hf_trainer(args: argparse.Namespace) -> float:
     return steady_tokens_per_s(times, args.batch_tokens)
 
 
+WAYS: dict[str, Callable[[argparse.Namespace], float]] = {
+    "bare PyTorch loop": bare_loop,
+    "Shipyard runtime": shipyard_runtime,
+    "HF Trainer": hf_trainer,
+}
+
+
+def run_in_child(name: str, argv: list[str]) -> float:
+    done = subprocess.run(
+        [sys.executable, __file__, *argv, "--way", name], check=True, capture_output=True, text=True
+    )
+    return float(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -179,22 +196,23 @@ def main() -> None:
     parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--way", choices=list(WAYS), help=argparse.SUPPRESS)  # one way, in a child
     args = parser.parse_args()
-    ways: dict[str, Callable[[argparse.Namespace], float]] = {
-        "bare PyTorch loop": bare_loop,
-        "Shipyard runtime": shipyard_runtime,
-        "HF Trainer": hf_trainer,
-    }
-    results: dict[str, list[float]] = {name: [] for name in ways}
+    if args.way:
+        print(WAYS[args.way](args))
+        return
+    argv = [a for a in sys.argv[1:] if a != "--json"]
+    results: dict[str, list[float]] = {name: [] for name in WAYS}
     for _ in range(args.rounds):
-        for name, way in ways.items():
-            results[name].append(way(args))
+        for name in WAYS:
+            results[name].append(run_in_child(name, argv))
             print(f"  {name}: {results[name][-1]:,.0f} tokens/s", file=sys.stderr)
     median = {name: statistics.median(values) for name, values in results.items()}
     ours = median["Shipyard runtime"]
     summary = {
-        "config": {k: v for k, v in vars(args).items() if k != "json"},
+        "config": {k: v for k, v in vars(args).items() if k not in ("json", "way")},
         "threads": torch.get_num_threads(),
+        "tokens_per_s_each_round": results,
         "tokens_per_s": median,
         "shipyard_vs_bare": ours / median["bare PyTorch loop"],
         "shipyard_vs_hf_trainer": ours / median["HF Trainer"],

@@ -42,18 +42,23 @@ def run(settings: Settings) -> int:
     agent_id = f"{os.uname().nodename}:{os.getpid()}"
     print(f"agent {agent_id} serving {settings.home}", flush=True)
     idle_since = time.monotonic()
+    delay, last_fingerprint = settings.agent_poll_s, None
     try:
         while not stopping:
             try:
-                active = agent.tick(ctx, agent_id)
+                seen = agent.tick(ctx, agent_id)
             except Exception:  # keep serving: one bad record must not strand every job
                 traceback.print_exc()
-                active = True
-            if active:
+                seen = agent.Pass(active=True, fingerprint=())
+            if seen.active:
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > settings.agent_idle_exit_s:
                 break
-            time.sleep(settings.agent_poll_s)
+            # Poll fast right after a change, then back off while jobs just run.
+            changed = seen.fingerprint != last_fingerprint
+            delay = settings.agent_poll_s if changed else min(delay * 2, settings.agent_max_poll_s)
+            last_fingerprint = seen.fingerprint
+            time.sleep(delay)
     finally:
         ctx.close()
         print(f"agent {agent_id} stopped", flush=True)

@@ -13,6 +13,8 @@ class Settings:
     """``$SHIPYARD_HOME``, default ``~/.shipyard``: database, runs, caches, agent state."""
     db_url: str
     agent_poll_s: float = 0.5
+    agent_max_poll_s: float = 2.0
+    """While no job changes state the agent backs off to this interval."""
     agent_idle_exit_s: float = 30.0
     """The embedded agent exits after this long with nothing queued or running."""
     cancel_grace_s: float = 60.0
@@ -34,6 +36,7 @@ class Settings:
             home=home,
             db_url=db_url,
             agent_poll_s=float(os.environ.get("SHIPYARD_AGENT_POLL_S", "0.5")),
+            agent_max_poll_s=float(os.environ.get("SHIPYARD_AGENT_MAX_POLL_S", "2.0")),
             agent_idle_exit_s=float(os.environ.get("SHIPYARD_AGENT_IDLE_EXIT_S", "30")),
             cancel_grace_s=float(os.environ.get("SHIPYARD_CANCEL_GRACE_S", "60")),
         )

@@ -19,7 +19,8 @@ from shipyard.schemas.views import JobView
 from shipyard.services import ServiceContext
 from shipyard.services import jobs as job_service
 
-POLL_S = 0.5
+POLL_S = 1.0
+"""Seconds between looks at the job: slow enough not to slow training on a small machine."""
 
 
 def follow(ctx: ServiceContext, job_id: str) -> JobView:
@@ -34,7 +35,7 @@ def follow(ctx: ServiceContext, job_id: str) -> JobView:
         TextColumn("eta"),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=err_console, transient=False) as progress:
+    with Progress(*columns, console=err_console, refresh_per_second=2) as progress:
         task = progress.add_task(view.name, total=view.total_steps, stats="")
         while not JobState(view.state).is_final:
             progress.update(task, completed=view.step, stats=_stats(view))

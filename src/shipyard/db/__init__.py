@@ -1,6 +1,6 @@
 """Embedded state: SQLAlchemy 2 tables, engine setup and Alembic migrations."""
 
-from shipyard.db.engine import Database, open_database
+from shipyard.db.engine import Database, open_database, rows_changed
 from shipyard.db.tables import Artifact, Attempt, Base, Job, Metric, ModelVersion
 
 __all__ = [
@@ -12,4 +12,5 @@ __all__ = [
     "Metric",
     "ModelVersion",
     "open_database",
+    "rows_changed",
 ]

@@ -34,6 +34,11 @@ class Database:
         self.engine.dispose()
 
 
+def rows_changed(result: object) -> bool:
+    """Whether a guarded UPDATE matched a row (its WHERE held the state the caller read)."""
+    return bool(getattr(result, "rowcount", 0))
+
+
 def open_database(url: str, lock_dir: Path) -> Database:
     engine = create_engine(url, connect_args=_connect_args(url))
     if url.startswith("sqlite"):

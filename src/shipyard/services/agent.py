@@ -12,13 +12,14 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from shipyard.db import Artifact, Attempt, Job, Metric, ModelVersion
+from shipyard.db import Artifact, Attempt, Job, Metric, ModelVersion, rows_changed
 from shipyard.domain import ExitReason, JobState
 from shipyard.executors.base import Placement, Request, Unplaceable
 from shipyard.schemas.jobspec import validate_job_spec
@@ -81,8 +82,17 @@ def ensure_running(settings: Settings) -> None:
 # --- one pass -------------------------------------------------------------------------------
 
 
-def tick(ctx: ServiceContext, agent_id: str) -> bool:
-    """One pass of the agent. Returns whether any job is still queued or running."""
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """What one agent pass saw: whether work remains, and a fingerprint of the jobs' states so
+    the agent can poll slowly while nothing changes (a busy poller steals cycles from training)."""
+
+    active: bool
+    fingerprint: tuple[tuple[str, str, bool], ...]
+
+
+def tick(ctx: ServiceContext, agent_id: str) -> Pass:
+    """One pass of the agent over every queued and running job."""
     with ctx.db.transaction() as session:
         for attempt in _running(session):
             _ingest_metrics(session, attempt)
@@ -90,13 +100,12 @@ def tick(ctx: ServiceContext, agent_id: str) -> bool:
         for attempt in _running(session):
             _stop_if_cancelled(ctx, attempt)
         _admit(ctx, session, agent_id)
-        return bool(
-            session.scalar(
-                select(func.count())
-                .select_from(Job)
-                .where(Job.state.in_([JobState.QUEUED, JobState.RUNNING]))
-            )
-        )
+        live = session.execute(
+            select(Job.id, Job.state, Job.cancel_requested)
+            .where(Job.state.in_([JobState.QUEUED, JobState.RUNNING]))
+            .order_by(Job.id)
+        ).all()
+        return Pass(active=bool(live), fingerprint=tuple((i, s, c) for i, s, c in live))
 
 
 def _running(session: Session) -> list[Attempt]:
@@ -132,11 +141,24 @@ def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> None:
             job.pending_reason = f"0/1 nodes: {placed.reason}"
             blocked_by = job.id
             continue
+        if not _claim(session, job):
+            continue  # cancelled between our read and now
         _launch(ctx, job, placed, agent_id)
         if placed.accelerator_type == "cpu":
             busy_cores.update(placed.core_ids)
         else:
             busy_devices.setdefault(placed.accelerator_type, set()).update(placed.device_ids)
+
+
+def _claim(session: Session, job: Job) -> bool:
+    """queued -> running, only if nobody changed the job since we read it (a cancel, say)."""
+    claimed = session.execute(
+        update(Job)
+        .where(Job.id == job.id, Job.state == JobState.QUEUED, Job.cancel_requested.is_(False))
+        .values(state=JobState.RUNNING)
+    )
+    session.refresh(job)
+    return rows_changed(claimed)
 
 
 def _launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> None:

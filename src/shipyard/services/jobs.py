@@ -7,11 +7,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from shipyard.db import Artifact, Job, Metric
-from shipyard.domain import JobState
+from shipyard.db import Artifact, Job, Metric, rows_changed
+from shipyard.domain import ExitReason, JobState
 from shipyard.errors import Conflict, InvalidSpec, NotFound, Unschedulable
 from shipyard.executors.base import Request
 from shipyard.schemas.jobspec import JobSpec, parse_job_spec, validate_job_spec
@@ -182,22 +182,36 @@ def _get(session: Session, job_id: str) -> Job:
 
 
 def cancel(ctx: ServiceContext, job_id: str) -> JobView:
-    """A queued job is cancelled at once; a running one is asked to checkpoint and stop."""
+    """A queued job is cancelled at once; a running one is asked to checkpoint and stop.
+
+    The agent may start the job at the same moment, so each change is a guarded UPDATE on the
+    state read: whichever writer comes second sees zero rows and looks again.
+    """
     with ctx.db.transaction() as session:
-        job = _get(session, job_id)
-        if JobState(job.state).is_final:
-            raise Conflict(
-                f"job {job_id} already {job.state}",
-                hint="only queued or running jobs can be cancelled",
+        _get(session, job_id)
+        queued = session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.state == JobState.QUEUED)
+            .values(
+                state=JobState.CANCELLED,
+                exit_reason=ExitReason.CANCELLED,
+                pending_reason=None,
+                finished_at=agent.utcnow(),
             )
-        if job.state == JobState.QUEUED:
-            job.state = JobState.CANCELLED
-            job.exit_reason = "cancelled"
-            job.pending_reason = None
-            job.finished_at = agent.utcnow()
-        else:
-            job.cancel_requested = True
-        return _view(session, job)
+        )
+        if not rows_changed(queued):
+            running = session.execute(
+                update(Job)
+                .where(Job.id == job_id, Job.state == JobState.RUNNING)
+                .values(cancel_requested=True)
+            )
+            if not rows_changed(running):
+                state = session.scalar(select(Job.state).where(Job.id == job_id))
+                raise Conflict(
+                    f"job {job_id} already {state}", hint="only queued or running jobs can be cancelled"
+                )
+        session.expire_all()
+        return _view(session, _get(session, job_id))
 
 
 def log_path(ctx: ServiceContext, job_id: str) -> Path | None:

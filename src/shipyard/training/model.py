@@ -56,6 +56,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos.to(x.dtype) + _rotate_half(x) * sin.to(x.dtype)
 
 
+_NATIVE_GQA_DEVICES = ("cpu", "cuda")
+
+
 class Attention(nn.Module):
     def __init__(self, arch: ModelArch) -> None:
         super().__init__()
@@ -71,11 +74,13 @@ class Attention(nn.Module):
         k = self.k_proj(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if self.n_kv_heads != self.n_heads:
-            # Share each key/value head among n_heads / n_kv_heads query heads (GQA).
+        # Each key/value head serves n_heads / n_kv_heads query heads (GQA). CPU and CUDA kernels
+        # take the groups as they are; elsewhere the shared heads are copied out first.
+        native_gqa = x.device.type in _NATIVE_GQA_DEVICES
+        if self.n_kv_heads != self.n_heads and not native_gqa:
             repeat = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=native_gqa)
         projected: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
         return projected
 
