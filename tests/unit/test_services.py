@@ -1,0 +1,76 @@
+"""Service use cases on a real SQLite database, with no agent running (``autostart_agent=False``)
+and a fake vendor query standing in for a node with two cores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shipyard.errors import Conflict, NotFound, Unschedulable
+from shipyard.hardware import VendorQueries
+from shipyard.hardware.discovery import CpuInfo
+from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.services import ServiceContext, agent, jobs, open_context
+from shipyard.settings import Settings
+from tests.builders import spec_dict
+
+TWO_CORES = VendorQueries(
+    nvidia=list, torch_devices=list, cpu=lambda: CpuInfo(model="t", cores=2, mhz=1000.0, flags=frozenset())
+)
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> Iterator[ServiceContext]:
+    settings = Settings(home=tmp_path, db_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    context = open_context(settings, vendor_queries=TWO_CORES, autostart_agent=False)
+    yield context
+    context.close()
+
+
+def test_submit_queues_with_a_reason_and_absolute_paths(ctx: ServiceContext, tmp_path: Path) -> None:
+    view = jobs.submit(ctx, validate_job_spec(spec_dict()))
+    assert view.state == "queued" and view.pending_reason == "waiting for the local agent to pick it up"
+    assert view.id.startswith("tiny-") and Path(view.run_dir).is_dir()
+    assert [j.id for j in jobs.list_jobs(ctx)] == [view.id]
+
+
+def test_a_job_larger_than_the_node_is_refused_at_submit(ctx: ServiceContext) -> None:
+    with pytest.raises(Unschedulable, match="cpu: needs 4 cores") as err:
+        jobs.submit(ctx, validate_job_spec(spec_dict(resources={"accelerator": "cpu", "devices": 4})))
+    assert "this node has cpu: 2" in (err.value.hint or "")
+
+
+def test_cancel_wins_over_a_later_claim(ctx: ServiceContext) -> None:
+    view = jobs.submit(ctx, validate_job_spec(spec_dict()))
+    with ctx.db.transaction() as session:
+        from shipyard.db import Job
+
+        job = session.get(Job, view.id)
+        assert job is not None
+        jobs.cancel(ctx, view.id)  # another process cancels after the agent read the job
+        assert agent._claim(session, job) is False
+        assert job.state == "cancelled"
+    with pytest.raises(Conflict, match="already cancelled"):
+        jobs.cancel(ctx, view.id)
+
+
+def test_cancelling_a_running_job_asks_it_to_stop(ctx: ServiceContext) -> None:
+    view = jobs.submit(ctx, validate_job_spec(spec_dict()))
+    with ctx.db.transaction() as session:
+        from shipyard.db import Job
+
+        job = session.get(Job, view.id)
+        assert job is not None and agent._claim(session, job)
+    assert jobs.cancel(ctx, view.id).state == "running"
+    assert jobs.get(ctx, view.id).state == "running"
+    with ctx.db.transaction() as session:
+        assert session.get(Job, view.id).cancel_requested  # type: ignore[union-attr]
+
+
+def test_unknown_ids_and_states(ctx: ServiceContext) -> None:
+    with pytest.raises(NotFound, match="no job with id 'x'"):
+        jobs.get(ctx, "x")
+    with pytest.raises(Exception, match="unknown job state 'done'"):
+        jobs.list_jobs(ctx, state="done")
