@@ -122,19 +122,11 @@ def hf_trainer(args: argparse.Namespace) -> float:
     """``transformers.Trainer`` on a ``LlamaForCausalLM`` of the same shape."""
     from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
+    from shipyard.training.hf import hf_config
+
     s = shape(args)
     arch = s["arch"]
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=arch.dim,
-        intermediate_size=arch.ffn_dim,
-        num_hidden_layers=arch.n_layers,
-        num_attention_heads=arch.n_heads,
-        num_key_value_heads=arch.n_kv_heads,
-        max_position_embeddings=arch.max_seq_len,
-        tie_word_embeddings=arch.tie_embeddings,
-        rms_norm_eps=arch.norm_eps,
-    )
+    config = LlamaConfig(**hf_config(arch, eos_id=0))  # the shape Shipyard exports
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
     tokens = torch.randint(0, VOCAB, (args.steps * s["accum"] * args.micro, args.seq_len))
