@@ -1,0 +1,62 @@
+"""Runs on a GPU node only: the same runtime on CUDA (bf16 autocast, NCCL with two GPUs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from shipyard.hardware import discover
+from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.schemas.launch import LaunchPlan
+from tests.builders import spec_dict
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.integration,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine"),
+]
+
+
+def launch(run_dir: Path, world: int) -> dict[str, object]:
+    import subprocess
+    import sys
+
+    gpu = next(d for d in discover() if d.accelerator_type != "cpu")
+    spec = spec_dict(
+        training={"precision": "auto"}, resources={"accelerator": gpu.accelerator_type, "devices": world}
+    )
+    run_dir.mkdir(parents=True)
+    LaunchPlan(
+        job_id="gpu",
+        attempt=1,
+        spec=validate_job_spec(spec),
+        run_dir=str(run_dir),
+        cache_dir=str(run_dir / "cache"),
+        accelerator_type=gpu.accelerator_type,
+        torch_device="cuda",
+        world_size=world,
+        threads_per_process=2,
+        peak_tflops_bf16=gpu.peak_bf16_tflops,
+        peak_tflops_fp32=gpu.peak_fp32_tflops,
+    ).write(run_dir)
+    module = ["-m", "shipyard.training", str(run_dir)]
+    if world > 1:
+        module = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world}", *module]
+    done = subprocess.run([sys.executable, *module], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads((run_dir / "result.json").read_text())  # type: ignore[no-any-return]
+
+
+def test_a_job_trains_on_one_gpu_with_mixed_precision(tmp_path: Path) -> None:
+    result = launch(tmp_path / "one", world=1)
+    assert result["status"] == "completed"
+    start = json.loads((tmp_path / "one" / "metrics.jsonl").read_text().splitlines()[0])
+    assert start["precision"] == ("bf16" if torch.cuda.is_bf16_supported() else "fp16")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs for NCCL")
+def test_two_gpus_train_with_nccl(tmp_path: Path) -> None:
+    assert launch(tmp_path / "two", world=2)["status"] == "completed"
