@@ -33,7 +33,7 @@ def quickstart(
     console.rule("[bold]Shipyard quickstart")
     params = arch.with_vocab(spec.data.tokenizer.vocab_size).num_params()
     console.print(
-        f"Training [bold]{spec.model.preset}[/] (LLaMA-style, ~{params / 1e6:.0f}M "
+        f"Training [bold]{spec.model.preset}[/] (LLaMA-style, ~{params / 1e6:.2g}M "
         f"parameters) on the Python standard library's source\n"
         f"{spec.training.total_steps} steps of {spec.training.global_batch_tokens:,} tokens on {where}; "
         f"data in {spec.data.paths[0]}"
