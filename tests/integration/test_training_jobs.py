@@ -132,3 +132,17 @@ def test_quickstart_trains_registers_and_samples(cli: Cli) -> None:
     assert job["name"] == "quickstart" and job["state"] == "succeeded"
     [version] = cli.json("models", "list")
     assert version["name"] == "quickstart" and version["job_id"] == job["id"]
+
+
+def test_a_job_that_does_not_stop_within_the_grace_period_is_killed(cli: Cli, tmp_path: Path) -> None:
+    # One optimizer step of this job takes seconds, far longer than the grace period, so the
+    # SIGTERM it gets mid-step cannot be honoured in time.
+    cli.env["SHIPYARD_CANCEL_GRACE_S"] = "0.2"
+    slow = {"steps": 50, "micro_batch_size": 16, "seq_len": 256, "global_batch_tokens": 16384}
+    spec = write_spec(tmp_path, model={"preset": "llama-12m"}, training=slow)
+    job = cli.json("jobs", "submit", str(spec))
+    cli.wait_for(job["id"], lambda j: j["state"] == "running" and j["step"] >= 1)
+    cli.run("jobs", "cancel", job["id"])
+    killed = cli.wait_for(job["id"], lambda j: j["state"] == "cancelled")
+    assert killed["exit_reason"] == "killed"
+    assert killed["message"] == "did not stop within 0.2s of SIGTERM and was killed"

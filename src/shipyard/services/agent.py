@@ -283,7 +283,7 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
     elif attempt.signalled_at is not None:
         attempt.state, attempt.exit_reason = JobState.CANCELLED, ExitReason.KILLED
         job.state, job.exit_reason = JobState.CANCELLED, ExitReason.KILLED
-        job.message = f"did not stop within {ctx.settings.cancel_grace_s:.0f}s of SIGTERM and was killed"
+        job.message = f"did not stop within {ctx.settings.cancel_grace_s:g}s of SIGTERM and was killed"
     else:
         reason = ExitReason.LOST if exit_code == -1 and attempt.agent_id else ExitReason.ERROR
         attempt.state, attempt.exit_reason = JobState.FAILED, reason
