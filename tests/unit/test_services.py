@@ -74,3 +74,19 @@ def test_unknown_ids_and_states(ctx: ServiceContext) -> None:
         jobs.get(ctx, "x")
     with pytest.raises(Exception, match="unknown job state 'done'"):
         jobs.list_jobs(ctx, state="done")
+
+
+def test_resume_from_a_checkpoints_folder_or_one_checkpoint(ctx: ServiceContext, tmp_path: Path) -> None:
+    folder = tmp_path / "elsewhere" / "checkpoints"
+    (folder / "step_000004").mkdir(parents=True)
+    (folder / "step_000004" / "state.pt").write_bytes(b"written by the runtime")
+    (folder / "latest").write_text("step_000004\n")
+    spec = validate_job_spec(spec_dict())
+    assert jobs.submit(ctx, spec, resume_from=str(folder)).resume_from == str(folder / "step_000004")
+    assert jobs.submit(ctx, spec, resume_from=str(folder / "step_000004")).resume_from == str(
+        folder / "step_000004"
+    )
+    with pytest.raises(NotFound, match="no checkpoint at"):
+        jobs.submit(ctx, spec, resume_from=str(tmp_path / "elsewhere"))
+    with pytest.raises(NotFound, match="neither a checkpoint path nor a job id"):
+        jobs.submit(ctx, spec, resume_from="no-such-job")

@@ -11,10 +11,9 @@ import typer
 from shipyard.cli._follow import follow
 from shipyard.cli._output import JsonOpt, console, duration, print_json, table
 from shipyard.domain import JobState
-from shipyard.errors import Conflict
 from shipyard.schemas.views import JobDetail, JobView
-from shipyard.services import ServiceContext, open_context
 from shipyard.services import jobs as job_service
+from shipyard.services import open_context
 
 app = typer.Typer(help="Submit and watch training jobs.", no_args_is_help=True)
 
@@ -170,33 +169,18 @@ def logs(
 ) -> None:
     """The job's training log (its newest attempt)."""
     ctx = open_context()
-    path = job_service.log_path(ctx, job_id)
-    if path is None and not follow_:
-        view = job_service.status(ctx, job_id)
-        raise Conflict(
-            f"job {job_id} has not started yet ({view.pending_reason or view.state})",
-            hint=f"wait, or run `shipyard jobs logs {job_id} --follow`",
-        )
-    _stream(ctx, job_id, path, keep_following=follow_)
-
-
-def _stream(ctx: ServiceContext, job_id: str, path: Path | None, *, keep_following: bool) -> None:
     offset = 0
     while True:
-        path = path or job_service.log_path(ctx, job_id)
-        if path is not None and path.exists():
-            with open(path, "rb") as f:
-                f.seek(offset)
-                chunk = f.read()
-            offset += len(chunk)
-            if chunk:
-                typer.echo(chunk.decode(errors="replace"), nl=False)
-        if not keep_following:
+        chunk = job_service.read_log(ctx, job_id, offset, must_exist=not follow_)
+        if chunk.data:
+            typer.echo(chunk.data.decode(errors="replace"), nl=False)
+        offset = chunk.next_offset
+        if not follow_:
             return
-        if JobState(job_service.status(ctx, job_id).state).is_final:
-            keep_following = False  # one last read for lines written just before the end
+        if chunk.job_ended:
+            follow_ = False  # one last read for lines written just before the end
             continue
-        time.sleep(0.5)
+        time.sleep(1.0)
 
 
 @app.command()

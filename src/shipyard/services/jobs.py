@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ from shipyard.executors.base import Request
 from shipyard.schemas.jobspec import JobSpec, parse_job_spec, validate_job_spec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
+    CHECKPOINT_POINTER,
+    CHECKPOINT_STATE_FILE,
     latest_checkpoint,
 )
 from shipyard.schemas.presets import PRESETS
@@ -129,8 +132,10 @@ def _resume_point(session: Session, spec: JobSpec, resume: bool, resume_from: st
                     hint="give a job id from `shipyard jobs list` or a checkpoint directory",
                 )
             path = Path(job.run_dir) / CHECKPOINT_DIR
-        found = latest_checkpoint(path) if (path / "latest").exists() or path.name == CHECKPOINT_DIR else path
-        if found is None or not (found / "state.pt").is_file():
+        # A checkpoints folder means its newest checkpoint; anything else is one checkpoint.
+        is_folder = path.name == CHECKPOINT_DIR or (path / CHECKPOINT_POINTER).exists()
+        found = latest_checkpoint(path) if is_folder else path
+        if found is None or not (found / CHECKPOINT_STATE_FILE).is_file():
             raise NotFound(f"no checkpoint at {path}", hint="resume from a job that saved a checkpoint")
         return found
     if not resume:
@@ -214,11 +219,32 @@ def cancel(ctx: ServiceContext, job_id: str) -> JobView:
         return _view(session, _get(session, job_id))
 
 
-def log_path(ctx: ServiceContext, job_id: str) -> Path | None:
-    """The newest attempt's log file, or None while the job has not started."""
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    data: bytes
+    next_offset: int
+    job_ended: bool
+
+
+def read_log(ctx: ServiceContext, job_id: str, offset: int = 0, *, must_exist: bool = True) -> LogChunk:
+    """The bytes of the newest attempt's log from ``offset`` on (empty while the job waits)."""
     with ctx.db.transaction() as session:
         job = _get(session, job_id)
-        return Path(job.attempts[-1].log_path) if job.attempts else None
+        ended = JobState(job.state).is_final
+        if not job.attempts:
+            if must_exist:
+                raise Conflict(
+                    f"job {job_id} has not started yet ({job.pending_reason or job.state})",
+                    hint=f"wait, or run `shipyard jobs logs {job_id} --follow`",
+                )
+            return LogChunk(b"", offset, ended)
+        path = Path(job.attempts[-1].log_path)
+    if not path.exists():
+        return LogChunk(b"", offset, ended)
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read()
+    return LogChunk(data, offset + len(data), ended)
 
 
 def _view(session: Session, job: Job) -> JobView:
