@@ -80,6 +80,45 @@ class StopSignal:
         print(f"received {signal.Signals(signum).name}: checkpointing and stopping", flush=True)
 
 
+def build_model(spec: JobSpec, vocab_size: int) -> Transformer:
+    """A preset from scratch, or a Hugging Face directory to fine-tune."""
+    t = spec.training
+    model = hf.load_model(Path(spec.model.path)) if spec.model.path else None
+    if model is None:
+        model = Transformer(PRESETS[spec.model.preset or ""].with_vocab(vocab_size))
+    arch = model.arch
+    if arch.vocab_size < vocab_size:
+        raise InvalidSpec(
+            f"the tokenizer has {vocab_size} tokens but the model only {arch.vocab_size}",
+            hint="use the model's own tokenizer (data.tokenizer.path = model.path)",
+        )
+    if t.seq_len > arch.max_seq_len:
+        raise InvalidSpec(
+            f"training.seq_len {t.seq_len} exceeds the model's max_seq_len {arch.max_seq_len}",
+            hint=f"set training.seq_len to at most {arch.max_seq_len}",
+        )
+    return model
+
+
+def build_optimizer(model: nn.Module, spec: JobSpec, device: torch.device, fsdp: bool) -> torch.optim.AdamW:
+    """AdamW with no weight decay on norms (1-D parameters)."""
+    o = spec.training.optimizer
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": o.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=o.lr,
+        betas=o.betas,
+        eps=o.eps,
+        # One vectorised kernel instead of a loop over parameters (what HF Trainer defaults to);
+        # FSDP2's sharded parameters keep the default implementation.
+        fused=(device.type in ("cpu", "cuda") and not fsdp) or None,
+    )
+
+
 @dataclass
 class Trainer:
     plan: LaunchPlan
@@ -100,189 +139,167 @@ class Trainer:
                 f.write(json.dumps(metrics) + "\n")
 
     def run(self) -> AttemptResult:
-        spec, plan = self.spec, self.plan
-        torch.set_num_threads(plan.threads_per_process)
-        self.dist = d = parallel.init(plan.torch_device)
+        torch.set_num_threads(self.plan.threads_per_process)
+        self.dist = parallel.init(self.plan.torch_device)
         stop = StopSignal()
         try:
-            return self._train(spec, plan, d, stop)
+            self._setup()
+            return self._train(stop)
         finally:
-            parallel.shutdown(d)
+            parallel.shutdown(self.dist)
 
-    def _train(self, spec: JobSpec, plan: LaunchPlan, d: parallel.Dist, stop: StopSignal) -> AttemptResult:
-        t = spec.training
+    def _setup(self) -> None:
+        spec, plan, d, t = self.spec, self.plan, self.dist, self.spec.training
         torch.manual_seed(t.seed)
-        cache = Path(plan.cache_dir)
 
         # 1. Data: rank 0 tokenizes (or finds the cache), the others then read the same shards.
         if d.is_main:
-            data = prepare(spec.data, cache, log=self.log)
+            self.data = prepare(spec.data, Path(plan.cache_dir), log=self.log)
         parallel.barrier(d)
         if not d.is_main:
-            data = prepare(spec.data, cache, log=lambda _: None)
-        windows = TokenWindows(data, t.seq_len, spec.data.eval_fraction, t.seed)
+            self.data = prepare(spec.data, Path(plan.cache_dir), log=lambda _: None)
+        self.windows = TokenWindows(self.data, t.seq_len, spec.data.eval_fraction, t.seed)
 
-        # 2. Model: a preset from scratch, or a Hugging Face directory to fine-tune.
-        if spec.model.path:
-            raw_model = hf.load_model(Path(spec.model.path))
-        else:
-            raw_model = Transformer(PRESETS[spec.model.preset or ""].with_vocab(data.vocab_size))
-        arch = raw_model.arch
-        if arch.vocab_size < data.vocab_size:
-            raise InvalidSpec(
-                f"the tokenizer has {data.vocab_size} tokens but the model only {arch.vocab_size}",
-                hint="use the model's own tokenizer (data.tokenizer.path = model.path)",
-            )
-        if t.seq_len > arch.max_seq_len:
-            raise InvalidSpec(
-                f"training.seq_len {t.seq_len} exceeds the model's max_seq_len {arch.max_seq_len}",
-                hint=f"set training.seq_len to at most {arch.max_seq_len}",
-            )
-        precision = resolve_precision(t.precision, d.device)
-        raw_model.to(d.device)
-        fsdp = t.parallelism == "fsdp" and d.enabled
-        model = parallel.wrap(raw_model, d, t.parallelism, bf16=precision == "bf16")
-        forward: nn.Module = torch.compile(model) if t.compile else model  # type: ignore[assignment]
-
-        # 3. Optimizer: no weight decay on norms (1-D parameters).
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        o = t.optimizer
-        optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": o.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=o.lr,
-            betas=o.betas,
-            eps=o.eps,
-            # One vectorised kernel instead of a loop over parameters (what HF Trainer defaults to);
-            # FSDP2's sharded parameters keep the default implementation.
-            fused=(d.device.type in ("cpu", "cuda") and not fsdp) or None,
-        )
+        # 2. Model, spread over the devices; the optimizer and its schedule.
+        self.raw_model = build_model(spec, self.data.vocab_size).to(d.device)
+        self.precision = resolve_precision(t.precision, d.device)
+        self.fsdp = t.parallelism == "fsdp" and d.enabled
+        self.model = parallel.wrap(self.raw_model, d, t.parallelism, bf16=self.precision == "bf16")
+        self.forward: nn.Module = torch.compile(self.model) if t.compile else self.model  # type: ignore[assignment]
+        self.optimizer = build_optimizer(self.model, spec, d.device, self.fsdp)
         total = t.total_steps
-        scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: lr_factor(step, total, t.schedule)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: lr_factor(step, total, t.schedule)
         )
-        scaler = torch.amp.GradScaler(d.device.type, enabled=precision == "fp16")
-        autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+        self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.precision == "fp16")
+        self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
 
-        def autocast() -> AbstractContextManager[Any]:
-            if autocast_dtype is None or fsdp:  # FSDP2 casts through its MixedPrecisionPolicy
-                return nullcontext()
-            return torch.autocast(d.device.type, dtype=autocast_dtype)
-
-        # 4. Resume: model, optimizer, scheduler, data position and RNG state.
-        start_step = 0
+        # 3. Resume: model, optimizer, scheduler, data position and RNG state.
+        self.start_step = 0
         if plan.resume_from:
             state = checkpoint.load(Path(plan.resume_from))
             parallel.load_full_state(
-                model if fsdp else raw_model, optimizer, state["model"], state["optimizer"], d, fsdp
+                self.state_module, self.optimizer, state["model"], state["optimizer"], d, self.fsdp
             )
-            scheduler.load_state_dict(state["scheduler"])
-            start_step = state["step"]
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.start_step = state["step"]
             rngs = state["rng_by_rank"]
             checkpoint.set_rng_state(rngs[d.rank % len(rngs)])
-            self.log(f"resumed from {plan.resume_from} at step {start_step}")
+            self.log(f"resumed from {plan.resume_from} at step {self.start_step}")
 
-        accum = t.grad_accum_steps(d.world_size)
-        micro = t.micro_batch_size
-        samples_per_step = t.global_batch_tokens // t.seq_len
-        flops_per_token = raw_model.flops_per_token(t.seq_len)
-        peak = plan.peak_tflops_bf16 if precision in ("bf16", "fp16") else plan.peak_tflops_fp32
+    @property
+    def state_module(self) -> nn.Module:
+        """What checkpoints read and write: the sharded model under FSDP, else the bare one."""
+        return self.model if self.fsdp else self.raw_model
+
+    def autocast(self) -> AbstractContextManager[Any]:
+        if self.autocast_dtype is None or self.fsdp:  # FSDP2 casts through its MixedPrecisionPolicy
+            return nullcontext()
+        return torch.autocast(self.dist.device.type, dtype=self.autocast_dtype)
+
+    def evaluate(self, step: int) -> float:
+        d, t = self.dist, self.spec.training
+        self.model.eval()
+        losses = []
+        with torch.no_grad():
+            for i in range(d.rank, t.eval_batches, d.world_size):
+                x, y = self.windows.eval_batch(i, t.micro_batch_size)
+                with self.autocast():
+                    losses.append(float(self.forward(x.to(d.device), y.to(d.device))))
+        self.model.train()
+        loss = parallel.all_reduce_mean(sum(losses) / max(1, len(losses)), d)
+        self.record(kind="eval", step=step, loss=loss)
+        self.log(f"eval step {step}: loss {loss:.4f}")
+        return loss
+
+    def save_checkpoint(self, step: int) -> Path:
+        d = self.dist
+        model_state, optim_state = parallel.full_state(self.state_module, self.optimizer, d, self.fsdp)
+        rngs = _gather_rng(d)
+        directory = self.run_dir / CHECKPOINT_DIR
+        path = directory / checkpoint.step_dir_name(step)
+        if d.is_main:
+            state = {
+                "model": model_state,
+                "optimizer": optim_state,
+                "scheduler": self.scheduler.state_dict(),
+                "step": step,
+                "samples_seen": step * self.spec.training.global_batch_tokens // self.spec.training.seq_len,
+                "arch": vars_of(self.raw_model.arch),
+            }
+            path = checkpoint.save(directory, step, state, rngs, keep=self.spec.checkpoint.keep)
+            self.record(kind="checkpoint", step=step, path=str(path))
+        parallel.barrier(d)
+        return path
+
+    def train_step(self, step: int) -> tuple[float, float]:
+        """One optimizer step (0-based ``step``); returns the mean loss over all ranks and the
+        gradient norm before clipping."""
+        d, t = self.dist, self.spec.training
+        accum, micro = t.grad_accum_steps(d.world_size), t.micro_batch_size
+        # Each rank reads its own slice of the step's samples, so any world size sees the same batch.
+        first = step * (t.global_batch_tokens // t.seq_len) + d.rank * accum * micro
+        loss_sum = 0.0
+        for m in range(accum):
+            x, y = self.windows.train_batch(first + m * micro, micro)
+            with parallel.no_sync(self.model, last_micro_step=m == accum - 1), self.autocast():
+                loss = self.forward(x.to(d.device), y.to(d.device)) / accum
+            self.scaler.scale(loss).backward()
+            loss_sum += float(loss.detach())
+        self.scaler.unscale_(self.optimizer)
+        clip = t.optimizer.grad_clip or float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        return parallel.all_reduce_mean(loss_sum, d), grad_norm
+
+    def _train(self, stop: StopSignal) -> AttemptResult:
+        spec, plan, d, t = self.spec, self.plan, self.dist, self.spec.training
+        total, arch = t.total_steps, self.raw_model.arch
+        flops_per_token = self.raw_model.flops_per_token(t.seq_len)
+        peak = plan.peak_tflops_bf16 if self.precision in ("bf16", "fp16") else plan.peak_tflops_fp32
         peak_flops = peak * 1e12 * d.world_size
         n_params = arch.num_params()
         self.log(
             f"model: {n_params / 1e6:.2f}M parameters ({spec.model.preset or spec.model.path}), "
-            f"vocab {arch.vocab_size}; {data.n_tokens:,} tokens; precision {precision}; "
+            f"vocab {arch.vocab_size}; {self.data.n_tokens:,} tokens; precision {self.precision}; "
             f"{d.world_size} x {d.device.type} ({t.parallelism if d.enabled else 'single'}); "
-            f"{accum} micro-steps of {micro}x{t.seq_len} per device per step; steps {start_step}->{total}"
+            f"{t.grad_accum_steps(d.world_size)} micro-steps of {t.micro_batch_size}x{t.seq_len} per "
+            f"device per step; steps {self.start_step}->{total}"
         )
-        if d.is_main and start_step == 0:
-            self.metrics_path.unlink(missing_ok=True)
+        if self.start_step == 0:
+            if d.is_main:
+                self.metrics_path.unlink(missing_ok=True)
             self.record(
                 kind="start",
                 params=n_params,
-                tokens=data.n_tokens,
+                tokens=self.data.n_tokens,
                 total_steps=total,
-                precision=precision,
+                precision=self.precision,
                 world_size=d.world_size,
                 flops_per_token=flops_per_token,
             )
+            self.evaluate(0)
 
-        def evaluate(step: int) -> float:
-            model.eval()
-            losses = []
-            with torch.no_grad():
-                for i in range(d.rank, t.eval_batches, d.world_size):
-                    x, y = windows.eval_batch(i, micro)
-                    with autocast():
-                        losses.append(float(forward(x.to(d.device), y.to(d.device))))
-            model.train()
-            loss = parallel.all_reduce_mean(sum(losses) / max(1, len(losses)), d)
-            self.record(kind="eval", step=step, loss=loss)
-            self.log(f"eval step {step}: loss {loss:.4f}")
-            return loss
-
-        def save_checkpoint(step: int) -> Path:
-            model_state, optim_state = parallel.full_state(model if fsdp else raw_model, optimizer, d, fsdp)
-            rngs = _gather_rng(d)
-            path = Path(plan.run_dir) / CHECKPOINT_DIR / checkpoint.step_dir_name(step)
-            if d.is_main:
-                path = checkpoint.save(
-                    Path(plan.run_dir) / CHECKPOINT_DIR,
-                    step,
-                    {
-                        "model": model_state,
-                        "optimizer": optim_state,
-                        "scheduler": scheduler.state_dict(),
-                        "step": step,
-                        "samples_seen": step * samples_per_step,
-                        "arch": vars_of(arch),
-                    },
-                    rngs,
-                    keep=spec.checkpoint.keep,
-                )
-                self.record(kind="checkpoint", step=step, path=str(path))
-            parallel.barrier(d)
-            return path
-
-        if start_step == 0:
-            evaluate(0)
-
-        # 5. The loop.
-        step, train_start, last_loss = start_step, time.perf_counter(), float("nan")
+        # 4. The loop: step, log, evaluate, stop if asked, checkpoint.
+        step, train_start, loss = self.start_step, time.perf_counter(), float("nan")
         while step < total:
             step_start = time.perf_counter()
-            first = step * samples_per_step + d.rank * accum * micro
-            loss_sum = 0.0
-            for m in range(accum):
-                x, y = windows.train_batch(first + m * micro, micro)
-                with parallel.no_sync(model, last_micro_step=m == accum - 1), autocast():
-                    loss = forward(x.to(d.device), y.to(d.device)) / accum
-                scaler.scale(loss).backward()
-                loss_sum += float(loss.detach())
-            scaler.unscale_(optimizer)
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), o.grad_clip or float("inf")))
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            lr = scheduler.get_last_lr()[0]
-            scheduler.step()
+            lr = self.scheduler.get_last_lr()[0]
+            loss, grad_norm = self.train_step(step)
             step += 1
-
-            last_loss = parallel.all_reduce_mean(loss_sum, d)
             if d.device.type == "cuda":
                 torch.cuda.synchronize()
             elapsed = time.perf_counter() - step_start
             tokens_per_s = t.global_batch_tokens / elapsed
             mfu = flops_per_token * tokens_per_s / peak_flops if peak_flops else 0.0
             if step % t.log_interval == 0 or step == total:
-                eta = (total - step) * elapsed
                 self.record(
                     kind="train",
                     step=step,
-                    loss=last_loss,
+                    loss=loss,
                     lr=lr,
                     grad_norm=grad_norm,
                     tokens_per_s=tokens_per_s,
@@ -292,38 +309,35 @@ class Trainer:
                     elapsed_s=time.perf_counter() - train_start,
                 )
                 self.log(
-                    f"step {step}/{total} | loss {last_loss:.4f} | lr {lr:.2e} | "
-                    f"{tokens_per_s:,.0f} tok/s | mfu {mfu:.2%} | eta {eta:.0f}s"
+                    f"step {step}/{total} | loss {loss:.4f} | lr {lr:.2e} | "
+                    f"{tokens_per_s:,.0f} tok/s | mfu {mfu:.2%} | eta {(total - step) * elapsed:.0f}s"
                 )
             if t.eval_interval and step % t.eval_interval == 0 and step < total:
-                evaluate(step)
-            interrupted = parallel.any_rank(stop.requested, d) or step == plan.stop_at_step
-            if interrupted:
-                path = save_checkpoint(step)
+                self.evaluate(step)
+            if parallel.any_rank(stop.requested, d) or step == plan.stop_at_step:
                 return AttemptResult(
                     status="cancelled",
                     step=step,
-                    checkpoint=str(path),
+                    checkpoint=str(self.save_checkpoint(step)),
                     message=f"stopped after step {step} of {total}; resume with --resume",
                 )
             if spec.checkpoint.interval and step % spec.checkpoint.interval == 0 and step < total:
-                save_checkpoint(step)
+                self.save_checkpoint(step)
 
-        # 6. The end: final eval, checkpoint and Hugging Face export.
-        eval_loss = evaluate(step)
-        path = save_checkpoint(step)
-        model_state, _ = parallel.full_state(model if fsdp else raw_model, optimizer, d, fsdp)
-        export_dir = Path(plan.run_dir) / EXPORT_DIR
+        # 5. The end: final eval, checkpoint and Hugging Face export.
+        eval_loss = self.evaluate(step)
+        path = self.save_checkpoint(step)
+        model_state, _ = parallel.full_state(self.state_module, self.optimizer, d, self.fsdp)
+        export_dir = self.run_dir / EXPORT_DIR
         if d.is_main:
-            hf.export(model_state, arch, data.tokenizer_path, data.eos_id, export_dir)
+            hf.export(model_state, arch, self.data.tokenizer_path, self.data.eos_id, export_dir)
             self.log(f"exported Hugging Face model to {export_dir}")
-        summary = {"train_loss": last_loss, "eval_loss": eval_loss, "params": float(n_params)}
         return AttemptResult(
             status="completed",
             step=step,
             checkpoint=str(path),
             export_dir=str(export_dir),
-            summary=summary,
+            summary={"train_loss": loss, "eval_loss": eval_loss, "params": float(n_params)},
         )
 
 
