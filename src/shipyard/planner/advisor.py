@@ -1,0 +1,170 @@
+"""The advisor: one workload on every accelerator type, ranked by time, cost and energy.
+
+Without a device count, each type gets the smallest power of two of its devices on which the
+workload fits (more devices mostly buy time, not money); with one, every type gets that count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shipyard.errors import InvalidSpec
+from shipyard.hardware.catalog import AcceleratorSpec
+from shipyard.planner.calibration import CALIBRATION, Calibration
+from shipyard.planner.inference import InferencePlan, InferenceWorkload, inference_memory, plan_inference
+from shipyard.planner.memory import training_memory
+from shipyard.planner.training import TrainingPlan, plan_training
+from shipyard.planner.workload import Layout, LayoutRequest, TrainingWorkload, cluster_of
+
+MAX_COUNT = 4096
+RANKINGS = ("time", "cost", "energy")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Comparison:
+    accelerator: str
+    count: int
+    plan: TrainingPlan | InferencePlan
+    time_h: float
+    """Training: wall time of the token budget. Inference: hours to generate a million tokens."""
+    cost_usd: float | None
+    energy_kwh: float
+    rank: int | None = None
+    """1 is best by the chosen ranking; ``None`` when the workload does not fit."""
+
+    @property
+    def fits(self) -> bool:
+        return self.plan.fits
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "accelerator": self.accelerator,
+            "count": self.count,
+            "fits": self.fits,
+            "reason": self.plan.not_fitting_reason(),
+            "time_h": self.time_h,
+            "cost_usd": self.cost_usd,
+            "energy_kwh": self.energy_kwh,
+            "plan": self.plan.to_dict(),
+        }
+
+
+def compare(
+    workload: TrainingWorkload | InferenceWorkload,
+    accelerators: Sequence[AcceleratorSpec],
+    *,
+    count: int | None = None,
+    rank_by: str = "cost",
+    calibration: Calibration = CALIBRATION,
+) -> list[Comparison]:
+    """Rows for every accelerator type, fitting ones first in ``rank_by`` order, then the rest."""
+    if rank_by not in RANKINGS:
+        raise InvalidSpec(
+            f"--rank-by {rank_by!r} is not one of {', '.join(RANKINGS)}", hint="use time, cost or energy"
+        )
+    rows = [_row(workload, spec, count, calibration) for spec in accelerators if _supports(workload, spec)]
+
+    def key(row: Comparison) -> tuple[float, ...]:
+        value = {"time": row.time_h, "cost": row.cost_usd, "energy": row.energy_kwh}[rank_by]
+        return (value if value is not None else math.inf, row.time_h)
+
+    fitting = sorted((r for r in rows if r.fits), key=key)
+    ranked = [Comparison(**{**_fields(r), "rank": i}) for i, r in enumerate(fitting, start=1)]
+    return ranked + sorted((r for r in rows if not r.fits), key=lambda r: r.plan.memory.total_gib)
+
+
+def _fields(row: Comparison) -> dict[str, Any]:
+    return {name: getattr(row, name) for name in Comparison.__slots__}
+
+
+def _supports(workload: TrainingWorkload | InferenceWorkload, spec: AcceleratorSpec) -> bool:
+    """fp8 training compares only devices with fp8 units; everything has a 16-bit path."""
+    if isinstance(workload, TrainingWorkload) and workload.precision == "fp8":
+        return spec.tflops.fp8 is not None
+    return spec.bf16_tflops > 0
+
+
+def _row(
+    workload: TrainingWorkload | InferenceWorkload,
+    spec: AcceleratorSpec,
+    count: int | None,
+    calibration: Calibration,
+) -> Comparison:
+    devices = count or _smallest_fitting_count(workload, spec, calibration)
+    cluster = cluster_of(spec, devices)
+    if isinstance(workload, InferenceWorkload):
+        tp = _inference_tp(workload, devices)
+        inference = plan_inference(workload, cluster, tp=tp, calibration=calibration)
+        return Comparison(
+            accelerator=spec.key,
+            count=devices,
+            plan=inference,
+            time_h=1e6 / inference.decode_tokens_per_s / 3600,
+            cost_usd=inference.usd_per_million_tokens(),
+            energy_kwh=inference.kwh_per_million_tokens(calibration),
+        )
+    training = plan_training(workload, cluster, calibration=calibration)
+    return Comparison(
+        accelerator=spec.key,
+        count=devices,
+        plan=training,
+        time_h=training.wall_time_h,
+        cost_usd=training.cost_usd,
+        energy_kwh=training.energy_kwh(calibration),
+    )
+
+
+def _inference_tp(workload: InferenceWorkload, devices: int) -> int:
+    tp = devices
+    while workload.model.heads % tp:
+        tp //= 2
+    while devices % tp:
+        tp //= 2
+    return max(1, tp)
+
+
+def _smallest_fitting_count(
+    workload: TrainingWorkload | InferenceWorkload, spec: AcceleratorSpec, calibration: Calibration
+) -> int:
+    """The smallest power-of-two count whose least memory-hungry layout fits (cheap: no timing)."""
+    count = 1
+    while count < MAX_COUNT and not _fits_somehow(workload, spec, count, calibration):
+        count *= 2
+    return count
+
+
+def _fits_somehow(
+    workload: TrainingWorkload | InferenceWorkload,
+    spec: AcceleratorSpec,
+    count: int,
+    calibration: Calibration,
+) -> bool:
+    usable = spec.usable_memory_gib
+    if isinstance(workload, InferenceWorkload):
+        return inference_memory(workload, _inference_tp(workload, count), usable, calibration).fits
+    cluster = cluster_of(spec, count)
+    tp = 1
+    while tp * 2 <= min(count, cluster.devices_per_node) and workload.model.heads % (tp * 2) == 0:
+        tp *= 2
+    rest = count // tp
+    pp = max(p for p in range(1, min(rest, workload.model.layers) + 1) if rest % p == 0)
+    dp = rest // pp
+    if dp > workload.sequences_per_step:
+        return False
+    layout = Layout(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        zero=3 if dp > 1 else 0,
+        recompute="full",
+        micro_batch=1,
+        sequence_parallel=tp > 1,
+    )
+    return training_memory(workload, layout, usable, calibration).fits
+
+
+__all__ = ["RANKINGS", "Comparison", "LayoutRequest", "compare"]

@@ -1,0 +1,97 @@
+"""The planner's efficiency parameters, in one place, each with where it comes from.
+
+Ampere and Hopper figures are fitted by ``benchmarks/planner_calibrate.py`` on the published runs
+of ``training-runs-dev.csv`` (Megatron-LM, Korthikanti et al., LLaMA, BLOOM, MosaicML LLM Foundry,
+torchtitan, NeMo, llm.c): a handful of physical constants shared by every row, never one per row.
+Other generations have too few published runs to fit; their figures are taken from the sources
+named beside them, relative to the fitted ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+def _frozen(values: dict[str, float]) -> Mapping[str, float]:
+    return MappingProxyType(values)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Calibration:
+    gemm_efficiency: Mapping[str, float] = field(
+        default_factory=lambda: _frozen(
+            {
+                # Fitted (see module docstring).
+                "ampere": 0.764,
+                "hopper": 0.743,
+                # MosaicML measured 166 TFLOP/s per MI250 on MPT-7B (46 % of 362) where an A100
+                # reached ~57 % on the same code: 0.8 of Ampere.
+                "cdna2": 0.59,
+                # MI300X training reports (Databricks, AMD ROCm blogs) land at 35-45 % MFU.
+                "cdna3": 0.5,
+                # Megatron-LM (2019) sustained 30 % of V100 fp16 peak with model parallelism.
+                "volta": 0.55,
+                # Ada consumer/workstation parts reach 60-70 % of the fp32-accumulate peak on GEMMs.
+                "ada": 0.65,
+                # Intel/Habana MLPerf Training v3.1 GPT-3 submissions: ~50 % of bf16 MME peak.
+                "gaudi2": 0.55,
+                "gaudi3": 0.5,
+                # MLX matmul benchmarks on M-series GPUs: 60-70 % of the ALU peak.
+                "apple-m2": 0.6,
+                "apple-m1": 0.6,
+                # Measured by Shipyard's own runtime on an AVX512-BF16 CPU: 56 % MFU.
+                "cpu": 0.6,
+            }
+        )
+    )
+    """Fraction of the dense peak a large matrix multiply sustains, by generation."""
+    default_gemm_efficiency: float = 0.5
+    """For a generation not listed above (a device added in a user hardware file)."""
+    fp8_gemm_ratio: float = 1.0
+    """fp8 GEMMs reach a smaller share of their (2x) peak than bf16: casts and scaling (fitted)."""
+    elementwise_bytes_per_hidden: float = 0.674
+    """Non-GEMM work per layer, as bytes of memory traffic per unit of hidden width per FLOP of
+    GEMM work: layers reach half their GEMM efficiency at hidden/tp = this x peak FLOPs/byte
+    (about 250 on an A100, 470 on an H100) (fitted)."""
+    micro_batch_tokens_half: float = 244.0
+    """Tokens per micro-batch at which efficiency halves for the same reason (fitted)."""
+    flash_attention_ratio: float = 0.5
+    """Fused attention kernels run at this share of the GEMM efficiency (FlashAttention-2 reaches
+    50-70 % of peak where GEMMs reach 70-80 %) (fitted)."""
+    score_bytes_per_element: float = 36.7
+    """Memory traffic per attention score per forward+backward without a fused kernel: scores,
+    softmax, dropout mask and their gradients, each written and read (fitted)."""
+    pipeline_send_exposed: float = 0.5
+    """Share of pipeline sends between stages not hidden behind compute."""
+    link_efficiency: float = 0.7
+    """Share of the nominal intra-node link bandwidth a ring all-reduce achieves (NCCL tests)."""
+    network_efficiency: float = 0.765
+    """Share of the per-device network bandwidth an inter-node all-reduce achieves (fitted)."""
+    dp_overlap: float = 0.58
+    """Share of the backward pass that data-parallel gradient traffic hides behind (fitted)."""
+    qlora_slowdown: float = 1.35
+    """4-bit weights are dequantized before every matmul (bitsandbytes: QLoRA ~1.3-1.4x LoRA)."""
+    memory_bandwidth_efficiency: Mapping[str, float] = field(
+        default_factory=lambda: _frozen({"apple-m2": 0.6, "apple-m1": 0.6, "cpu": 0.5})
+    )
+    """Share of peak memory bandwidth decoding reaches: llama.cpp on M2 Ultra 42-77 % of 800 GB/s."""
+    default_memory_bandwidth_efficiency: float = 0.7
+    """vLLM/TensorRT-LLM batch-1 decode on HBM GPUs: 60-80 % of peak bandwidth."""
+    training_power_fraction: float = 0.8
+    """Average board power while training, as a share of TDP (BLOOM carbon study: ~75-85 %)."""
+    inference_power_fraction: float = 0.6
+    runtime_reserve_gib: float = 1.0
+    """Per device: CUDA/ROCm context, NCCL buffers, allocator slack."""
+    collective_latency_s: float = 20e-6
+    """Per collective call (launch plus one hop), NCCL tests on NVLink/InfiniBand."""
+
+    def gemm(self, architecture: str) -> float:
+        return self.gemm_efficiency.get(architecture, self.default_gemm_efficiency)
+
+    def bandwidth(self, architecture: str) -> float:
+        return self.memory_bandwidth_efficiency.get(architecture, self.default_memory_bandwidth_efficiency)
+
+
+CALIBRATION = Calibration()

@@ -1,0 +1,110 @@
+"""Model shapes: what the planner needs to know about a decoder-only transformer."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from shipyard.errors import InvalidSpec
+
+HEAD_DIM = 128
+"""Standard head width of GPT-3, LLaMA and most models since."""
+WIDTH_PER_LAYER = 128
+"""hidden / layers of GPT-3 175B and LLaMA 7B: the aspect ratio used when only a size is given."""
+DEFAULT_VOCAB = 32000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelShape:
+    params: float
+    """Total parameters, embeddings included (what model cards quote)."""
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    ffn_hidden: int
+    derived: tuple[str, ...] = ()
+    """Which of the fields above were derived rather than given (shown as assumptions)."""
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+
+def model_shape(
+    params: float,
+    *,
+    layers: int | None = None,
+    hidden: int | None = None,
+    heads: int | None = None,
+    kv_heads: int | None = None,
+    vocab: int | None = None,
+) -> ModelShape:
+    """A shape from the parameter count, filling what is not given with standard aspect ratios.
+
+    A dense decoder has about 12 * layers * hidden**2 parameters outside the embeddings; with
+    hidden = 128 * layers that gives layers = (params / 196608) ** (1/3).
+    """
+    _positive("--params", params)
+    for flag, value in (
+        ("--layers", layers),
+        ("--hidden", hidden),
+        ("--heads", heads),
+        ("--kv-heads", kv_heads),
+    ):
+        if value is not None:
+            _positive(flag, value)
+    derived: list[str] = []
+    vocab_size = vocab if vocab is not None else DEFAULT_VOCAB
+    if vocab is None:
+        derived.append("vocab")
+    _positive("--vocab", vocab_size)
+    if layers is None and hidden is None:
+        layers = _round_to(
+            max(1.0, (params / (12 * WIDTH_PER_LAYER**2)) ** (1 / 3)), 4 if params > 1e9 else 1
+        )
+        derived.append("layers")
+    if hidden is None:
+        assert layers is not None
+        # Solve params = 12*L*h^2 + 2*V*h (untied embeddings) for h.
+        a, b = 12 * layers, 2 * vocab_size
+        width = (-b + math.sqrt(b * b + 4 * a * params)) / (2 * a)
+        hidden = max(HEAD_DIM, _round_to(width, 2 * HEAD_DIM if width > 1024 else HEAD_DIM))
+        derived.append("hidden")
+    if layers is None:
+        layers = max(1, round((params - 2 * vocab_size * hidden) / (12 * hidden**2)))
+        derived.append("layers")
+    if heads is None:
+        heads = max(1, hidden // HEAD_DIM)
+        derived.append("heads")
+    if hidden % heads:
+        raise InvalidSpec(
+            f"--heads {heads} does not divide --hidden {hidden}",
+            hint=f"pick a head count that divides {hidden}, e.g. {hidden // HEAD_DIM or 1}",
+        )
+    kv = heads if kv_heads is None else kv_heads
+    if heads % kv:
+        raise InvalidSpec(
+            f"--kv-heads {kv} does not divide --heads {heads}",
+            hint="grouped-query attention needs heads to be a multiple of kv-heads",
+        )
+    return ModelShape(
+        params=float(params),
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        kv_heads=kv,
+        vocab=vocab_size,
+        ffn_hidden=4 * hidden,
+        derived=tuple(derived),
+    )
+
+
+def _round_to(value: float, multiple: int) -> int:
+    return max(multiple, round(value / multiple) * multiple)
+
+
+def _positive(flag: str, value: float) -> None:
+    if not value > 0:
+        raise InvalidSpec(f"{flag} must be positive, got {value:g}", hint=f"give {flag} a number above zero")

@@ -1,0 +1,479 @@
+"""Training time: FLOPs, achievable compute, communication, pipeline bubbles, and the layout search.
+
+Model FLOPs per token are 6N + 12*L*h*s (Kaplan et al. 2020; PaLM appendix B), 4N + 12*L*h*s for
+LoRA (no weight gradients for the frozen base). Recomputation adds hardware FLOPs but no model
+FLOPs: a full recompute repeats the forward (2N + 4*L*h*s), a selective one the attention scores.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from shipyard.errors import InvalidSpec
+from shipyard.planner.calibration import CALIBRATION, Calibration
+from shipyard.planner.memory import (
+    GIB,
+    GRADIENT_BYTES,
+    WEIGHT_BYTES,
+    MemoryBreakdown,
+    trainable_parameters,
+    training_memory,
+)
+from shipyard.planner.workload import RECOMPUTE_CHOICES, Cluster, Layout, LayoutRequest, TrainingWorkload
+
+ACTIVATION_BYTES_ON_WIRE = 2
+OPTIMIZER_BYTES_TOUCHED = 32
+"""Per parameter per Adam step: read weight, gradient, master, m, v; write four of them back."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepTime:
+    compute_s: float
+    tensor_parallel_s: float
+    pipeline_bubble_s: float
+    data_parallel_s: float
+    """Only what is not hidden behind the backward pass."""
+    optimizer_s: float
+
+    @property
+    def total_s(self) -> float:
+        return (
+            self.compute_s
+            + self.tensor_parallel_s
+            + self.pipeline_bubble_s
+            + self.data_parallel_s
+            + self.optimizer_s
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingPlan:
+    workload: TrainingWorkload
+    cluster: Cluster
+    layout: Layout
+    memory: MemoryBreakdown
+    step: StepTime
+    model_flops_per_token: float
+    hardware_flops_per_token: float
+    searched: bool
+    """True when the search chose the layout (the user pinned none or only part of it)."""
+    assumptions: tuple[str, ...] = field(default=())
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.workload.global_batch_tokens / self.step.total_s
+
+    @property
+    def tokens_per_s_per_device(self) -> float:
+        return self.tokens_per_s / self.cluster.count
+
+    @property
+    def tflops_per_device(self) -> float:
+        """Model FLOPs (recomputation not counted), as MFU uses."""
+        return self.tokens_per_s_per_device * self.model_flops_per_token / 1e12
+
+    @property
+    def peak_tflops(self) -> float:
+        return _peak(self.cluster, self.workload.precision)
+
+    @property
+    def mfu(self) -> float:
+        return self.tflops_per_device / self.peak_tflops
+
+    @property
+    def hfu(self) -> float:
+        return self.tokens_per_s_per_device * self.hardware_flops_per_token / 1e12 / self.peak_tflops
+
+    @property
+    def wall_time_h(self) -> float:
+        return self.workload.budget_tokens / self.tokens_per_s / 3600
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.wall_time_h * self.cluster.count
+
+    @property
+    def cost_usd(self) -> float | None:
+        hourly = self.cluster.accelerator.hourly_usd
+        return None if hourly is None else self.gpu_hours * hourly
+
+    def energy_kwh(self, calibration: Calibration = CALIBRATION) -> float:
+        watts = self.cluster.accelerator.tdp_w * calibration.training_power_fraction
+        return self.gpu_hours * watts / 1000
+
+    def not_fitting_reason(self) -> str | None:
+        if self.fits:
+            return None
+        m = self.memory
+        return (
+            f"needs {m.total_gib:.0f} GiB per device with tp={self.layout.tp}, pp={self.layout.pp}, "
+            f"zero={self.layout.zero}, recompute={self.layout.recompute}; "
+            f"{self.cluster.accelerator.key} has {m.usable_gib:.0f} GiB"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload.kind,
+            "accelerator": self.cluster.accelerator.key,
+            "count": self.cluster.count,
+            "fits": self.fits,
+            "reason": self.not_fitting_reason(),
+            "memory_gib_per_device": round(self.memory.total_gib, 3),
+            "memory": self.memory.to_dict(),
+            "step_time_s": self.step.total_s,
+            "step": {
+                "compute_s": self.step.compute_s,
+                "tensor_parallel_s": self.step.tensor_parallel_s,
+                "pipeline_bubble_s": self.step.pipeline_bubble_s,
+                "data_parallel_exposed_s": self.step.data_parallel_s,
+                "optimizer_s": self.step.optimizer_s,
+            },
+            "tokens_per_s": self.tokens_per_s,
+            "tokens_per_s_per_device": self.tokens_per_s_per_device,
+            "tflops_per_device": self.tflops_per_device,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "tokens": self.workload.budget_tokens,
+            "tokens_assumed": self.workload.tokens is None,
+            "wall_time_h": self.wall_time_h,
+            "gpu_hours": self.gpu_hours,
+            "cost_usd": self.cost_usd,
+            "price_usd_per_h": self.cluster.accelerator.hourly_usd,
+            "energy_kwh": self.energy_kwh(),
+            "parallelism": {
+                "tp": self.layout.tp,
+                "pp": self.layout.pp,
+                "dp": self.layout.dp,
+                "zero": self.layout.zero,
+                "recompute": self.layout.recompute,
+                "micro_batch": self.layout.micro_batch,
+                "sequence_parallel": self.layout.sequence_parallel,
+                "interleave": self.layout.interleave,
+                "searched": self.searched,
+            },
+            "model": {
+                "params": self.workload.model.params,
+                "layers": self.workload.model.layers,
+                "hidden": self.workload.model.hidden,
+                "heads": self.workload.model.heads,
+                "kv_heads": self.workload.model.kv_heads,
+                "vocab": self.workload.model.vocab,
+                "seq_len": self.workload.seq_len,
+                "global_batch_tokens": self.workload.global_batch_tokens,
+                "precision": self.workload.precision,
+            },
+            "links": {
+                "devices_per_node": self.cluster.devices_per_node,
+                "interconnect": self.cluster.link,
+                "interconnect_gb_per_s": self.cluster.link_gb_per_s,
+                "network": self.cluster.network,
+                "network_gbit_per_s": self.cluster.network_gbit_per_s,
+            },
+            "assumptions": list(self.assumptions),
+        }
+
+
+def _peak(cluster: Cluster, precision: str) -> float:
+    spec = cluster.accelerator
+    if precision == "fp32":
+        return spec.fp32_tflops or spec.bf16_tflops
+    if precision == "fp8":
+        return spec.tflops.fp8 or 0.0
+    if precision == "bf16" and spec.tflops.bf16 is None:
+        return spec.tflops.fp16 or 0.0
+    return spec.peak_tflops(precision) or 0.0  # type: ignore[arg-type]
+
+
+def flops_per_token(workload: TrainingWorkload, recompute: str) -> tuple[float, float, float]:
+    """(model FLOPs, hardware FLOPs in the dense layers, hardware FLOPs in attention scores)."""
+    m = workload.model
+    dense_factor = 4 if workload.kind in ("lora", "qlora") else 6
+    attention = 12 * m.layers * m.hidden * workload.seq_len
+    dense = dense_factor * m.params
+    model = dense + attention
+    if recompute == "full":
+        dense += 2 * m.params
+        attention += 4 * m.layers * m.hidden * workload.seq_len
+    elif recompute == "selective":
+        attention += 4 * m.layers * m.hidden * workload.seq_len
+    return model, dense, attention
+
+
+def step_time(
+    workload: TrainingWorkload, cluster: Cluster, layout: Layout, calibration: Calibration
+) -> StepTime:
+    m = workload.model
+    spec = cluster.accelerator
+    tp, pp, dp = layout.tp, layout.pp, layout.dp
+    micro_tokens = layout.micro_batch * workload.seq_len
+    n_micro = max(1.0, workload.global_batch_tokens / (dp * micro_tokens))
+    tokens_per_device = workload.global_batch_tokens / cluster.count
+
+    _, dense, attention = flops_per_token(workload, layout.recompute)
+    peak_16 = _peak(cluster, "bf16" if workload.precision != "fp32" else "fp32") * 1e12
+    peak_dense = _peak(cluster, workload.precision) * 1e12
+    memory_bw = spec.memory_bandwidth_gb_per_s * 1e9 * calibration.bandwidth(spec.architecture)
+    # Norms, activations functions and residual adds move O(h) bytes per token where the GEMMs do
+    # O(h^2) FLOPs: their share grows with the device's FLOPs per byte and shrinks with h/tp.
+    width_knee = calibration.elementwise_bytes_per_hidden * peak_16 / memory_bw
+    gemm = calibration.gemm(spec.architecture)
+    gemm *= 1 / (1 + width_knee * tp / m.hidden)
+    gemm *= 1 / (1 + calibration.micro_batch_tokens_half / micro_tokens)
+    dense_efficiency = gemm * (calibration.fp8_gemm_ratio if workload.precision == "fp8" else 1.0)
+    if workload.flash_attention:
+        attention_s = attention / (peak_16 * gemm * calibration.flash_attention_ratio)
+    else:
+        # Scores are written, soft-maxed, dropped out and read back through memory: a*s^2 elements
+        # per sequence and layer, forward and backward (again when recomputed).
+        passes = 4 / 3 if layout.recompute != "none" else 1.0
+        scores_per_token = m.heads / tp * workload.seq_len * m.layers / pp
+        traffic = scores_per_token * calibration.score_bytes_per_element * passes / memory_bw
+        attention_s = attention / (peak_16 * gemm) + traffic * tp * pp
+    compute = tokens_per_device * (dense / (peak_dense * dense_efficiency) + attention_s)
+    if workload.kind == "qlora":
+        compute *= calibration.qlora_slowdown
+
+    intra_bw = cluster.link_gb_per_s * 1e9 * calibration.link_efficiency
+    inter_bw = cluster.network_gbit_per_s / 8 * 1e9 * calibration.network_efficiency
+    latency = calibration.collective_latency_s
+
+    tensor_parallel = 0.0
+    if tp > 1:
+        bw = intra_bw if tp <= cluster.devices_per_node and intra_bw > 0 else inter_bw
+        message = micro_tokens * m.hidden * ACTIVATION_BYTES_ON_WIRE
+        all_reduce = 2 * (tp - 1) / tp * message / bw + latency
+        per_layer = 4 + (2 if layout.recompute == "full" else 0)
+        tensor_parallel = n_micro * (m.layers / pp) * per_layer * all_reduce
+
+    bubble = (compute + tensor_parallel) * (pp - 1) / (layout.interleave * n_micro)
+    if pp > 1:
+        # Activations forward and their gradients backward cross each stage boundary; stages of one
+        # replica sit on different nodes once tp * pp exceeds a node.
+        bw = inter_bw if tp * pp > cluster.devices_per_node or intra_bw == 0 else intra_bw
+        send = micro_tokens * m.hidden * ACTIVATION_BYTES_ON_WIRE / tp / bw + latency
+        bubble += 2 * send * (n_micro + pp - 1) * calibration.pipeline_send_exposed
+
+    data_parallel = 0.0
+    if dp > 1:
+        spans_nodes = cluster.count > cluster.devices_per_node or intra_bw == 0
+        bw = inter_bw if spans_nodes else intra_bw
+        shard_params = trainable_parameters(workload) / (tp * pp)
+        ring = (dp - 1) / dp
+        if layout.zero >= 3:
+            # All-gather weights for forward and backward, reduce-scatter gradients: every micro-batch.
+            traffic = 3 * ring * shard_params * WEIGHT_BYTES[workload.precision] / bw + 3 * latency
+            per_micro = max(0.0, traffic - calibration.dp_overlap * compute / n_micro)
+            data_parallel = n_micro * per_micro
+        else:
+            traffic = 2 * ring * shard_params * GRADIENT_BYTES[workload.precision] / bw + 2 * latency
+            backward_of_last = compute / n_micro * 2 / 3
+            data_parallel = max(0.0, traffic - calibration.dp_overlap * backward_of_last)
+
+    optimizer_shard = trainable_parameters(workload) / (tp * pp * (dp if layout.zero >= 1 else 1))
+    optimizer = optimizer_shard * OPTIMIZER_BYTES_TOUCHED / memory_bw
+    return StepTime(
+        compute_s=compute,
+        tensor_parallel_s=tensor_parallel,
+        pipeline_bubble_s=bubble,
+        data_parallel_s=data_parallel,
+        optimizer_s=optimizer,
+    )
+
+
+def plan_training(
+    workload: TrainingWorkload,
+    cluster: Cluster,
+    request: LayoutRequest | None = None,
+    calibration: Calibration = CALIBRATION,
+) -> TrainingPlan:
+    """The fastest layout that fits (or the one the user pinned), with its memory, time and cost.
+
+    When nothing fits, the plan with the least memory per device comes back with ``fits`` false.
+    """
+    request = request or LayoutRequest()
+    _check_request(workload, cluster, request)
+    if _peak(cluster, workload.precision) <= 0:
+        raise InvalidSpec(
+            f"{cluster.accelerator.key} has no {workload.precision} units",
+            hint="pick another --precision (V100 trains in fp16, Apple GPUs in fp16/fp32)",
+        )
+    usable = cluster.accelerator.usable_memory_gib
+    best: tuple[float, Layout, MemoryBreakdown, StepTime] | None = None
+    smallest: tuple[float, Layout, MemoryBreakdown] | None = None
+    for layout in candidate_layouts(workload, cluster, request):
+        memory = training_memory(workload, layout, usable, calibration)
+        if not memory.fits:
+            if smallest is None or memory.total_gib < smallest[0]:
+                smallest = (memory.total_gib, layout, memory)
+            continue
+        step = step_time(workload, cluster, layout, calibration)
+        if best is None or step.total_s < best[0]:
+            best = (step.total_s, layout, memory, step)
+    if best is not None:
+        _, layout, memory, step = best
+    elif smallest is not None:
+        _, layout, memory = smallest
+        step = step_time(workload, cluster, layout, calibration)
+    else:
+        raise InvalidSpec(
+            f"no parallel layout splits {workload.model.layers} layers and {workload.model.heads} heads "
+            f"over {cluster.count} devices with the values given",
+            hint="make --tp divide --heads and --count, and --pp divide --count/--tp",
+        )
+    model_flops, dense, attention = flops_per_token(workload, layout.recompute)
+    return TrainingPlan(
+        workload=workload,
+        cluster=cluster,
+        layout=layout,
+        memory=memory,
+        step=step,
+        model_flops_per_token=model_flops,
+        hardware_flops_per_token=dense + attention,
+        searched=not request.pinned,
+        assumptions=assumptions(workload, cluster, calibration),
+    )
+
+
+def _check_request(workload: TrainingWorkload, cluster: Cluster, request: LayoutRequest) -> None:
+    count = cluster.count
+    if request.tp is not None and request.tp > count:
+        raise InvalidSpec(
+            f"--tp {request.tp} is larger than --count {count}",
+            hint=f"tensor parallelism splits layers over devices: use --tp {count} or less",
+        )
+    if request.tp is not None and workload.model.heads % request.tp:
+        raise InvalidSpec(
+            f"--tp {request.tp} does not divide --heads {workload.model.heads}",
+            hint="tensor parallelism splits attention heads evenly; pick a divisor of the head count",
+        )
+    if request.pp is not None and request.pp > workload.model.layers:
+        raise InvalidSpec(
+            f"--pp {request.pp} is more stages than the model's {workload.model.layers} layers",
+            hint=f"use --pp {workload.model.layers} or less",
+        )
+    model_parallel = (request.tp or 1) * (request.pp or 1)
+    if count % model_parallel:
+        raise InvalidSpec(
+            f"--tp x --pp = {model_parallel} does not divide --count {count}: "
+            "tp x pp x dp must equal the device count",
+            hint=f"pick a --count that is a multiple of {model_parallel}, or other --tp/--pp",
+        )
+    dp = count // model_parallel
+    if request.tp is not None and request.pp is not None and dp > workload.sequences_per_step:
+        raise InvalidSpec(
+            f"tp={request.tp} x pp={request.pp} leaves dp={dp} data-parallel replicas but a step holds only "
+            f"{workload.sequences_per_step} sequences",
+            hint="raise --global-batch-tokens or use fewer devices",
+        )
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    return [2**i for i in range(limit.bit_length()) if 2**i <= limit]
+
+
+def _micro_batches(sequences: int) -> list[int]:
+    """Powers of two up to 64, and the whole per-replica batch when it is small and not one."""
+    sizes = _powers_of_two(min(sequences, 64))
+    if sequences <= 64 and sequences not in sizes:
+        sizes.append(sequences)
+    return sizes
+
+
+def candidate_layouts(
+    workload: TrainingWorkload, cluster: Cluster, request: LayoutRequest
+) -> Iterator[Layout]:
+    m = workload.model
+    count = cluster.count
+    tps = (
+        [request.tp]
+        if request.tp
+        else [t for t in _powers_of_two(min(count, cluster.devices_per_node)) if m.heads % t == 0]
+    )
+    zeros = [request.zero] if request.zero is not None else [1, 2, 3]
+    recomputes = [request.recompute] if request.recompute else list(RECOMPUTE_CHOICES)
+    for tp in tps:
+        rest = count // tp
+        if count % tp:
+            continue
+        pps = [request.pp] if request.pp else [p for p in range(1, min(rest, m.layers) + 1) if rest % p == 0]
+        for pp in pps:
+            if rest % pp:
+                continue
+            dp = rest // pp
+            sequences = workload.sequences_per_step // dp
+            if sequences < 1:
+                continue
+            micro_batches = [request.micro_batch] if request.micro_batch else _micro_batches(sequences)
+            for zero, recompute, micro_batch in itertools.product(zeros, recomputes, micro_batches):
+                yield Layout(
+                    tp=tp,
+                    pp=pp,
+                    dp=dp,
+                    zero=zero if dp > 1 else 0,
+                    recompute=recompute,
+                    micro_batch=micro_batch,
+                    sequence_parallel=tp > 1
+                    if request.sequence_parallel is None
+                    else request.sequence_parallel,
+                    interleave=request.interleave if pp > 1 else 1,
+                )
+
+
+def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calibration) -> tuple[str, ...]:
+    spec = cluster.accelerator
+    m = workload.model
+    notes = [
+        f"model FLOPs per token = {'4' if workload.kind in ('lora', 'qlora') else '6'}N + 12*L*h*s "
+        "(recomputation counts in HFU, not MFU)",
+        f"large-GEMM efficiency on {spec.architecture}: {calibration.gemm(spec.architecture):.0%} "
+        "of dense peak; "
+        "lower for narrow layers on devices with many FLOPs per byte of memory bandwidth, and for small "
+        "micro-batches",
+        f"links: {cluster.link} {cluster.link_gb_per_s:g} GB/s per direction inside a node of "
+        f"{cluster.devices_per_node}; network {cluster.network} {cluster.network_gbit_per_s:g} Gbit/s "
+        "per device; "
+        f"collectives reach {calibration.link_efficiency:.0%} / {calibration.network_efficiency:.0%} of that",
+        f"data-parallel traffic hides behind {calibration.dp_overlap:.0%} of the backward pass",
+        f"memory: {calibration.runtime_reserve_gib:g} GiB per device reserved for the runtime; "
+        f"{spec.usable_memory_fraction:.0%} of {spec.memory_gib:g} GiB usable",
+        f"energy: {calibration.training_power_fraction:.0%} of {spec.tdp_w:g} W TDP per device",
+    ]
+    if workload.precision == "fp8":
+        notes.append(
+            f"fp8 matmuls reach {calibration.fp8_gemm_ratio:.0%} of the bf16 efficiency; attention stays bf16"
+        )
+    if workload.kind == "qlora":
+        notes.append(f"QLoRA dequantization: compute x{calibration.qlora_slowdown:g}")
+    if workload.kind in ("lora", "qlora"):
+        notes.append(f"LoRA rank {workload.lora_rank} on every linear layer")
+    if workload.tokens is None:
+        basis = (
+            "20 tokens per parameter (Chinchilla)"
+            if workload.kind == "pretrain"
+            else "a 100 M-token fine-tune"
+        )
+        notes.append(f"token budget not given: {workload.budget_tokens:.3g} tokens, {basis}")
+    if m.derived:
+        notes.append(
+            f"derived from --params: {', '.join(m.derived)} (layers={m.layers}, hidden={m.hidden}, "
+            f"heads={m.heads}, vocab={m.vocab})"
+        )
+    price = spec.hourly_usd
+    if price is None:
+        notes.append(f"no price for {spec.key}: cost is null (set price_usd_per_h in a hardware file)")
+    elif spec.price_usd_per_h is None:
+        notes.append(f"price: ${spec.price_usd:,.0f} purchase amortized over 3 years = ${price:.3f}/h")
+    if spec.tflops.bf16 is None and workload.precision == "bf16":
+        notes.append(f"{spec.key} has no bf16 units: fp16 with loss scaling assumed")
+    return tuple(notes)
+
+
+def gib(value_bytes: float) -> float:
+    return value_bytes / GIB

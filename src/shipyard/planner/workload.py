@@ -1,0 +1,212 @@
+"""What is being planned: a training workload, a cluster of one accelerator type, a parallel layout."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from shipyard.errors import InvalidSpec
+from shipyard.hardware.catalog import AcceleratorSpec
+from shipyard.planner.shapes import ModelShape
+
+WorkloadKind = Literal["pretrain", "finetune", "lora", "qlora"]
+TrainPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
+Recompute = Literal["none", "selective", "full"]
+Optimizer = Literal["adamw", "adam8bit", "sgd"]
+
+RECOMPUTE_CHOICES: tuple[Recompute, ...] = ("none", "selective", "full")
+
+NETWORKS_GBIT_PER_S = {
+    "ib-ndr": 400.0,
+    "ib-hdr": 200.0,
+    "ib-edr": 100.0,
+    "roce-400": 400.0,
+    "roce-200": 200.0,
+    "roce-100": 100.0,
+    "eth-100": 100.0,
+    "eth-25": 25.0,
+    "eth-10": 10.0,
+}
+"""Named scale-out links, per device. ``--network`` also takes a number of Gbit/s."""
+
+LINKS_GB_PER_S = {
+    "nvlink-4": 450.0,
+    "nvlink-3": 300.0,
+    "nvlink-2": 150.0,
+    "pcie-gen5": 64.0,
+    "pcie-gen4": 32.0,
+    "pcie-gen3": 16.0,
+}
+"""Named intra-node links, per direction per device. ``--interconnect`` also takes GB/s."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingWorkload:
+    model: ModelShape
+    kind: WorkloadKind = "pretrain"
+    seq_len: int = 2048
+    global_batch_tokens: int = 2**20
+    tokens: float | None = None
+    """Training budget; ``None`` plans a default (Chinchilla's 20 tokens per parameter for
+    pre-training, 100 M tokens for fine-tuning) and says so."""
+    precision: TrainPrecision = "bf16"
+    optimizer: Optimizer = "adamw"
+    lora_rank: int = 16
+    flash_attention: bool = True
+    """Attention kernels that never store the s x s scores (FlashAttention, SDPA, xformers; since
+    2022). Without them Korthikanti's 5*a*s/h term is stored and the scores cost memory traffic."""
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--seq-len", self.seq_len), ("--global-batch-tokens", self.global_batch_tokens)):
+            if value <= 0:
+                raise InvalidSpec(
+                    f"{flag} must be positive, got {value}", hint=f"give {flag} a number above zero"
+                )
+        if self.global_batch_tokens < self.seq_len:
+            raise InvalidSpec(
+                f"--global-batch-tokens {self.global_batch_tokens} is smaller than one sequence "
+                f"({self.seq_len})",
+                hint="give at least --seq-len tokens per step",
+            )
+        if self.tokens is not None and self.tokens <= 0:
+            raise InvalidSpec(
+                f"--tokens must be positive, got {self.tokens:g}", hint="give a token budget above zero"
+            )
+
+    @property
+    def sequences_per_step(self) -> int:
+        return max(1, self.global_batch_tokens // self.seq_len)
+
+    @property
+    def budget_tokens(self) -> float:
+        if self.tokens is not None:
+            return self.tokens
+        return 20 * self.model.params if self.kind == "pretrain" else 1e8
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cluster:
+    """``count`` devices of one accelerator type and the links between them."""
+
+    accelerator: AcceleratorSpec
+    count: int
+    devices_per_node: int
+    link: str
+    link_gb_per_s: float
+    network: str
+    network_gbit_per_s: float
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.count // self.devices_per_node)
+
+
+def cluster_of(
+    accelerator: AcceleratorSpec,
+    count: int,
+    *,
+    interconnect: str | None = None,
+    network: str | None = None,
+    devices_per_node: int | None = None,
+) -> Cluster:
+    """A cluster with the accelerator's default links unless ``interconnect``/``network`` name others."""
+    if count <= 0:
+        raise InvalidSpec(
+            f"--count must be positive, got {count}", hint="give the number of devices, e.g. --count 8"
+        )
+    per_node = devices_per_node or accelerator.devices_per_node
+    if per_node <= 0:
+        raise InvalidSpec(
+            f"--devices-per-node must be positive, got {per_node}", hint="e.g. --devices-per-node 8"
+        )
+    link, link_bw = _named_rate(
+        interconnect,
+        LINKS_GB_PER_S,
+        "--interconnect",
+        "GB/s",
+        accelerator.interconnect.link,
+        accelerator.interconnect.gb_per_s,
+    )
+    if link_bw == 0:
+        # No device-to-device link: traffic inside a node goes through the host.
+        per_node = 1 if devices_per_node is None else per_node
+    net, net_bw = _named_rate(
+        network, NETWORKS_GBIT_PER_S, "--network", "Gbit/s", "catalog default", accelerator.network_gbit_per_s
+    )
+    return Cluster(
+        accelerator=accelerator,
+        count=count,
+        devices_per_node=min(per_node, count),
+        link=link,
+        link_gb_per_s=link_bw,
+        network=net,
+        network_gbit_per_s=net_bw,
+    )
+
+
+def _named_rate(
+    value: str | None, table: dict[str, float], flag: str, unit: str, default_name: str, default_rate: float
+) -> tuple[str, float]:
+    if value is None:
+        return default_name, default_rate
+    if value in table:
+        return value, table[value]
+    try:
+        rate = float(value)
+    except ValueError:
+        raise InvalidSpec(
+            f"{flag} {value!r} is neither a known link nor a number of {unit}",
+            hint=f"use one of {', '.join(table)} or a number such as 200",
+        ) from None
+    if rate <= 0:
+        raise InvalidSpec(f"{flag} must be positive, got {value}", hint=f"give the bandwidth in {unit}")
+    return f"{rate:g} {unit}", rate
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Layout:
+    """How a training job is split: tensor x pipeline x data parallel, sharding and recomputation."""
+
+    tp: int
+    pp: int
+    dp: int
+    zero: int
+    """ZeRO stage: 0 plain data parallel, 1 optimizer state sharded, 2 plus gradients, 3 plus
+    weights (what FSDP's FULL_SHARD does)."""
+    recompute: Recompute
+    micro_batch: int
+    """Sequences per device per forward pass."""
+    sequence_parallel: bool
+    interleave: int = 1
+    """Virtual pipeline stages per device (Megatron's interleaved 1F1B)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayoutRequest:
+    """What the user pinned; ``None`` leaves the choice to the search."""
+
+    tp: int | None = None
+    pp: int | None = None
+    zero: int | None = None
+    recompute: Recompute | None = None
+    micro_batch: int | None = None
+    sequence_parallel: bool | None = None
+    interleave: int = 1
+
+    def __post_init__(self) -> None:
+        for flag, value in (("--tp", self.tp), ("--pp", self.pp), ("--micro-batch", self.micro_batch)):
+            if value is not None and value <= 0:
+                raise InvalidSpec(f"{flag} must be positive, got {value}", hint=f"give {flag} 1 or more")
+        if self.zero is not None and self.zero not in (0, 1, 2, 3):
+            raise InvalidSpec(
+                f"--zero must be 0, 1, 2 or 3, got {self.zero}", hint="3 shards weights too (FSDP)"
+            )
+        if self.interleave <= 0:
+            raise InvalidSpec(f"--interleave must be positive, got {self.interleave}", hint="1 is plain 1F1B")
+
+    @property
+    def pinned(self) -> bool:
+        return None not in (self.tp, self.pp, self.zero, self.recompute)

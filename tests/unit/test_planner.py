@@ -1,0 +1,275 @@
+"""The capacity planner's formulas against hand-computed cases from the papers, its invariants
+(Hypothesis), its layout search and its input errors. Pure: no files, no processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shipyard.errors import InvalidSpec
+from shipyard.hardware.catalog import catalog, load_catalog, lookup
+from shipyard.planner.advisor import compare
+from shipyard.planner.calibration import CALIBRATION
+from shipyard.planner.inference import InferenceWorkload, plan_inference
+from shipyard.planner.memory import GIB, activation_bytes_per_layer, lora_parameters, training_memory
+from shipyard.planner.shapes import model_shape
+from shipyard.planner.training import flops_per_token, plan_training
+from shipyard.planner.workload import Layout, LayoutRequest, TrainingWorkload, cluster_of
+
+GPT3 = model_shape(175e9, layers=96, hidden=12288, heads=96)
+LLAMA_65B = model_shape(65.2e9, layers=80, hidden=8192, heads=64)
+
+
+def layout(**changes: object) -> Layout:
+    fields: dict[str, object] = {
+        "tp": 1,
+        "pp": 1,
+        "dp": 1,
+        "zero": 0,
+        "recompute": "none",
+        "micro_batch": 1,
+        "sequence_parallel": False,
+    }
+    fields.update(changes)
+    return Layout(**fields)  # type: ignore[arg-type]
+
+
+def states_gb(params: float, dp: int, zero: int) -> float:
+    workload = TrainingWorkload(model=model_shape(params), precision="bf16")
+    memory = training_memory(workload, layout(dp=dp, zero=zero), 1e9, CALIBRATION)
+    return (memory.weights_gib + memory.gradients_gib + memory.optimizer_gib) * GIB / 1e9
+
+
+def test_mixed_precision_adam_keeps_16_bytes_per_parameter() -> None:
+    assert states_gb(1e9, dp=1, zero=0) == pytest.approx(16.0)
+
+
+@pytest.mark.parametrize(
+    ("zero", "expected_gb"),
+    # Rajbhandari et al., "ZeRO" (2020), Table 1: 7.5B parameters on 64 data-parallel devices.
+    [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)],
+)
+def test_zero_stages_match_the_paper(zero: int, expected_gb: float) -> None:
+    assert states_gb(7.5e9, dp=64, zero=zero) == pytest.approx(expected_gb, rel=0.02)
+
+
+def test_korthikanti_activation_formulas_for_gpt3() -> None:
+    # Korthikanti et al. (2022), Table 2, with a=96, h=12288, s=2048, so 5as/h = 80.
+    common = {"seq": 2048, "micro_batch": 1, "hidden": 12288, "heads": 96}
+    sbh = 2048 * 12288
+    cases = {
+        (1, False, "none"): 114,  # 34 + 80
+        (8, False, "none"): 10 + 24 / 8 + 80 / 8,
+        (8, True, "none"): 114 / 8,
+        (8, True, "selective"): 34 / 8,
+        (8, False, "selective"): 10 + 24 / 8,
+        (8, True, "full"): 2 / 8,
+        (8, False, "full"): 2,
+    }
+    for (tp, sp, recompute), factor in cases.items():
+        got = activation_bytes_per_layer(**common, tp=tp, sequence_parallel=sp, recompute=recompute)
+        assert got == pytest.approx(sbh * factor), (tp, sp, recompute)
+
+
+def test_fused_attention_stores_no_scores() -> None:
+    common = {
+        "seq": 2048,
+        "micro_batch": 1,
+        "hidden": 12288,
+        "heads": 96,
+        "tp": 1,
+        "sequence_parallel": False,
+    }
+    fused = activation_bytes_per_layer(**common, recompute="none", flash_attention=True)
+    assert fused == activation_bytes_per_layer(**common, recompute="selective")
+
+
+def test_flops_per_token_are_6n_plus_attention() -> None:
+    workload = TrainingWorkload(model=GPT3, seq_len=2048)
+    model, dense, attention = flops_per_token(workload, "none")
+    assert model == pytest.approx(6 * 175e9 + 12 * 96 * 12288 * 2048)
+    assert (dense, attention) == (6 * 175e9, 12 * 96 * 12288 * 2048)
+    _, dense_full, attention_full = flops_per_token(workload, "full")
+    assert dense_full == 8 * 175e9 and attention_full == 16 * 96 * 12288 * 2048
+    lora = TrainingWorkload(model=GPT3, kind="lora")
+    assert flops_per_token(lora, "none")[0] == pytest.approx(4 * 175e9 + 12 * 96 * 12288 * 2048)
+
+
+def test_shapes_follow_standard_aspect_ratios() -> None:
+    derived = model_shape(175e9)
+    assert (derived.layers, derived.hidden, derived.heads) == (96, 12288, 96)
+    assert set(derived.derived) == {"layers", "hidden", "heads", "vocab"}
+    llama = model_shape(7e9)
+    assert (llama.layers, llama.hidden) == (32, 4096)
+
+
+def test_kv_cache_of_llama_65b() -> None:
+    plan = plan_inference(InferenceWorkload(model=LLAMA_65B, context=2048), cluster_of(lookup("h200"), 1))
+    # 2 (K and V) x 80 layers x 64 heads x 128 dims x 2048 tokens x 2 bytes
+    assert plan.memory.kv_cache_gib * GIB == pytest.approx(2 * 80 * 64 * 128 * 2048 * 2)
+    assert plan.memory.weights_gib * GIB == pytest.approx(65.2e9 * 2)
+
+
+def test_llama_65b_fp16_fits_one_m2_ultra_but_not_one_h100() -> None:
+    workload = InferenceWorkload(model=LLAMA_65B, batch=1, context=2048, precision="fp16")
+    m2 = plan_inference(workload, cluster_of(lookup("m2-ultra"), 1))
+    h100 = plan_inference(workload, cluster_of(lookup("h100-sxm"), 1))
+    assert m2.fits and not h100.fits
+    assert "h100-sxm has 80 GiB" in (h100.not_fitting_reason() or "")
+    assert m2.decode_bound == "memory bandwidth"
+    # Decode reads the weights once per token: H100's 3.35 TB/s beats the M2 Ultra's 0.8 TB/s.
+    assert h100.decode_tokens_per_s > 3 * m2.decode_tokens_per_s
+
+
+def test_the_advisor_marks_what_does_not_fit() -> None:
+    workload = InferenceWorkload(model=LLAMA_65B, precision="fp16")
+    rows = compare(workload, [lookup("h100-sxm"), lookup("m2-ultra"), lookup("h200")], count=1)
+    by_key = {r.accelerator: r for r in rows}
+    assert by_key["m2-ultra"].fits and by_key["h200"].fits and not by_key["h100-sxm"].fits
+    assert [r.rank for r in rows] == [1, 2, None]
+    assert rows[-1].accelerator == "h100-sxm"
+
+
+def test_the_advisor_picks_the_fewest_devices_that_fit() -> None:
+    workload = TrainingWorkload(model=model_shape(70e9), tokens=1e12)
+    rows = compare(workload, [lookup("h100-sxm"), lookup("mi300x")], rank_by="time")
+    counts = {r.accelerator: r.count for r in rows}
+    assert all(r.fits for r in rows)
+    # 70B x 16 bytes = 1.1 TB of states: 192 GiB devices need half as many as 80 GiB ones.
+    assert counts["mi300x"] < counts["h100-sxm"]
+    assert rows[0].time_h <= rows[1].time_h
+
+
+def test_the_search_picks_a_fitting_layout_and_says_so() -> None:
+    workload = TrainingWorkload(model=GPT3, seq_len=2048, global_batch_tokens=3145728, tokens=300e9)
+    plan = plan_training(workload, cluster_of(lookup("a100-80gb"), 1024))
+    assert plan.fits and plan.searched
+    assert plan.layout.tp * plan.layout.pp * plan.layout.dp == 1024
+    pinned = plan_training(
+        workload, cluster_of(lookup("a100-80gb"), 1024), LayoutRequest(tp=8, pp=16, zero=1, recompute="full")
+    )
+    assert not pinned.searched and pinned.step.total_s >= plan.step.total_s
+    assert 0 < plan.mfu < 1 and plan.wall_time_h == pytest.approx(300e9 / plan.tokens_per_s / 3600)
+    assert plan.gpu_hours == pytest.approx(plan.wall_time_h * 1024)
+    assert plan.cost_usd == pytest.approx(plan.gpu_hours * 1.8)
+
+
+def test_a_model_too_big_for_the_devices_does_not_fit_and_says_why() -> None:
+    plan = plan_training(TrainingWorkload(model=GPT3), cluster_of(lookup("rtx-4090"), 8))
+    assert not plan.fits
+    reason = plan.not_fitting_reason() or ""
+    assert reason.startswith("needs ") and "rtx-4090 has 24 GiB" in reason
+
+
+def test_no_price_means_no_cost() -> None:
+    plan = plan_training(TrainingWorkload(model=model_shape(1e9)), cluster_of(lookup("a800"), 8))
+    assert plan.cost_usd is None and plan.energy_kwh() > 0
+    assert any("no price for a800" in line for line in plan.assumptions)
+
+
+@pytest.mark.parametrize(
+    ("request_", "match"),
+    [
+        (LayoutRequest(tp=16), "--tp 16 is larger than --count 8"),
+        (LayoutRequest(tp=4, pp=3), r"tp x --pp = 12 does not divide --count 8"),
+        (LayoutRequest(tp=5), "--tp 5 does not divide --heads 32"),
+    ],
+)
+def test_impossible_layouts_name_the_flag(request_: LayoutRequest, match: str) -> None:
+    with pytest.raises(InvalidSpec, match=match):
+        plan_training(TrainingWorkload(model=model_shape(7e9)), cluster_of(lookup("h100-sxm"), 8), request_)
+
+
+def test_bad_sizes_name_the_flag() -> None:
+    with pytest.raises(InvalidSpec, match="--params must be positive"):
+        model_shape(-1)
+    with pytest.raises(InvalidSpec, match="--heads 30 does not divide --hidden 4096"):
+        model_shape(7e9, hidden=4096, heads=30)
+    with pytest.raises(InvalidSpec, match="--count must be positive"):
+        cluster_of(lookup("h100-sxm"), 0)
+    with pytest.raises(InvalidSpec, match="no fp8 units"):
+        plan_training(
+            TrainingWorkload(model=model_shape(1e9), precision="fp8"), cluster_of(lookup("v100-32gb"), 8)
+        )
+
+
+def test_unknown_accelerator_names_the_closest_key() -> None:
+    with pytest.raises(InvalidSpec) as err:
+        lookup("mi300")
+    assert "did you mean 'mi300x'?" in (err.value.hint or "")
+    assert "gaudi3" in (err.value.hint or "")
+
+
+def test_a_user_hardware_file_overrides_and_extends(tmp_path: Path) -> None:
+    extra = tmp_path / "hardware.yaml"
+    h100 = catalog()["h100-sxm"].model_dump()
+    new_row = {**h100, "key": "h100-nvl", "name": "NVIDIA H100 NVL", "memory_gib": 94, "match": []}
+    import yaml
+
+    extra.write_text(yaml.safe_dump([{"key": "h100-sxm", "price_usd_per_h": 1.25}, new_row]))
+    rows = load_catalog(extra)
+    assert rows["h100-sxm"].price_usd_per_h == 1.25 and rows["h100-sxm"].tdp_w == 700
+    assert rows["h100-nvl"].memory_gib == 94
+    extra.write_text(yaml.safe_dump([{"key": "tpu-v9", "memory_gib": 1}]))
+    with pytest.raises(InvalidSpec, match=r"row 'tpu-v9': .*name"):
+        load_catalog(extra)
+
+
+def test_every_row_has_the_figures_the_planner_needs() -> None:
+    for spec in catalog().values():
+        assert spec.bf16_tflops > 0 and spec.memory_gib > 0 and spec.memory_bandwidth_gb_per_s > 0, spec.key
+        assert spec.tdp_w > 0 and spec.source, spec.key
+    assert len(catalog()) >= 20
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    params=st.floats(min_value=1e8, max_value=2e11),
+    dp_small=st.integers(min_value=1, max_value=64),
+    factor=st.integers(min_value=2, max_value=16),
+    micro_batch=st.sampled_from([1, 2, 4]),
+    recompute=st.sampled_from(["none", "selective", "full"]),
+)
+def test_more_devices_never_increase_memory_per_device_under_zero3(
+    params: float, dp_small: int, factor: int, micro_batch: int, recompute: str
+) -> None:
+    workload = TrainingWorkload(model=model_shape(params))
+
+    def per_device(dp: int) -> float:
+        chosen = layout(dp=dp, zero=3, micro_batch=micro_batch, recompute=recompute)
+        return training_memory(workload, chosen, 80, CALIBRATION).total_gib
+
+    assert per_device(dp_small * factor) <= per_device(dp_small) + 1e-9
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    params=st.floats(min_value=1e9, max_value=1e11),
+    bandwidth=st.floats(min_value=100, max_value=5000),
+    scale=st.floats(min_value=1.1, max_value=4),
+)
+def test_decode_speed_scales_with_memory_bandwidth(params: float, bandwidth: float, scale: float) -> None:
+    workload = InferenceWorkload(model=model_shape(params), batch=1, context=1024)
+    base = lookup("h200")
+
+    def decode(gb_per_s: float) -> float:
+        spec = base.model_copy(update={"memory_bandwidth_gb_per_s": gb_per_s})
+        return plan_inference(workload, cluster_of(spec, 1)).decode_tokens_per_s
+
+    slow, fast = decode(bandwidth), decode(bandwidth * scale)
+    assert fast >= slow
+    # Batch-1 decode is bandwidth-bound: speed is proportional to bandwidth.
+    assert fast / slow == pytest.approx(scale, rel=1e-6)
+
+
+def test_lora_trains_a_small_fraction_of_the_parameters() -> None:
+    llama = model_shape(6.7e9, layers=32, hidden=4096, heads=32)
+    adapters = lora_parameters(llama, rank=16)
+    assert 0.002 < adapters / llama.params < 0.01
+    workload = TrainingWorkload(model=llama, kind="qlora")
+    memory = training_memory(workload, layout(recompute="full"), 24, CALIBRATION)
+    # 4-bit base weights: well under a third of 16-bit ones.
+    assert memory.weights_gib < 6.7e9 * 2 / GIB / 3 and memory.fits
