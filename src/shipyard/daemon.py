@@ -15,7 +15,8 @@ import time
 import traceback
 from types import FrameType
 
-from shipyard.services import agent, open_context
+from shipyard.services import agent
+from shipyard.services.context import open_context
 from shipyard.settings import Settings
 
 

@@ -12,7 +12,8 @@ from shipyard.errors import Conflict, NotFound, Unschedulable
 from shipyard.hardware import VendorQueries
 from shipyard.hardware.discovery import CpuInfo
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.services import ServiceContext, agent, jobs, open_context
+from shipyard.services import agent, jobs
+from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
 from tests.builders import spec_dict
 
@@ -90,3 +91,39 @@ def test_resume_from_a_checkpoints_folder_or_one_checkpoint(ctx: ServiceContext,
         jobs.submit(ctx, spec, resume_from=str(tmp_path / "elsewhere"))
     with pytest.raises(NotFound, match="neither a checkpoint path nor a job id"):
         jobs.submit(ctx, spec, resume_from="no-such-job")
+
+
+def h200_node(count: int) -> VendorQueries:
+    """A fake node with H200s (this machine has none): the submit-time fit check needs one."""
+    from shipyard.hardware.discovery import GIB, RawDevice
+
+    gpus = [
+        RawDevice(vendor="nvidia", index=i, name="NVIDIA H200", memory_bytes=141 * GIB) for i in range(count)
+    ]
+    return VendorQueries(nvidia=lambda: list(gpus), torch_devices=list, cpu=TWO_CORES.cpu)
+
+
+def test_a_job_that_fits_no_accelerator_here_is_refused_with_the_numbers(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path, db_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    ctx = open_context(settings, vendor_queries=h200_node(8), autostart_agent=False)
+    spec = spec_dict(
+        model={"preset": "llama-7b"},
+        training={"steps": 10, "global_batch_tokens": 65536, "micro_batch_size": 32, "seq_len": 2048},
+        resources={"accelerator": ["h200", "cpu"], "devices": 1},
+    )
+    with pytest.raises(Unschedulable) as err:
+        jobs.submit(ctx, validate_job_spec(spec))
+    message = str(err.value)
+    assert "needs " in message and "GiB per device with tp=1" in message
+    assert "the largest accelerator here has 141.0 GiB (h200)" in message
+    assert "fsdp" in (err.value.hint or "")
+    assert jobs.list_jobs(ctx) == []
+    ctx.close()
+
+
+def test_a_fitting_job_keeps_the_planners_estimate(ctx: ServiceContext) -> None:
+    view = jobs.submit(ctx, validate_job_spec(spec_dict()))
+    estimate = jobs.get(ctx, view.id).estimate
+    assert estimate["accelerator"] == "cpu" and estimate["devices"] == 1
+    assert 0 < estimate["memory_gib_per_device"] < 2
+    assert estimate["tokens_per_s"] > 0 and estimate["wall_time_s"] > 0

@@ -25,6 +25,10 @@ def run_guarded(entry: Callable[[], object]) -> int:
         if exc.hint:
             err_console.print(f"[bold]Hint:[/] {escape(exc.hint)}")
         return 1
+    except SystemExit as exc:
+        # Usage errors (a flag missing or of the wrong type) were printed by click with code 2;
+        # Shipyard reports every bad input with 1.
+        return 1 if exc.code == 2 else exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130

@@ -16,8 +16,8 @@ from rich.progress import (
 from shipyard.cli._output import err_console
 from shipyard.domain import JobState
 from shipyard.schemas.views import JobView
-from shipyard.services import ServiceContext
 from shipyard.services import jobs as job_service
+from shipyard.services.context import ServiceContext
 
 POLL_S = 1.0
 """Seconds between looks at the job: slow enough not to slow training on a small machine."""

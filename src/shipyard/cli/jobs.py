@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from shipyard.cli._follow import follow
-from shipyard.cli._output import JsonOpt, console, duration, print_json, table
+from shipyard.cli._output import JsonOpt, console, duration, fmt, print_json, table
 from shipyard.domain import JobState
 from shipyard.schemas.views import JobDetail, JobView
 from shipyard.services import jobs as job_service
-from shipyard.services import open_context
+from shipyard.services.context import open_context
 
-app = typer.Typer(help="Submit and watch training jobs.", no_args_is_help=True)
+sub_app = typer.Typer(help="Submit and watch training jobs.", no_args_is_help=True)
 
 JobIdArg = Annotated[str, typer.Argument(help="Job id, as `shipyard jobs list` shows it.")]
 
 
-@app.command()
+@sub_app.command()
 def submit(
     spec: Annotated[Path, typer.Argument(help="YAML job spec (apiVersion: shipyard/v1).")],
     wait: Annotated[
@@ -62,7 +62,7 @@ def _print_outcome(view: JobView) -> None:
         console.print(f"[bold]Hint:[/] {view.hint}")
 
 
-@app.command("list")
+@sub_app.command("list")
 def list_(
     state: Annotated[str | None, typer.Option(help="Only jobs in this state (queued, running, ...).")] = None,
     limit: Annotated[int, typer.Option(help="At most this many, newest first.")] = 50,
@@ -92,7 +92,7 @@ def list_(
     )
 
 
-@app.command()
+@sub_app.command()
 def show(job_id: JobIdArg, json_out: JsonOpt = False) -> None:
     """One job: state, attempts, summary figures and artifacts."""
     detail = job_service.get(open_context(), job_id)
@@ -134,6 +134,7 @@ def _print_detail(d: JobDetail) -> None:
             rows.append((label, f"{s[key]:.2%}" if key == "mfu" else s[key]))
     if "wall_s" in s:
         rows.append(("wall time", duration(s["wall_s"])))
+    rows += _estimate_rows(d.estimate, s)
     table(None, ["", ""], rows)
     if d.attempts:
         table(
@@ -160,7 +161,23 @@ def _print_detail(d: JobDetail) -> None:
         )
 
 
-@app.command()
+def _estimate_rows(estimate: dict[str, Any], measured: dict[str, float]) -> list[tuple[str, object]]:
+    """The planner's prediction at submit time beside what the run measured."""
+    if not estimate:
+        return []
+
+    def against(key: str) -> str:
+        return f" (measured {fmt(measured[key])})" if key in measured else ""
+
+    return [
+        ("planned on", f"{estimate['devices']} x {estimate['accelerator']}"),
+        ("planned memory/device", f"{estimate['memory_gib_per_device']:.2f} GiB{against('memory_gib')}"),
+        ("planned tokens/s", f"{fmt(estimate['tokens_per_s'])}{against('tokens_per_s')}"),
+        ("planned wall time", f"{duration(estimate['wall_time_s'])}"),
+    ]
+
+
+@sub_app.command()
 def logs(
     job_id: JobIdArg,
     follow_: Annotated[
@@ -183,7 +200,7 @@ def logs(
         time.sleep(1.0)
 
 
-@app.command()
+@sub_app.command()
 def cancel(job_id: JobIdArg, json_out: JsonOpt = False) -> None:
     """Cancel a job: a running one checkpoints first (SIGTERM), and is killed after a grace period."""
     view = job_service.cancel(open_context(), job_id)
@@ -193,3 +210,7 @@ def cancel(job_id: JobIdArg, json_out: JsonOpt = False) -> None:
         console.print(f"job {view.id} cancelled")
     else:
         console.print(f"job {view.id}: stop requested; it checkpoints, then stops")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sub_app, name="jobs")

@@ -2,31 +2,48 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import typer
 
 from shipyard import __version__
-from shipyard.cli import jobs, models, quickstart
 from shipyard.cli._errors import exit_code_of
 from shipyard.cli._output import JsonOpt, print_json, table
-from shipyard.services import open_context
-from shipyard.services.devices import list_devices
 
-app = typer.Typer(
-    name="shipyard",
-    help=__doc__,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
-app.add_typer(jobs.app, name="jobs")
-app.add_typer(models.app, name="models")
-app.command()(models.generate)
-app.command()(quickstart.quickstart)
+COMMANDS = {
+    "jobs": "shipyard.cli.jobs",
+    "models": "shipyard.cli.models",
+    "generate": "shipyard.cli.models",
+    "quickstart": "shipyard.cli.quickstart",
+    "plan": "shipyard.cli.plan",
+}
+"""Command -> the module that registers it. Only the module a command line needs is imported, so
+`shipyard plan` answers without loading the database layer (each module has ``register(app)``)."""
 
 
-@app.command()
+def build_app(argv: list[str]) -> typer.Typer:
+    app = typer.Typer(
+        name="shipyard",
+        help=__doc__,
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+    )
+    app.command()(devices)
+    app.command()(version)
+    command = next((arg for arg in argv if not arg.startswith("-")), None)
+    modules = [COMMANDS[command]] if command in COMMANDS else sorted(set(COMMANDS.values()))
+    for module in modules:
+        importlib.import_module(module).register(app)
+    return app
+
+
 def devices(json_out: JsonOpt = False) -> None:
     """Devices of this node, each with its accelerator type (the catalog key jobs ask for)."""
+    from shipyard.services.context import open_context
+    from shipyard.services.devices import list_devices
+
     found = list_devices(open_context())
     if json_out:
         print_json(found)
@@ -59,14 +76,13 @@ def devices(json_out: JsonOpt = False) -> None:
     )
 
 
-@app.command()
 def version() -> None:
     """Print Shipyard's version."""
     typer.echo(__version__)
 
 
 def main() -> None:
-    exit_code_of(app)
+    exit_code_of(build_app(sys.argv[1:]))
 
 
 if __name__ == "__main__":

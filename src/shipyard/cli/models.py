@@ -8,12 +8,12 @@ import typer
 
 from shipyard.cli._output import JsonOpt, console, print_json, table
 from shipyard.services import models as model_service
-from shipyard.services import open_context
+from shipyard.services.context import open_context
 
-app = typer.Typer(help="Registered model versions.", no_args_is_help=True)
+sub_app = typer.Typer(help="Registered model versions.", no_args_is_help=True)
 
 
-@app.command("list")
+@sub_app.command("list")
 def list_(
     name: Annotated[str | None, typer.Argument(help="Only versions of this model.")] = None,
     json_out: JsonOpt = False,
@@ -66,3 +66,8 @@ def generate(
     else:
         console.print(f"[dim]{completion.model}[/]")
         typer.echo(completion.prompt + completion.completion)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sub_app, name="models")
+    app.command()(generate)

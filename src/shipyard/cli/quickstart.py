@@ -13,8 +13,8 @@ from shipyard.errors import ShipyardError
 from shipyard.schemas.presets import PRESETS
 from shipyard.services import jobs as job_service
 from shipyard.services import models as model_service
-from shipyard.services import open_context
 from shipyard.services import quickstart as quickstart_service
+from shipyard.services.context import open_context
 
 PROMPT = "def "
 
@@ -79,3 +79,7 @@ def quickstart(
         f"Next: [bold]shipyard jobs show {view.id}[/], "
         f"[bold]shipyard generate {version.name} --prompt 'import '[/], [bold]shipyard models list[/]"
     )
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(quickstart)

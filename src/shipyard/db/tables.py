@@ -58,6 +58,9 @@ class Job(Base):
     resume_from: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
     pending_reason: Mapped[str | None] = mapped_column(Text)
+    estimate: Mapped[dict[str, Any] | None]
+    """The planner's prediction at submit time (memory, tokens/s, step time), shown beside the
+    measured figures."""
     """Why the agent could not start this queued job at its last look."""
     exit_reason: Mapped[str | None] = mapped_column(String(16))
     message: Mapped[str | None] = mapped_column(Text)

@@ -70,6 +70,8 @@ class JobDetail(JobView):
     artifacts: list[ArtifactView]
     spec: dict[str, Any]
     summary: dict[str, float]
+    estimate: dict[str, Any] = {}
+    """The planner's prediction at submit time (empty for jobs submitted before it existed)."""
     """Start/end losses, median tokens/s, MFU and wall time of the training."""
 
 

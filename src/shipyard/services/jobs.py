@@ -26,6 +26,8 @@ from shipyard.schemas.presets import PRESETS
 from shipyard.schemas.views import ArtifactView, AttemptView, JobDetail, JobView
 from shipyard.services import agent
 from shipyard.services.context import ServiceContext
+from shipyard.services.estimates import estimate_job
+from shipyard.services.planning import hardware_catalog
 
 
 def load_spec_file(path: Path) -> JobSpec:
@@ -66,6 +68,7 @@ def submit(
             "list an accelerator type it has in resources.accelerator",
         )
     spec.training.grad_accum_steps(request.devices)
+    estimate = estimate_job(spec, ctx.executor.devices, hardware_catalog(ctx.settings))
     with ctx.db.transaction() as session:
         checkpoint = _resume_point(session, spec, resume, resume_from)
         job_id = f"{spec.name}-{secrets.token_hex(3)}"
@@ -83,6 +86,7 @@ def submit(
             run_dir=str(run_dir),
             resume_from=str(checkpoint) if checkpoint else None,
             pending_reason="waiting for the local agent to pick it up",
+            estimate=estimate or None,
         )
         session.add(job)
         session.flush()
@@ -176,6 +180,7 @@ def get(ctx: ServiceContext, job_id: str) -> JobDetail:
             artifacts=[ArtifactView.model_validate(a, from_attributes=True) for a in artifacts],
             spec=job.spec,
             summary=summarize(job, metrics),
+            estimate=job.estimate or {},
         )
 
 
@@ -296,6 +301,9 @@ def summarize(job: Job, metrics: list[Metric]) -> dict[str, float]:
         mfus = [m.mfu for m in train[1:] if m.mfu is not None] or [train[0].mfu or 0.0]
         summary["mfu"] = statistics.median(mfus)
         summary["steps"] = train[-1].step
+        memory = [float(m.values["mem_gib"]) for m in train if m.values.get("mem_gib") is not None]
+        if memory:
+            summary["memory_gib"] = max(memory)
     if evals:
         summary["eval_loss_start"] = evals[0].loss
         summary["eval_loss_end"] = evals[-1].loss

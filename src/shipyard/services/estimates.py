@@ -1,0 +1,143 @@
+"""The planner's estimate of a submitted job on this node's accelerators.
+
+A job that fits on no accelerator type it may use is refused at submit time with the numbers; one
+that fits gets the estimate (memory per device, step time, tokens/s, wall time) stored beside the
+measured figures.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from shipyard.errors import InvalidSpec, Unschedulable
+from shipyard.hardware import Device
+from shipyard.hardware.catalog import AcceleratorSpec, Catalog
+from shipyard.planner.shapes import ModelShape
+from shipyard.planner.training import TrainingPlan, plan_training
+from shipyard.planner.workload import LayoutRequest, TrainingWorkload, cluster_of
+from shipyard.schemas.jobspec import JobSpec
+from shipyard.schemas.presets import PRESETS, ModelArch
+
+
+def job_arch(spec: JobSpec) -> ModelArch:
+    """The architecture a job trains: its preset, or the config of the model it fine-tunes."""
+    if not spec.model.path:
+        return PRESETS[spec.model.preset or ""].with_vocab(spec.data.tokenizer.vocab_size)
+    config_path = Path(spec.model.path) / "config.json"
+    try:
+        config = json.loads(config_path.read_text())
+        return ModelArch(
+            dim=config["hidden_size"],
+            n_layers=config["num_hidden_layers"],
+            n_heads=config["num_attention_heads"],
+            n_kv_heads=config.get("num_key_value_heads", config["num_attention_heads"]),
+            ffn_dim=config["intermediate_size"],
+            vocab_size=config["vocab_size"],
+            tie_embeddings=config.get("tie_word_embeddings", False),
+        )
+    except (OSError, ValueError, KeyError) as exc:
+        raise InvalidSpec(
+            f"model.path {spec.model.path}: cannot read the model's shape from config.json ({exc})",
+            hint="give a folder written by save_pretrained or a Shipyard export",
+        ) from None
+
+
+def job_workload(spec: JobSpec) -> TrainingWorkload:
+    arch = job_arch(spec)
+    t = spec.training
+    shape = ModelShape(
+        params=float(arch.num_params()),
+        layers=arch.n_layers,
+        hidden=arch.dim,
+        heads=arch.n_heads,
+        kv_heads=arch.n_kv_heads,
+        vocab=arch.vocab_size,
+        ffn_hidden=arch.ffn_dim,
+    )
+    return TrainingWorkload(
+        model=shape,
+        kind="finetune" if spec.model.path else "pretrain",
+        seq_len=t.seq_len,
+        global_batch_tokens=t.global_batch_tokens,
+        tokens=float(t.total_steps * t.global_batch_tokens),
+        # Autocast keeps fp32 master weights: 16 bytes per parameter, as mixed-precision Adam.
+        precision="fp32" if t.precision == "fp32" else "bf16",
+        flash_attention=True,  # the runtime uses scaled_dot_product_attention
+    )
+
+
+def _plan_on(
+    workload: TrainingWorkload, spec: JobSpec, accelerator: AcceleratorSpec, devices: int
+) -> TrainingPlan:
+    cluster = cluster_of(accelerator, devices, devices_per_node=devices)
+    layout = LayoutRequest(
+        tp=1,
+        pp=1,
+        zero=3 if spec.training.parallelism == "fsdp" else 0,
+        recompute="none",
+        micro_batch=spec.training.micro_batch_size,
+    )
+    return plan_training(workload, cluster, layout)
+
+
+def estimate_job(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog) -> dict[str, Any]:
+    """The fastest fitting accelerator type among those the job may use on this node.
+
+    Raises ``Unschedulable`` with the memory needed and the largest memory here when none fits.
+    """
+    workload = job_workload(spec)
+    devices = spec.resources.devices
+    plans: list[TrainingPlan] = []
+    for accelerator_type in spec.resources.accelerator:
+        found = [d for d in node_devices if d.accelerator_type == accelerator_type]
+        if not found or accelerator_type not in catalog:
+            continue
+        # The memory this node reports; the CPU's is shared by the job's processes.
+        memory_gib = min(d.memory_gib for d in found)
+        if accelerator_type == "cpu":
+            memory_gib /= devices
+        accelerator = catalog[accelerator_type].model_copy(
+            update={"memory_gib": memory_gib, "usable_memory_fraction": 1.0}
+        )
+        plans.append(_plan_on(workload, spec, accelerator, devices))
+    if not plans:
+        return {}
+    fitting = [p for p in plans if p.fits]
+    if not fitting:
+        largest = max(plans, key=lambda p: p.memory.usable_gib)
+        need = min(plans, key=lambda p: p.memory.total_gib)
+        shared = (
+            f", shared by {devices} processes"
+            if largest.cluster.accelerator.key == "cpu" and devices > 1
+            else ""
+        )
+        raise Unschedulable(
+            f"job {spec.name!r} needs {need.memory.total_gib:.1f} GiB per device with tp=1 "
+            f"({_breakdown(need)}); the largest accelerator here has {largest.memory.usable_gib:.1f} GiB "
+            f"({largest.cluster.accelerator.key}{shared})",
+            hint="lower training.micro_batch_size or training.seq_len, shard the weights with "
+            "training.parallelism: fsdp over more resources.devices, or pick a smaller model; "
+            "`shipyard plan train` shows what fits where",
+        )
+    best = min(fitting, key=lambda p: p.step.total_s)
+    return {
+        "accelerator": best.cluster.accelerator.key,
+        "devices": devices,
+        "memory_gib_per_device": round(best.memory.total_gib, 3),
+        "memory": best.memory.to_dict(),
+        "step_time_s": best.step.total_s,
+        "tokens_per_s": best.tokens_per_s,
+        "mfu": best.mfu,
+        "wall_time_s": best.wall_time_h * 3600,
+    }
+
+
+def _breakdown(plan: TrainingPlan) -> str:
+    m = plan.memory
+    return (
+        f"weights {m.weights_gib:.1f}, gradients {m.gradients_gib:.1f}, optimizer {m.optimizer_gib:.1f}, "
+        f"activations {m.activations_gib:.1f}"
+    )

@@ -1,0 +1,98 @@
+"""Planner use cases: resolve the catalog (built-in, this host's CPU, the user's hardware file),
+then call the pure planner. Imports nothing of the database layer, so `shipyard plan` is quick."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from shipyard.errors import InvalidSpec
+from shipyard.hardware.catalog import AcceleratorSpec, Catalog, catalog, load_catalog, unknown_key_hint
+from shipyard.hardware.discovery import cpu_device, query_cpu
+from shipyard.planner.advisor import Comparison, compare
+from shipyard.planner.inference import InferencePlan, InferenceWorkload, plan_inference
+from shipyard.planner.training import TrainingPlan, plan_training
+from shipyard.planner.workload import LayoutRequest, TrainingWorkload, cluster_of
+from shipyard.settings import Settings
+
+HARDWARE_FILE = "hardware.yaml"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Links:
+    interconnect: str | None = None
+    network: str | None = None
+    devices_per_node: int | None = None
+
+
+def hardware_catalog(settings: Settings, hardware_file: Path | None = None) -> dict[str, AcceleratorSpec]:
+    """The built-in catalog with ``cpu`` measured on this host, overridden by the user's file:
+    ``hardware_file`` when given, else ``$SHIPYARD_HOME/hardware.yaml`` when it exists."""
+    base = dict(catalog())
+    host = cpu_device(query_cpu())
+    base["cpu"] = base["cpu"].model_copy(
+        update={
+            "name": f"{host.name} ({host.cores} cores)",
+            "tflops": base["cpu"].tflops.model_copy(
+                update={
+                    "fp32": host.peak_fp32_tflops,
+                    "bf16": host.peak_bf16_tflops,
+                    "fp16": host.peak_bf16_tflops,
+                }
+            ),
+            "memory_gib": host.memory_gib,
+            "source": "this host: cores x clock x vector width; memory from the OS; bandwidth and TDP are "
+            "the catalog's reference server",
+        }
+    )
+    if hardware_file is None:
+        default = settings.home / HARDWARE_FILE
+        hardware_file = default if default.is_file() else None
+    return load_catalog(hardware_file, base=base)
+
+
+def accelerator(known: Catalog, key: str) -> AcceleratorSpec:
+    try:
+        return known[key]
+    except KeyError:
+        raise InvalidSpec(
+            f"--accelerator: unknown accelerator type {key!r}", hint=unknown_key_hint(key, known)
+        ) from None
+
+
+def train(
+    known: Catalog, workload: TrainingWorkload, key: str, count: int, request: LayoutRequest, links: Links
+) -> TrainingPlan:
+    cluster = cluster_of(
+        accelerator(known, key),
+        count,
+        interconnect=links.interconnect,
+        network=links.network,
+        devices_per_node=links.devices_per_node,
+    )
+    return plan_training(workload, cluster, request)
+
+
+def infer(
+    known: Catalog, workload: InferenceWorkload, key: str, count: int, tp: int | None, links: Links
+) -> InferencePlan:
+    cluster = cluster_of(
+        accelerator(known, key),
+        count,
+        interconnect=links.interconnect,
+        network=links.network,
+        devices_per_node=links.devices_per_node,
+    )
+    return plan_inference(workload, cluster, tp=tp)
+
+
+def compare_accelerators(
+    known: Catalog,
+    workload: TrainingWorkload | InferenceWorkload,
+    keys: Sequence[str] | None,
+    count: int | None,
+    rank_by: str,
+) -> list[Comparison]:
+    specs = [accelerator(known, key) for key in keys] if keys else list(known.values())
+    return compare(workload, specs, count=count, rank_by=rank_by)
