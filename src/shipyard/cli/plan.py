@@ -88,7 +88,9 @@ def train(
     micro_batch: Annotated[
         int | None, typer.Option(help="Sequences per device per pass (default: searched).")
     ] = None,
-    interleave: Annotated[int, typer.Option(help="Virtual pipeline stages per device.")] = 1,
+    interleave: Annotated[
+        int | None, typer.Option(help="Virtual pipeline stages per device (default: searched).")
+    ] = None,
     precision: Annotated[str, typer.Option(help="bf16, fp16, fp8 or fp32.")] = "bf16",
     optimizer: Annotated[str, typer.Option(help="adamw, adam8bit or sgd.")] = "adamw",
     lora_rank: Annotated[int, typer.Option(help="LoRA/QLoRA adapter rank.")] = 16,

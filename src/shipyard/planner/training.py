@@ -258,7 +258,9 @@ def step_time(
         # replica sit on different nodes once tp * pp exceeds a node.
         bw = inter_bw if tp * pp > cluster.devices_per_node or intra_bw == 0 else intra_bw
         send = micro_tokens * m.hidden * ACTIVATION_BYTES_ON_WIRE / tp / bw + latency
-        bubble += 2 * send * (n_micro + pp - 1) * calibration.pipeline_send_exposed
+        # Interleaving multiplies the boundaries each micro-batch crosses.
+        sends = (n_micro + pp - 1) * layout.interleave
+        bubble += 2 * send * sends * calibration.pipeline_send_exposed
 
     data_parallel = 0.0
     if dp > 1:
@@ -386,6 +388,16 @@ def _micro_batches(sequences: int) -> list[int]:
     return sizes
 
 
+def _interleaves(layers: int, pp: int, requested: int | None) -> list[int]:
+    """Virtual stages per device, each of at least one layer (stages may differ by a layer, as
+    Megatron and torchtitan allow); no interleaving without a pipeline."""
+    if pp == 1:
+        return [1]
+    if requested is not None:
+        return [requested]
+    return [v for v in (1, 2, 4, 8) if pp * v <= layers]
+
+
 def candidate_layouts(
     workload: TrainingWorkload, cluster: Cluster, request: LayoutRequest
 ) -> Iterator[Layout]:
@@ -398,6 +410,9 @@ def candidate_layouts(
     )
     zeros = [request.zero] if request.zero is not None else [1, 2, 3]
     recomputes = [request.recompute] if request.recompute else list(RECOMPUTE_CHOICES)
+    if workload.flash_attention and request.recompute is None:
+        # Fused attention already stores no scores: selective recompute would save nothing.
+        recomputes.remove("selective")
     for tp in tps:
         rest = count // tp
         if count % tp:
@@ -411,7 +426,10 @@ def candidate_layouts(
             if sequences < 1:
                 continue
             micro_batches = [request.micro_batch] if request.micro_batch else _micro_batches(sequences)
-            for zero, recompute, micro_batch in itertools.product(zeros, recomputes, micro_batches):
+            interleaves = _interleaves(m.layers, pp, request.interleave)
+            for zero, recompute, micro_batch, interleave in itertools.product(
+                zeros, recomputes, micro_batches, interleaves
+            ):
                 yield Layout(
                     tp=tp,
                     pp=pp,
@@ -422,7 +440,7 @@ def candidate_layouts(
                     sequence_parallel=tp > 1
                     if request.sequence_parallel is None
                     else request.sequence_parallel,
-                    interleave=request.interleave if pp > 1 else 1,
+                    interleave=interleave,
                 )
 
 

@@ -194,7 +194,8 @@ class LayoutRequest:
     recompute: Recompute | None = None
     micro_batch: int | None = None
     sequence_parallel: bool | None = None
-    interleave: int = 1
+    interleave: int | None = None
+    """Virtual pipeline stages per device; ``None`` searches 1, 2, 4, 8."""
 
     def __post_init__(self) -> None:
         for flag, value in (("--tp", self.tp), ("--pp", self.pp), ("--micro-batch", self.micro_batch)):
@@ -204,7 +205,7 @@ class LayoutRequest:
             raise InvalidSpec(
                 f"--zero must be 0, 1, 2 or 3, got {self.zero}", hint="3 shards weights too (FSDP)"
             )
-        if self.interleave <= 0:
+        if self.interleave is not None and self.interleave <= 0:
             raise InvalidSpec(f"--interleave must be positive, got {self.interleave}", hint="1 is plain 1F1B")
 
     @property

@@ -1,0 +1,104 @@
+"""Fit the planner's shared efficiency constants on published runs (a development tool).
+
+Fits a handful of physical constants, the same for every row — large-GEMM efficiency of Ampere and
+Hopper, the fp8 ratio, the width and micro-batch knees, fused-attention efficiency, score traffic
+without fused attention, network efficiency and data-parallel overlap — by minimizing a robust loss
+of log errors over the rows of ``--runs``. Prints the fitted values to copy into
+``src/shipyard/planner/calibration.py`` and the resulting scores. Needs scipy (the dev extra).
+
+    .venv/bin/python benchmarks/planner_calibrate.py [--runs FILE.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from pathlib import Path
+from types import MappingProxyType
+
+from planner_accuracy import DEFAULT_RUNS, load_cases, score
+from scipy.optimize import minimize
+
+from shipyard.planner.calibration import CALIBRATION, Calibration
+from shipyard.planner.training import plan_training
+
+FITTED = (
+    "ampere",
+    "hopper",
+    "fp8_gemm_ratio",
+    "elementwise_bytes_per_hidden",
+    "micro_batch_tokens_half",
+    "flash_attention_ratio",
+    "score_bytes_per_element",
+    "network_efficiency",
+    "link_efficiency",
+    "dp_overlap",
+)
+BOUNDS = {
+    "ampere": (0.4, 0.9),
+    "hopper": (0.3, 0.9),
+    "fp8_gemm_ratio": (0.3, 1.0),
+    "elementwise_bytes_per_hidden": (0.0, 20.0),
+    "micro_batch_tokens_half": (0.0, 4000.0),
+    "flash_attention_ratio": (0.5, 1.0),
+    "score_bytes_per_element": (0.0, 200.0),
+    "network_efficiency": (0.2, 0.95),
+    "link_efficiency": (0.3, 1.0),
+    "dp_overlap": (0.0, 1.0),
+}
+
+
+def calibration_from(values: dict[str, float]) -> Calibration:
+    gemm = dict(CALIBRATION.gemm_efficiency)
+    gemm["ampere"] = values["ampere"]
+    gemm["hopper"] = values["hopper"]
+    scalars = {k: v for k, v in values.items() if k not in ("ampere", "hopper")}
+    return dataclasses.replace(CALIBRATION, gemm_efficiency=MappingProxyType(gemm), **scalars)
+
+
+def current() -> dict[str, float]:
+    values = {name: getattr(CALIBRATION, name) for name in FITTED if hasattr(CALIBRATION, name)}
+    values["ampere"] = CALIBRATION.gemm("ampere")
+    values["hopper"] = CALIBRATION.gemm("hopper")
+    return values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    args = parser.parse_args()
+    cases, _ = load_cases(args.runs)
+
+    def loss(x: list[float]) -> float:
+        values = {}
+        for name, value in zip(FITTED, x, strict=True):
+            low, high = BOUNDS[name]
+            if not low <= value <= high:
+                return 1e9
+            values[name] = value
+        calibration = calibration_from(values)
+        total = 0.0
+        for case in cases:
+            plan = plan_training(case.workload, case.cluster, case.request, calibration=calibration)
+            error = abs(math.log(getattr(plan, case.metric) / case.measured))
+            # Robust: a row off by more than 25 % counts as a miss, not as its full size.
+            total += min(error, 0.25)
+        return total / len(cases)
+
+    start = [current()[name] for name in FITTED]
+    result = minimize(
+        loss, start, method="Nelder-Mead", options={"maxiter": 1500, "xatol": 1e-3, "fatol": 1e-5}
+    )
+    fitted = dict(zip(FITTED, result.x, strict=True))
+    for name, value in fitted.items():
+        print(f"{name} = {value:.4g}")
+    summary = score(cases, calibration_from(fitted))
+    print(
+        f"throughput MdAPE {summary['throughput_mdape']:.1%}, wall MdAPE {summary['wall_time_mdape']:.1%}, "
+        f"within 20%: {summary['within_20pct']:.0%}"
+    )
+
+
+if __name__ == "__main__":
+    main()
