@@ -152,9 +152,18 @@ def test_the_search_picks_a_fitting_layout_and_says_so() -> None:
         workload, cluster_of(lookup("a100-80gb"), 1024), LayoutRequest(tp=8, pp=16, zero=1, recompute="full")
     )
     assert not pinned.searched and pinned.step.total_s >= plan.step.total_s
-    assert 0 < plan.mfu < 1 and plan.wall_time_h == pytest.approx(300e9 / plan.tokens_per_s / 3600)
+    assert 0 < plan.mfu < 1 and 0.99 < plan.goodput < 1
+    assert plan.wall_time_h == pytest.approx(300e9 / plan.tokens_per_s / 3600 / plan.goodput)
     assert plan.gpu_hours == pytest.approx(plan.wall_time_h * 1024)
     assert plan.cost_usd == pytest.approx(plan.gpu_hours * 1.8)
+
+
+def test_interruptions_cost_more_on_bigger_clusters() -> None:
+    from shipyard.planner.training import goodput
+
+    # Llama 3: >90 % effective training time on 16,384 GPUs; a single node barely notices.
+    assert goodput(8, CALIBRATION) > 0.999
+    assert 0.9 < goodput(16384, CALIBRATION) < goodput(2048, CALIBRATION) < 1
 
 
 def test_a_model_too_big_for_the_devices_does_not_fit_and_says_why() -> None:

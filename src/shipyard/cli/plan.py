@@ -380,7 +380,11 @@ def _print_training(plan: TrainingPlan) -> None:
             ),
             ("TFLOPS per device", f"{_number(d['tflops_per_device'])} (MFU {d['mfu']:.1%})"),
             ("tokens", _number(d["tokens"]) + (" (assumed)" if d["tokens_assumed"] else "")),
-            ("wall time", f"{_number(d['wall_time_h'], 'h')} ({d['wall_time_h'] / 24:.3g} days)"),
+            (
+                "wall time",
+                f"{_number(d['wall_time_h'], 'h')} ({d['wall_time_h'] / 24:.3g} days, "
+                f"goodput {d['goodput']:.1%})",
+            ),
             ("GPU-hours", _number(d["gpu_hours"])),
             (
                 "cost",

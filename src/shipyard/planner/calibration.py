@@ -84,6 +84,11 @@ class Calibration:
     training_power_fraction: float = 0.8
     """Average board power while training, as a share of TDP (BLOOM carbon study: ~75-85 %)."""
     inference_power_fraction: float = 0.6
+    interruptions_per_device_hour: float = 2.2e-5
+    """Llama 3 (arXiv:2407.21783, section 3.3.4): 466 interruptions in 54 days on 16,384 H100s."""
+    hours_lost_per_interruption: float = 0.25
+    """Restart, reload and the work redone since the last checkpoint; Meta reports >90 % effective
+    training time at 16k GPUs, which this and the rate above reproduce."""
     runtime_reserve_gib: float = 1.0
     """Per device: CUDA/ROCm context, NCCL buffers, allocator slack."""
     collective_latency_s: float = 20e-6

@@ -60,6 +60,9 @@ class TrainingPlan:
     hardware_flops_per_token: float
     searched: bool
     """True when the search chose the layout (the user pinned none or only part of it)."""
+    goodput: float = 1.0
+    """Share of wall time spent making progress: interruptions (failed devices, restarts, work
+    redone since the last checkpoint) grow with the device count."""
     assumptions: tuple[str, ...] = field(default=())
 
     @property
@@ -93,7 +96,7 @@ class TrainingPlan:
 
     @property
     def wall_time_h(self) -> float:
-        return self.workload.budget_tokens / self.tokens_per_s / 3600
+        return self.workload.budget_tokens / self.tokens_per_s / 3600 / self.goodput
 
     @property
     def gpu_hours(self) -> float:
@@ -143,6 +146,7 @@ class TrainingPlan:
             "tokens": self.workload.budget_tokens,
             "tokens_assumed": self.workload.tokens is None,
             "wall_time_h": self.wall_time_h,
+            "goodput": self.goodput,
             "gpu_hours": self.gpu_hours,
             "cost_usd": self.cost_usd,
             "price_usd_per_h": self.cluster.accelerator.hourly_usd,
@@ -339,8 +343,15 @@ def plan_training(
         model_flops_per_token=model_flops,
         hardware_flops_per_token=dense + attention,
         searched=not request.pinned,
+        goodput=goodput(cluster.count, calibration),
         assumptions=assumptions(workload, cluster, calibration),
     )
+
+
+def goodput(count: int, calibration: Calibration) -> float:
+    """1 - expected share of time lost to interruptions, which arrive per device-hour."""
+    lost = calibration.interruptions_per_device_hour * count * calibration.hours_lost_per_interruption
+    return 1 / (1 + lost)
 
 
 def _check_request(workload: TrainingWorkload, cluster: Cluster, request: LayoutRequest) -> None:
@@ -462,6 +473,9 @@ def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calib
         f"memory: {calibration.runtime_reserve_gib:g} GiB per device reserved for the runtime; "
         f"{spec.usable_memory_fraction:.0%} of {spec.memory_gib:g} GiB usable",
         f"energy: {calibration.training_power_fraction:.0%} of {spec.tdp_w:g} W TDP per device",
+        f"interruptions: {calibration.interruptions_per_device_hour * 1e6:g} per million device-hours, "
+        f"{calibration.hours_lost_per_interruption * 60:g} min lost each: "
+        f"goodput {goodput(cluster.count, calibration):.1%}",
     ]
     if workload.precision == "fp8":
         notes.append(
