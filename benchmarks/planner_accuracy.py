@@ -9,8 +9,8 @@ per-device throughput and of wall time, and the share of rows within +-20 %. It 
     .venv/bin/python benchmarks/planner_accuracy.py [--runs FILE.csv] [--json]
 
 A row is usable when its hardware maps onto a catalog key and it reports tokens/s per device,
-TFLOPS per device or MFU. Rows without a device count get one device per two sequences of the
-global batch, rounded to a power of two (only data-parallel traffic depends on it).
+TFLOPS per device or MFU. Rows without a device count get one device per sequence of the
+global batch, rounded to a power of two (it sets how many tokens each device sees per step).
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def _case(row: dict[str, str]) -> Case | str:
     spec = _as_described(catalog()[key], row["hardware"])
     count = _number(row["num_accelerators"])
     if not count:
-        count = 2 ** round(math.log2(max(1, batch // seq // 2)))
+        count = 2 ** round(math.log2(max(1, batch // seq)))
     network = parse_network(row["interconnect"], spec.devices_per_node)
     cluster = cluster_of(spec, int(count), network=network)
     wall = _number(row["wall_time_hours"])
