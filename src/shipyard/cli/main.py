@@ -17,6 +17,7 @@ COMMANDS = {
     "generate": "shipyard.cli.models",
     "quickstart": "shipyard.cli.quickstart",
     "plan": "shipyard.cli.plan",
+    "sim": "shipyard.cli.sim",
 }
 """Command -> the module that registers it. Only the module a command line needs is imported, so
 `shipyard plan` answers without loading the database layer (each module has ``register(app)``)."""

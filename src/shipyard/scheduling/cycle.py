@@ -1,0 +1,170 @@
+"""The round mechanism: from an allocation (shares of time) to the leases of the next round.
+
+Each round, a job's priority on a type is its allocated share divided by the share it has
+received so far (Gavel's mechanism): jobs behind their allocation go first. Gangs are all or
+nothing on one type; a job that keeps its type keeps its exact devices (lease extension, no
+restart); new gangs go to the fullest node that fits them (packing), and only when no single node
+can hold them are they spread over several, where they run slower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
+from shipyard.scheduling.policies import Policy
+from shipyard.scheduling.quota import Admission, Queues, admit
+
+NEVER_RECEIVED = 1e9
+"""Priority of a share allocated but never yet received: it goes before every other."""
+
+
+def run_cycle(
+    jobs: Sequence[Job],
+    nodes: Sequence[Node],
+    allocation: Allocation,
+    *,
+    now_s: float,
+    round_s: float,
+) -> RoundPlan:
+    """The leases of the next round for ``jobs`` on ``nodes`` under ``allocation``."""
+    by_id = {j.id: j for j in jobs}
+    capacity: dict[str, int] = {}
+    for node in nodes:
+        capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
+
+    candidates: list[tuple[float, int, float, str, str]] = []
+    for job_id, shares in allocation.items():
+        job = by_id.get(job_id)
+        if job is None:
+            continue
+        age = max(now_s - job.arrival_s, round_s)
+        for accelerator_type, share in shares.items():
+            if share <= 0 or not job.allows(accelerator_type):
+                continue
+            received = job.attained_s.get(accelerator_type, 0.0) / age
+            rank = share / received if received > 0 else NEVER_RECEIVED * share
+            keeps_lease = 0 if job.running_on == accelerator_type else 1
+            candidates.append((-rank, keeps_lease, job.arrival_s, job.id, accelerator_type))
+    candidates.sort()
+
+    # Choose (job, type) pairs by counting devices per type, then place them on nodes: jobs that
+    # keep their lease first, so their devices are not handed to someone else.
+    free = dict(capacity)
+    chosen: dict[str, str] = {}
+    for _, _, _, job_id, accelerator_type in candidates:
+        job = by_id[job_id]
+        if job_id in chosen or free.get(accelerator_type, 0) < job.devices:
+            continue
+        free[accelerator_type] -= job.devices
+        chosen[job_id] = accelerator_type
+
+    node_free = {n.id: n.devices for n in nodes}
+    leases: dict[str, Lease] = {}
+    for job_id, accelerator_type in chosen.items():
+        job = by_id[job_id]
+        if job.running_on == accelerator_type and _fits_again(job, node_free):
+            for node_id in job.nodes:
+                node_free[node_id] -= 1
+            leases[job_id] = Lease(job_id=job_id, accelerator_type=accelerator_type, nodes=job.nodes)
+    for job_id, accelerator_type in chosen.items():
+        if job_id in leases:
+            continue
+        job = by_id[job_id]
+        placed = _place(job.devices, [n for n in nodes if n.accelerator_type == accelerator_type], node_free)
+        if placed is not None:
+            leases[job_id] = Lease(job_id=job_id, accelerator_type=accelerator_type, nodes=placed)
+
+    preempted = tuple(sorted(j.id for j in jobs if j.running_on is not None and j.id not in leases))
+    waiting = [j for j in jobs if j.id not in leases]
+    return RoundPlan(
+        leases=leases,
+        preempted=preempted,
+        pending_reasons=pending_reasons(waiting, capacity, free, allocation),
+    )
+
+
+def _fits_again(job: Job, node_free: Mapping[str, int]) -> bool:
+    need: dict[str, int] = {}
+    for node_id in job.nodes:
+        need[node_id] = need.get(node_id, 0) + 1
+    return bool(job.nodes) and all(node_free.get(n, 0) >= c for n, c in need.items())
+
+
+def _place(devices: int, nodes: Sequence[Node], node_free: dict[str, int]) -> tuple[str, ...] | None:
+    """Best fit on one node; otherwise the emptiest nodes first (fewest nodes spanned)."""
+    single = [n for n in nodes if node_free[n.id] >= devices]
+    if single:
+        node = min(single, key=lambda n: (node_free[n.id], n.id))
+        node_free[node.id] -= devices
+        return (node.id,) * devices
+    if sum(node_free[n.id] for n in nodes) < devices:
+        return None
+    placed: list[str] = []
+    for node in sorted(nodes, key=lambda n: (-node_free[n.id], n.id)):
+        take = min(node_free[node.id], devices - len(placed))
+        placed += [node.id] * take
+        node_free[node.id] -= take
+        if len(placed) == devices:
+            break
+    return tuple(placed)
+
+
+def pending_reasons(
+    waiting: Sequence[Job], capacity: Mapping[str, int], free: Mapping[str, int], allocation: Allocation
+) -> dict[str, str]:
+    """Why each waiting job waits, in numbers (aggregated per accelerator type)."""
+    reasons: dict[str, str] = {}
+    for job in waiting:
+        allowed = [k for k in capacity if job.allows(k)]
+        if not allowed:
+            wanted = ", ".join(job.accelerator_types)
+            reasons[job.id] = f"no device of type {wanted} in this cluster"
+            continue
+        largest = max(capacity[k] for k in allowed)
+        if largest < job.devices:
+            reasons[job.id] = f"needs {job.devices} devices of one type; the largest type here has {largest}"
+            continue
+        parts = [f"{k}: {free.get(k, 0)} of {capacity[k]} free, needs {job.devices}" for k in sorted(allowed)]
+        if job.id not in allocation:
+            why = "the policy gives its share to other jobs this round"
+        else:
+            why = "waiting for its turn in the time share"
+        reasons[job.id] = f"{why} ({'; '.join(parts)})"
+    return reasons
+
+
+def schedule(
+    jobs: Sequence[Job],
+    nodes: Sequence[Node],
+    throughputs: Throughputs,
+    policy: Policy,
+    queues: Queues | None = None,
+    *,
+    now_s: float,
+    round_s: float,
+    prices: Mapping[str, float] | None = None,
+    seed: int = 0,
+) -> tuple[RoundPlan, Admission]:
+    """One whole cycle: admission by quota, the policy's allocation, then the round's leases."""
+    capacity: dict[str, int] = {}
+    for node in nodes:
+        capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
+    admission = admit(jobs, queues or Queues.unlimited(capacity))
+    candidates = [j for j in admission.jobs if j.id not in admission.reclaimed]
+    allocation = policy(
+        PolicyInput(
+            jobs=candidates,
+            capacity=capacity,
+            throughputs=throughputs,
+            prices=prices or {},
+            now_s=now_s,
+            seed=seed,
+        )
+    )
+    plan = run_cycle(admission.jobs, nodes, allocation, now_s=now_s, round_s=round_s)
+    reasons = dict(plan.pending_reasons)
+    reasons.update(admission.reasons)
+    for job_id in admission.reclaimed:
+        reasons[job_id] = "preempted: its queue borrowed quota that the owner needs back"
+    return RoundPlan(leases=plan.leases, preempted=plan.preempted, pending_reasons=reasons), admission

@@ -1,0 +1,108 @@
+"""What the scheduler sees: jobs with their progress, nodes with their devices, throughputs.
+
+Plain, immutable data: the live daemon builds it from the database, the simulator from its own
+state. Nothing here reads a clock or a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Job:
+    """A job as the scheduler sees it at one moment."""
+
+    id: str
+    job_type: str
+    """Key of the throughput matrix (a model, or a Gavel job type)."""
+    devices: int
+    """Gang size: all devices at once, of one accelerator type, or none."""
+    arrival_s: float
+    total_steps: float
+    steps_done: float = 0.0
+    accelerator_types: tuple[str, ...] = ()
+    """Types the job may run on; empty means any."""
+    priority: float = 1.0
+    """Weight: 1 is normal; larger is more important."""
+    queue: str = "default"
+    attained_s: Mapping[str, float] = field(default_factory=dict)
+    """Seconds run so far on each accelerator type (all devices of the gang together)."""
+    running_on: str | None = None
+    """Accelerator type of the current lease, if running."""
+    nodes: tuple[str, ...] = ()
+    """Nodes of the current lease."""
+
+    @property
+    def remaining_steps(self) -> float:
+        return max(0.0, self.total_steps - self.steps_done)
+
+    def allows(self, accelerator_type: str) -> bool:
+        return not self.accelerator_types or accelerator_type in self.accelerator_types
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    id: str
+    accelerator_type: str
+    devices: int
+
+
+@dataclass(frozen=True, slots=True)
+class Throughputs:
+    """Steps per second of each job type on each accelerator type, per gang.
+
+    ``spread`` holds the (lower) figure when a gang spans nodes; absent means the same. A job type
+    measured on one device only (not data-parallel) runs a larger gang no faster than one device.
+    """
+
+    packed: Mapping[tuple[str, int, str], float]
+    """(job_type, devices, accelerator_type) -> steps/s with the gang on one node."""
+    spread: Mapping[tuple[str, int, str], float] = field(default_factory=dict)
+
+    def of(self, job: Job, accelerator_type: str, *, spread: bool = False) -> float:
+        key = (job.job_type, job.devices, accelerator_type)
+        if spread and key in self.spread:
+            return self.spread[key]
+        if key in self.packed:
+            return self.packed[key]
+        return self.packed.get((job.job_type, 1, accelerator_type), 0.0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyInput:
+    jobs: Sequence[Job]
+    capacity: Mapping[str, int]
+    """Devices per accelerator type."""
+    throughputs: Throughputs
+    prices: Mapping[str, float] = field(default_factory=dict)
+    """Dollars per device-hour by accelerator type."""
+    now_s: float = 0.0
+    seed: int = 0
+
+
+Allocation = Mapping[str, Mapping[str, float]]
+"""job id -> accelerator type -> share of time the job should run there (each job sums to <= 1)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    job_id: str
+    accelerator_type: str
+    nodes: tuple[str, ...]
+    """One entry per device (a node id repeats for each device used there)."""
+
+    @property
+    def spread(self) -> bool:
+        return len(set(self.nodes)) > 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RoundPlan:
+    """What runs in the next round, and why the rest waits."""
+
+    leases: Mapping[str, Lease]
+    preempted: tuple[str, ...]
+    """Jobs running now that do not run next round: checkpoint, then stop."""
+    pending_reasons: Mapping[str, str]

@@ -1,0 +1,349 @@
+"""Allocation policies: one signature, ``allocate(PolicyInput) -> Allocation``.
+
+An allocation says, for each job, what share of time it should run on each accelerator type; the
+round mechanism (``cycle.py``) turns shares into concrete leases round after round. The
+optimization policies are linear programs solved with HiGHS (through SciPy), after Gavel
+(Narayanan et al., OSDI 2020): throughput of job j under allocation X is sum_k T[j,k] * X[j,k].
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import linprog
+from scipy.sparse import coo_matrix
+
+from shipyard.errors import InvalidSpec
+from shipyard.scheduling.model import Allocation, Job, PolicyInput
+
+Policy = Callable[[PolicyInput], Allocation]
+
+
+def _types_of(job: Job, inp: PolicyInput) -> list[str]:
+    return [
+        k
+        for k in inp.capacity
+        if job.allows(k) and inp.capacity[k] >= job.devices and inp.throughputs.of(job, k) > 0
+    ]
+
+
+# --- greedy, heterogeneity-agnostic or -aware -------------------------------------------------
+
+
+def _greedy(
+    inp: PolicyInput,
+    order: Sequence[Job],
+    choose: Callable[[Job, list[str]], str],
+    *,
+    sticky: bool,
+) -> Allocation:
+    """Strict first come, first served, as Gavel's FIFO: jobs take a type with room in ``order``;
+    the first one that fits nowhere stops the queue (no job jumps ahead, so big gangs are not
+    starved). With ``sticky`` a running job keeps its type; without, every job is placed afresh
+    (the performance-aware variant moves jobs to faster types as they free up)."""
+    free = dict(inp.capacity)
+    allocation: dict[str, dict[str, float]] = {}
+    if sticky:
+        for job in inp.jobs:
+            if job.running_on is not None and free.get(job.running_on, 0) >= job.devices:
+                free[job.running_on] -= job.devices
+                allocation[job.id] = {job.running_on: 1.0}
+    for job in order:
+        if job.id in allocation:
+            continue
+        fitting = [k for k in _types_of(job, inp) if free[k] >= job.devices]
+        if not fitting:
+            break
+        chosen = choose(job, fitting)
+        free[chosen] -= job.devices
+        allocation[job.id] = {chosen: 1.0}
+    return allocation
+
+
+def _fastest(inp: PolicyInput) -> Callable[[Job, list[str]], str]:
+    return lambda job, types: max(types, key=lambda k: inp.throughputs.of(job, k))
+
+
+def fifo(inp: PolicyInput) -> Allocation:
+    """First come, first served, on whichever type has room (a seeded random pick)."""
+    order = sorted(inp.jobs, key=lambda j: (j.arrival_s, j.id))
+
+    def pick(job: Job, types: list[str]) -> str:
+        # One draw per (seed, job): a fresh generator per call would repeat its first draw
+        # for every job and send them all to the same type.
+        return random.Random(f"{inp.seed}:{job.id}").choice(sorted(types))
+
+    return _greedy(inp, order, pick, sticky=True)
+
+
+def fifo_perf(inp: PolicyInput) -> Allocation:
+    """First come, first served, each job on the fastest type that has room."""
+    order = sorted(inp.jobs, key=lambda j: (j.arrival_s, j.id))
+    return _greedy(inp, order, _fastest(inp), sticky=False)
+
+
+def priority(inp: PolicyInput) -> Allocation:
+    """Highest priority first (then first come), each on the fastest type that has room."""
+    order = sorted(inp.jobs, key=lambda j: (-j.priority, j.arrival_s, j.id))
+    return _greedy(inp, order, _fastest(inp), sticky=True)
+
+
+# --- linear programs --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    """Variables x[(j,k)] for every job and allowed type, with throughputs and capacity rows."""
+
+    jobs: list[Job]
+    pairs: list[tuple[int, str]]
+    throughput: np.ndarray
+    types: list[str]
+
+    @classmethod
+    def of(cls, inp: PolicyInput) -> _Problem:
+        jobs = list(inp.jobs)
+        pairs: list[tuple[int, str]] = []
+        throughput: list[float] = []
+        for j, job in enumerate(jobs):
+            for k in _types_of(job, inp):
+                pairs.append((j, k))
+                throughput.append(inp.throughputs.of(job, k))
+        return cls(jobs, pairs, np.asarray(throughput), sorted(inp.capacity))
+
+    def base_rows(self, inp: PolicyInput) -> tuple[list[int], list[int], list[float], list[float]]:
+        """Each job's shares sum to <= 1; each type's gangs fit its devices."""
+        rows, cols, vals, rhs = [], [], [], []
+        for v, (j, _) in enumerate(self.pairs):
+            rows.append(j)
+            cols.append(v)
+            vals.append(1.0)
+        rhs += [1.0] * len(self.jobs)
+        offset = len(self.jobs)
+        type_row = {k: offset + i for i, k in enumerate(self.types)}
+        for v, (j, k) in enumerate(self.pairs):
+            rows.append(type_row[k])
+            cols.append(v)
+            vals.append(float(self.jobs[j].devices))
+        rhs += [float(inp.capacity[k]) for k in self.types]
+        return rows, cols, vals, rhs
+
+    def solve(
+        self,
+        inp: PolicyInput,
+        objective: np.ndarray,
+        extra_rows: list[tuple[list[int], list[float], float]],
+        extra_vars: int,
+    ) -> Allocation:
+        if not self.pairs:
+            return {}
+        rows, cols, vals, rhs = self.base_rows(inp)
+        n_vars = len(self.pairs) + extra_vars
+        for r, (c_idx, c_val, bound) in enumerate(extra_rows, start=len(rhs)):
+            rows += [r] * len(c_idx)
+            cols += c_idx
+            vals += c_val
+            rhs.append(bound)
+        a_ub = coo_matrix((vals, (rows, cols)), shape=(len(rhs), n_vars)).tocsr()
+        result = linprog(objective, A_ub=a_ub, b_ub=rhs, bounds=(0, None), method="highs")
+        if result.status != 0:
+            return {}
+        allocation: dict[str, dict[str, float]] = {}
+        for v, (j, k) in enumerate(self.pairs):
+            share = float(result.x[v])
+            if share > 1e-6:
+                allocation.setdefault(self.jobs[j].id, {})[k] = min(1.0, share)
+        return allocation
+
+    def max_min(self, inp: PolicyInput, scale: np.ndarray) -> Allocation:
+        """Maximize t with sum_k scale_j * T[j,k] * x[j,k] >= t for every job."""
+        t = len(self.pairs)
+        objective = np.zeros(t + 1)
+        objective[t] = -1.0
+        per_job: dict[int, tuple[list[int], list[float]]] = {}
+        for v, (j, _) in enumerate(self.pairs):
+            cols, coefs = per_job.setdefault(j, ([], []))
+            cols.append(v)
+            coefs.append(-float(scale[j] * self.throughput[v]))
+        extra = [([*cols, t], [*coefs, 1.0], 0.0) for cols, coefs in per_job.values()]
+        return self.solve(inp, objective, extra, extra_vars=1)
+
+
+def _equal_share_throughput(job: Job, inp: PolicyInput, demand: float) -> float:
+    """Throughput with an equal share of every type: what max-min fairness normalizes by."""
+    total = sum(inp.capacity.values())
+    share = min(1.0, total / max(demand, 1.0))
+    return sum(inp.throughputs.of(job, k) * inp.capacity[k] / total for k in inp.capacity) * share
+
+
+def gavel_las_perf(inp: PolicyInput) -> Allocation:
+    """Gavel's heterogeneity-aware max-min fairness (LAS), re-implemented as a linear program.
+
+    Maximizes the smallest throughput of any job, each normalized by what an equal share of every
+    type would give it and weighted by priority.
+    """
+    problem = _Problem.of(inp)
+    demand = sum(j.devices for j in problem.jobs)
+    scale = np.array(
+        [1.0 / (max(_equal_share_throughput(j, inp, demand), 1e-12) * j.priority) for j in problem.jobs]
+    )
+    return problem.max_min(inp, scale)
+
+
+def finish_time_fairness(inp: PolicyInput) -> Allocation:
+    """Themis-style: jobs furthest behind their fair finish time get the most throughput.
+
+    Normalizes each job's throughput by the throughput it needs to finish within its isolated
+    (equal-share) time, counted from its arrival.
+    """
+    problem = _Problem.of(inp)
+    demand = sum(j.devices for j in problem.jobs)
+    scale = []
+    for job in problem.jobs:
+        fair = _equal_share_throughput(job, inp, demand)
+        isolated_s = job.total_steps / max(fair, 1e-12)
+        left_s = max(isolated_s - (inp.now_s - job.arrival_s), 0.05 * isolated_s)
+        needed = job.remaining_steps / left_s
+        scale.append(1.0 / max(needed, 1e-12))
+    return problem.max_min(inp, np.array(scale))
+
+
+def min_makespan(inp: PolicyInput) -> Allocation:
+    """Finish all current jobs as early as possible: maximize z with throughput_j >= remaining_j * z."""
+    problem = _Problem.of(inp)
+    scale = np.array([1.0 / max(j.remaining_steps, 1e-9) for j in problem.jobs])
+    return problem.max_min(inp, scale)
+
+
+def max_throughput_per_dollar(inp: PolicyInput) -> Allocation:
+    """Maximize the sum of normalized throughputs per dollar of device time."""
+    problem = _Problem.of(inp)
+    best: dict[int, float] = {}
+    for (j, _), rate in zip(problem.pairs, problem.throughput, strict=True):
+        best[j] = max(best.get(j, 0.0), float(rate))
+    cheapest = min((p for p in inp.prices.values() if p > 0), default=1.0)
+    dollars = [
+        max(inp.prices.get(k, 0.0), cheapest * 0.01) * problem.jobs[j].devices for j, k in problem.pairs
+    ]
+    objective = np.array(
+        [-problem.throughput[v] / best[j] / dollars[v] for v, (j, _) in enumerate(problem.pairs)]
+    )
+    return problem.solve(inp, objective, [], extra_vars=0)
+
+
+# --- Shipyard's default --------------------------------------------------------------------------
+
+SHIPYARD_AGING_S = 12 * 3600.0
+"""A waiting job's weight doubles every 12 h waited, so long jobs are never starved."""
+SHIPYARD_STAY = 1.2
+"""A running job values its current type 20 % more: moving costs a restart."""
+PRICE_ITERATIONS = 60
+
+
+def _srpt_weights(inp: PolicyInput, jobs: Sequence[Job], best: np.ndarray) -> np.ndarray:
+    """Priority x aging / device-seconds of work left on the job's best type (shortest first)."""
+    weights = np.empty(len(jobs))
+    for i, job in enumerate(jobs):
+        remaining_s = job.remaining_steps / max(best[i], 1e-12) * job.devices
+        waited = 0.0 if job.running_on else max(0.0, inp.now_s - job.arrival_s)
+        weights[i] = job.priority * (1 + waited / SHIPYARD_AGING_S) / max(remaining_s, 1.0)
+    return weights
+
+
+def _value_matrix(inp: PolicyInput) -> tuple[list[Job], list[str], np.ndarray, np.ndarray]:
+    """value[j,k]: what running job j on type k is worth this round (-inf where it cannot run)."""
+    jobs = list(inp.jobs)
+    types = sorted(inp.capacity)
+    rates = np.zeros((len(jobs), len(types)))
+    for i, job in enumerate(jobs):
+        for k, name in enumerate(types):
+            if job.allows(name) and inp.capacity[name] >= job.devices:
+                rates[i, k] = inp.throughputs.of(job, name)
+    best = rates.max(axis=1) if types else np.zeros(len(jobs))
+    devices = np.array([j.devices for j in jobs], dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        speed = np.where(best[:, None] > 0, rates / best[:, None], 0.0)
+    value = _srpt_weights(inp, jobs, best)[:, None] * speed * devices[:, None]
+    for i, job in enumerate(jobs):
+        if job.running_on in types:
+            value[i, types.index(job.running_on)] *= SHIPYARD_STAY
+    value[rates <= 0] = -np.inf
+    return jobs, types, value, devices
+
+
+def shipyard(inp: PolicyInput) -> Allocation:
+    """Shortest remaining work first, each job on the type it gains most from, sized to the cluster.
+
+    Maximizes the sum over jobs of (weight x normalized throughput), the weight being priority x
+    aging / remaining device-seconds: a job that is nearly done, or that runs 10x faster on a
+    V100 than elsewhere, gets the V100 before one that barely gains from it. Solved through its
+    Lagrangian dual — one price per accelerator type, found by subgradient steps — and rounded to
+    whole gangs greedily, so a cycle over 10,000 jobs takes milliseconds instead of a large LP.
+    """
+    jobs, types, value, devices = _value_matrix(inp)
+    if not jobs or not types:
+        return {}
+    capacity = np.array([inp.capacity[k] for k in types], dtype=float)
+    finite = value[np.isfinite(value)]
+    if finite.size == 0:
+        return {}
+    per_device = finite / np.repeat(devices, np.isfinite(value).sum(axis=1))
+    scale = float(np.median(per_device)) or 1.0
+    prices = np.zeros(len(types))
+    for step in range(PRICE_ITERATIONS):
+        adjusted = value - prices[None, :] * devices[:, None]
+        choice = adjusted.argmax(axis=1)
+        wanted = adjusted[np.arange(len(jobs)), choice] > 0
+        demand = np.bincount(choice[wanted], weights=devices[wanted], minlength=len(types))
+        prices = np.maximum(0.0, prices + scale * (demand - capacity) / capacity / np.sqrt(step + 1))
+    return _round_to_gangs(jobs, types, value, devices, prices, capacity)
+
+
+def _round_to_gangs(
+    jobs: list[Job],
+    types: list[str],
+    value: np.ndarray,
+    devices: np.ndarray,
+    prices: np.ndarray,
+    capacity: np.ndarray,
+) -> Allocation:
+    """Whole gangs, most valuable (after prices) first; then leftover devices to whoever can use them."""
+    free = capacity.copy()
+    adjusted = value - prices[None, :] * devices[:, None]
+    allocation: dict[str, dict[str, float]] = {}
+    for pass_values in (adjusted, value):
+        order = np.argsort(-pass_values.max(axis=1), kind="stable")
+        for i in order:
+            if jobs[i].id in allocation:
+                continue
+            for k in np.argsort(-pass_values[i], kind="stable"):
+                if not np.isfinite(pass_values[i, k]) or pass_values[i, k] <= 0:
+                    break
+                if free[k] >= devices[i]:
+                    free[k] -= devices[i]
+                    allocation[jobs[i].id] = {types[k]: 1.0}
+                    break
+    return allocation
+
+
+POLICIES: Mapping[str, Policy] = {
+    "fifo": fifo,
+    "fifo_perf": fifo_perf,
+    "priority": priority,
+    "gavel_las_perf": gavel_las_perf,
+    "finish_time_fairness": finish_time_fairness,
+    "min_makespan": min_makespan,
+    "max_throughput_per_dollar": max_throughput_per_dollar,
+    "shipyard": shipyard,
+}
+DEFAULT_POLICY = "shipyard"
+
+
+def policy_named(name: str) -> Policy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise InvalidSpec(f"unknown policy {name!r}", hint=f"use one of: {', '.join(POLICIES)}") from None

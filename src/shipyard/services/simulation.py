@@ -1,0 +1,153 @@
+"""Simulation use cases: read the throughput file and the workload, build the cluster, run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from shipyard.errors import InvalidSpec
+from shipyard.hardware.catalog import catalog
+from shipyard.scheduling.model import Throughputs
+from shipyard.scheduling.policies import policy_named
+from shipyard.sim.simulator import SimConfig, SimResult, cluster_nodes, simulate
+from shipyard.sim.workload import TraceJob, generate_gavel_jobs, load_throughputs, load_trace
+
+GAVEL_PRICES_USD_PER_H = {"v100": 0.74, "p100": 0.43, "k80": 0.135}
+"""GCP preemptible prices Gavel's simulator uses for its three types (scheduler/utils.py)."""
+EXTRA_JOBS = 2000
+"""Jobs generated past the measurement window, so the window's last jobs still share the cluster."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimRequest:
+    throughputs: Path
+    cluster: str
+    devices_per_node: int = 4
+    policy: str = "shipyard"
+    workload: str | None = "gavel"
+    multi_gpu: bool = False
+    rate_per_h: float | None = None
+    static_jobs: int | None = None
+    jobs: int | None = None
+    trace: Path | None = None
+    trace_format: str = "gavel"
+    seed: int = 0
+    window: str | None = None
+    round_s: float = 360.0
+    restart_cost_s: float = 0.0
+    prices: str | None = None
+    spread_slowdown: bool = True
+
+
+def parse_pairs(text: str, flag: str, number: Callable[[str], float]) -> dict[str, float]:
+    """``v100=36,p100=36`` -> {"v100": 36, "p100": 36}, with the flag named in errors."""
+    pairs: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, sep, value = part.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            pairs[name.strip()] = number(value)
+        except ValueError:
+            raise InvalidSpec(
+                f"{flag}: {part!r} is not TYPE=NUMBER", hint=f"e.g. {flag} v100=36,p100=36,k80=36"
+            ) from None
+    if not pairs:
+        raise InvalidSpec(f"{flag} is empty", hint=f"e.g. {flag} v100=36,p100=36,k80=36")
+    return pairs
+
+
+def parse_window(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    start, sep, end = text.partition(":")
+    try:
+        window = (int(start), int(end))
+        if not sep or window[0] < 0 or window[1] <= window[0]:
+            raise ValueError
+    except ValueError:
+        raise InvalidSpec(
+            f"--window {text!r} is not START:END with START < END", hint="e.g. --window 4000:5000"
+        ) from None
+    return window
+
+
+def run(request: SimRequest, progress: Callable[[int, int], None] | None = None) -> SimResult:
+    policy = policy_named(request.policy)
+    throughputs = load_throughputs(request.throughputs)
+    known = sorted({k for _, _, k in throughputs.packed})
+    cluster = {k: int(v) for k, v in parse_pairs(request.cluster, "--cluster", int).items()}
+    for accelerator_type, count in cluster.items():
+        if accelerator_type not in known:
+            raise InvalidSpec(
+                f"--cluster: type {accelerator_type!r} has no throughputs in {request.throughputs}",
+                hint=f"types in that file: {', '.join(known)}",
+            )
+        if count <= 0:
+            raise InvalidSpec(
+                f"--cluster: {accelerator_type}={count} must be positive", hint="give a device count"
+            )
+    if request.devices_per_node <= 0:
+        raise InvalidSpec("--gpus-per-node must be positive", hint="e.g. --gpus-per-node 4")
+    window = parse_window(request.window)
+    jobs = _jobs(request, throughputs, window)
+    largest = max(cluster.values())
+    too_big = [j for j in jobs if j.devices > largest]
+    if too_big:
+        raise InvalidSpec(
+            f"{len(too_big)} job(s) need up to {max(j.devices for j in too_big)} devices of one type; "
+            f"the largest type in --cluster has {largest}",
+            hint="give the cluster more devices of one type",
+        )
+    prices = dict(GAVEL_PRICES_USD_PER_H)
+    prices.update({k: s.hourly_usd for k, s in catalog().items() if s.hourly_usd is not None})
+    if request.prices:
+        prices.update(parse_pairs(request.prices, "--prices", float))
+    config = SimConfig(
+        policy_name=request.policy,
+        round_s=request.round_s,
+        restart_cost_s=request.restart_cost_s,
+        window=window,
+        seed=request.seed,
+        prices=prices,
+        spread_slowdown=request.spread_slowdown,
+    )
+    if request.round_s <= 0 or request.restart_cost_s < 0:
+        raise InvalidSpec(
+            "--round-s must be positive and --restart-cost-s not negative", hint="e.g. --round-s 360"
+        )
+    nodes = cluster_nodes(cluster, request.devices_per_node)
+    return simulate(jobs, nodes, throughputs, policy, config, progress=progress)
+
+
+def _jobs(request: SimRequest, throughputs: Throughputs, window: tuple[int, int] | None) -> list[TraceJob]:
+    if request.trace is not None:
+        return load_trace(request.trace, request.trace_format, throughputs, seed=request.seed)
+    if request.workload != "gavel":
+        raise InvalidSpec(
+            f"--workload {request.workload!r} is not known", hint="use --workload gavel, or --trace PATH"
+        )
+    if request.static_jobs is not None:
+        if request.static_jobs <= 0:
+            raise InvalidSpec("--static-jobs must be positive", hint="e.g. --static-jobs 700")
+        return generate_gavel_jobs(
+            throughputs,
+            count=request.static_jobs,
+            rate_per_h=None,
+            multi_gpu=request.multi_gpu,
+            seed=request.seed,
+        )
+    if request.rate_per_h is None or request.rate_per_h <= 0:
+        raise InvalidSpec(
+            "--workload gavel needs a positive --rate (jobs per hour) or --static-jobs N",
+            hint="e.g. --rate 2.4 --window 4000:5000",
+        )
+    count = window[1] + EXTRA_JOBS if window else (request.jobs or 1000)
+    return generate_gavel_jobs(
+        throughputs,
+        count=count,
+        rate_per_h=request.rate_per_h,
+        multi_gpu=request.multi_gpu,
+        seed=request.seed,
+    )

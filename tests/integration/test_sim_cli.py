@@ -1,0 +1,92 @@
+"""`shipyard sim` as other tools call it: JSON fields, policies, traces, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli
+
+pytestmark = pytest.mark.integration
+
+GAVEL = Path(__file__).resolve().parents[3] / "shared" / "data" / "scheduling" / "gavel"
+THROUGHPUTS = GAVEL / "simulation_throughputs.json"
+BASE = ["sim", "run", "--throughputs", str(THROUGHPUTS), "--cluster", "v100=8,p100=8,k80=8"]
+CONTRACT = ["avg_jct_h", "p50_jct_h", "p99_jct_h", "makespan_h", "utilization", "jobs_measured",
+            "restarts_per_job", "worst_ftf_rho", "policy_solve_ms_p50"]  # fmt: skip
+
+needs_data = pytest.mark.skipif(
+    not THROUGHPUTS.exists(), reason="the shared Gavel data is not beside the checkout"
+)
+
+
+@needs_data
+@pytest.mark.parametrize("policy", ["fifo", "fifo_perf", "gavel_las_perf", "shipyard"])
+def test_sim_run_json_contract(cli: Cli, policy: str) -> None:
+    args = ["--policy", policy, "--workload", "gavel", "--multi-gpu", "--rate", "0.5", "--seed", "0"]
+    out = json.loads(cli.run(*BASE, *args, "--window", "10:40", "--round-s", "360", "--json").stdout)
+    assert [key for key in CONTRACT if key not in out] == []
+    assert out["jobs_measured"] == 30 and 0 < out["utilization"] <= 1
+    assert out["p50_jct_h"] <= out["p99_jct_h"]
+
+
+@needs_data
+def test_static_jobs_and_the_same_answer_for_the_same_seed(cli: Cli) -> None:
+    args = [
+        *BASE,
+        "--policy",
+        "shipyard",
+        "--multi-gpu",
+        "--static-jobs",
+        "30",
+        "--restart-cost-s",
+        "30",
+        "--json",
+    ]
+    first, second = (json.loads(cli.run(*args).stdout) for _ in range(2))
+    assert first["jobs_measured"] == 30 and first["makespan_h"] > 0
+    assert {k: v for k, v in first.items() if "solve_ms" not in k} == {
+        k: v for k, v in second.items() if "solve_ms" not in k
+    }
+
+
+@needs_data
+def test_a_gavel_trace_replays(cli: Cli) -> None:
+    trace = GAVEL / "traces" / "msr_seed0" / "23dbec.trace"
+    args = ["--cluster", "v100=16,p100=16,k80=16", "--trace", str(trace), "--trace-format", "gavel"]
+    out = json.loads(cli.run(*BASE[:4], *args, "--policy", "fifo_perf", "--json").stdout)
+    assert out["jobs_measured"] > 0
+
+
+def test_sim_policies_lists_the_default_first(cli: Cli) -> None:
+    names = json.loads(cli.run("sim", "policies", "--json").stdout)
+    assert names[0] == "shipyard"
+    assert {"fifo", "fifo_perf", "gavel_las_perf", "min_makespan", "max_throughput_per_dollar"} <= set(names)
+
+
+@needs_data
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--cluster", "v100=8,a100=8", "--rate", "1"], "type 'a100' has no throughputs"),
+        (["--cluster", "v100=8", "--policy", "best", "--rate", "1"], "unknown policy 'best'"),
+        (["--cluster", "v100=eight", "--rate", "1"], "--cluster: 'v100=eight' is not TYPE=NUMBER"),
+        (["--cluster", "v100=8", "--rate", "1", "--window", "5:2"], "--window '5:2' is not START:END"),
+        (["--cluster", "v100=8"], "needs a positive --rate"),
+    ],
+)
+def test_bad_input_names_the_flag(cli: Cli, args: list[str], message: str) -> None:
+    done = cli.run("sim", "run", "--throughputs", str(THROUGHPUTS), *args, check=False)
+    assert done.returncode == 1 and message in done.stderr.replace("\n", " ")
+    assert "Traceback" not in done.stderr
+
+
+def test_a_malformed_trace_names_its_line(cli: Cli, tmp_path: Path) -> None:
+    if not THROUGHPUTS.exists():
+        pytest.skip("the shared Gavel data is not beside the checkout")
+    trace = tmp_path / "bad.trace"
+    trace.write_text("ResNet-18 (batch size 64)\tcmd\t-n\t1\tmany\t0\t1\n")
+    done = cli.run(*BASE, "--trace", str(trace), check=False)
+    assert done.returncode == 1 and "line 1" in done.stderr

@@ -1,0 +1,196 @@
+"""The scheduler's policies and round mechanism, pure: invariants under Hypothesis (capacity never
+exceeded, gangs whole on one type, determinism) and small hand-checked cases."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shipyard.scheduling.cycle import run_cycle
+from shipyard.scheduling.model import Job, Node, PolicyInput, Throughputs
+from shipyard.scheduling.policies import POLICIES, gavel_las_perf, shipyard
+
+TYPES = ("v100", "p100", "k80")
+SPEED = {"v100": 3.0, "p100": 2.0, "k80": 1.0}
+
+
+def throughputs(job_types: list[str]) -> Throughputs:
+    packed = {}
+    for i, job_type in enumerate(job_types):
+        for devices in (1, 2, 4, 8):
+            for k in TYPES:
+                # Job types gain differently from faster types: the heterogeneity the policies use.
+                packed[(job_type, devices, k)] = SPEED[k] ** (i % 3) * devices
+    return Throughputs(packed=packed)
+
+
+def nodes(per_type: int = 2, devices: int = 4) -> list[Node]:
+    return [Node(id=f"{k}-{n}", accelerator_type=k, devices=devices) for k in TYPES for n in range(per_type)]
+
+
+jobs_strategy = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),
+        st.sampled_from([1, 1, 2, 4, 8]),
+        st.floats(min_value=1, max_value=1e5),
+        st.floats(min_value=0, max_value=1e4),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+def make_jobs(raw: list[tuple[str, int, float, float]]) -> list[Job]:
+    return [
+        Job(id=f"j{i}", job_type=t, devices=d, total_steps=steps, arrival_s=arrival)
+        for i, (t, d, steps, arrival) in enumerate(raw)
+    ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(raw=jobs_strategy, policy=st.sampled_from(sorted(POLICIES)), seed=st.integers(0, 3))
+def test_leases_never_exceed_capacity_and_gangs_stay_whole(raw: list, policy: str, seed: int) -> None:
+    jobs = make_jobs(raw)
+    cluster = nodes()
+    inp = PolicyInput(
+        jobs=jobs, capacity=dict.fromkeys(TYPES, 8), throughputs=throughputs(["a", "b", "c"]), seed=seed
+    )
+    allocation = POLICIES[policy](inp)
+    for shares in allocation.values():
+        assert sum(shares.values()) <= 1 + 1e-6
+    plan = run_cycle(jobs, cluster, allocation, now_s=1e4, round_s=360)
+    used: dict[str, int] = {}
+    by_id = {j.id: j for j in jobs}
+    node_type = {n.id: n.accelerator_type for n in cluster}
+    for lease in plan.leases.values():
+        assert len(lease.nodes) == by_id[lease.job_id].devices  # the whole gang or nothing
+        assert {node_type[n] for n in lease.nodes} == {lease.accelerator_type}  # one type
+        for n in lease.nodes:
+            used[n] = used.get(n, 0) + 1
+    assert all(used[n.id] <= n.devices for n in cluster if n.id in used)
+    # Every job is either leased or has a reason, never both.
+    assert set(plan.leases).isdisjoint(plan.pending_reasons)
+    assert set(plan.leases) | set(plan.pending_reasons) == set(by_id)
+    # Same input, same decision.
+    again = run_cycle(jobs, cluster, POLICIES[policy](inp), now_s=1e4, round_s=360)
+    assert again.leases == plan.leases
+
+
+def test_a_running_job_keeps_its_devices() -> None:
+    job = Job(id="r", job_type="a", devices=2, total_steps=100, arrival_s=0, running_on="p100",
+              nodes=("p100-1", "p100-1"), attained_s={"p100": 3600})  # fmt: skip
+    cluster = nodes()
+    plan = run_cycle([job], cluster, {"r": {"p100": 1.0}}, now_s=3600, round_s=360)
+    assert plan.leases["r"].nodes == ("p100-1", "p100-1") and plan.preempted == ()
+
+
+def test_gangs_pack_on_one_node_before_spreading() -> None:
+    small = Job(id="s", job_type="a", devices=2, total_steps=1, arrival_s=0)
+    big = Job(id="b", job_type="a", devices=4, total_steps=1, arrival_s=1)
+    plan = run_cycle([small, big], nodes(), {"s": {"v100": 1.0}, "b": {"v100": 1.0}}, now_s=10, round_s=360)
+    assert not plan.leases["b"].spread and not plan.leases["s"].spread
+    assert plan.leases["s"].nodes[0] != plan.leases["b"].nodes[0]
+    eight = Job(id="e", job_type="a", devices=8, total_steps=1, arrival_s=0)
+    spread = run_cycle([eight], nodes(), {"e": {"k80": 1.0}}, now_s=10, round_s=360)
+    assert spread.leases["e"].spread
+
+
+def test_a_job_bigger_than_any_type_says_so() -> None:
+    job = Job(id="x", job_type="a", devices=16, total_steps=1, arrival_s=0)
+    plan = run_cycle([job], nodes(), {}, now_s=0, round_s=360)
+    assert plan.pending_reasons["x"] == "needs 16 devices of one type; the largest type here has 8"
+
+
+def test_las_gives_each_job_its_fair_share_when_oversubscribed() -> None:
+    jobs = [Job(id=f"j{i}", job_type="a", devices=1, total_steps=10, arrival_s=0) for i in range(48)]
+    inp = PolicyInput(jobs=jobs, capacity=dict.fromkeys(TYPES, 8), throughputs=throughputs(["a"]))
+    allocation = gavel_las_perf(inp)
+    totals = [sum(allocation.get(j.id, {}).values()) for j in jobs]
+    # 24 devices over 48 equal jobs: half a device-round each.
+    assert min(totals) >= 0.5 - 1e-6
+
+
+def test_shipyard_runs_the_shortest_work_first_on_the_type_it_gains_from() -> None:
+    tp = throughputs(["a", "b", "c"])  # "a" gains nothing from a v100, "c" gains 9x
+    jobs = [
+        Job(id="long", job_type="c", devices=8, total_steps=1e9, arrival_s=0),
+        Job(id="short-c", job_type="c", devices=8, total_steps=10, arrival_s=5),
+        Job(id="short-a", job_type="a", devices=8, total_steps=10, arrival_s=6),
+    ]
+    allocation = shipyard(PolicyInput(jobs=jobs, capacity={"v100": 8, "k80": 8}, throughputs=tp))
+    assert allocation["short-c"] == {"v100": 1.0}
+    assert allocation["short-a"] == {"k80": 1.0}
+    assert "long" not in allocation
+
+
+# --- quota and cohorts --------------------------------------------------------------------------
+
+from shipyard.scheduling.cycle import schedule  # noqa: E402
+from shipyard.scheduling.quota import ClusterQueue, Queues, admit  # noqa: E402
+
+LAB = Queues(
+    cluster_queues={
+        "research": ClusterQueue(name="research", nominal={"v100": 4}, cohort="lab"),
+        "prod": ClusterQueue(name="prod", nominal={"v100": 4}, cohort="lab"),
+        "solo": ClusterQueue(name="solo", nominal={"v100": 2}),
+    },
+    local_queues={"team-a": "research", "team-b": "prod"},
+)
+
+
+def job(job_id: str, queue: str, devices: int, arrival: float = 0, running: bool = False) -> Job:
+    return Job(
+        id=job_id,
+        job_type="a",
+        devices=devices,
+        total_steps=100,
+        arrival_s=arrival,
+        queue=queue,
+        running_on="v100" if running else None,
+        nodes=("v100-0",) * devices if running else (),
+    )
+
+
+def test_a_queue_borrows_idle_quota_of_its_cohort() -> None:
+    admission = admit([job("a", "team-a", 6)], LAB)
+    assert [j.id for j in admission.jobs] == ["a"]
+    admission = admit([job("a", "team-a", 6, running=True), job("b", "team-a", 4)], LAB)
+    assert admission.reasons["b"] == "quota exhausted in cohort lab (v100: 2 more needed)"
+    assert admission.usage.borrowed["research"] == {"v100": 2}
+
+
+def test_a_queue_without_cohort_cannot_borrow() -> None:
+    admission = admit([job("s", "solo", 3)], LAB)
+    assert admission.reasons["s"] == "quota exhausted in queue solo (v100: 1 more needed)"
+
+
+def test_the_owner_reclaims_borrowed_quota_by_preemption() -> None:
+    borrower = job("a", "team-a", 8, running=True)
+    owner = job("p", "team-b", 4, arrival=10)
+    admission = admit([borrower, owner], LAB)
+    assert admission.reclaimed == ("a",)
+    cluster = [Node(id="v100-0", accelerator_type="v100", devices=8)]
+    plan, _ = schedule([borrower, owner], cluster, throughputs(["a"]), shipyard, LAB, now_s=20, round_s=360)
+    assert plan.preempted == ("a",)
+    assert "borrowed quota" in plan.pending_reasons["a"]
+
+
+def test_unknown_queue_is_named() -> None:
+    admission = admit([job("x", "nope", 1)], LAB)
+    assert admission.reasons["x"].startswith("queue 'nope' does not exist")
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    sizes=st.lists(st.tuples(st.sampled_from(["team-a", "team-b", "solo"]), st.integers(1, 4)), max_size=20)
+)
+def test_admission_never_exceeds_cohort_quota(sizes: list[tuple[str, int]]) -> None:
+    jobs = [job(f"j{i}", q, d, arrival=i) for i, (q, d) in enumerate(sizes)]
+    admission = admit(jobs, LAB)
+    by_queue: dict[str, int] = {}
+    for j in admission.jobs:
+        cq = LAB.cluster_queue_of(j)
+        assert cq is not None
+        by_queue[cq.name] = by_queue.get(cq.name, 0) + j.devices
+    assert by_queue.get("research", 0) + by_queue.get("prod", 0) <= 8
+    assert by_queue.get("solo", 0) <= 2
