@@ -13,7 +13,7 @@ from shipyard.hardware.discovery import cpu_device, query_cpu
 from shipyard.planner.advisor import Comparison, compare
 from shipyard.planner.inference import InferencePlan, InferenceWorkload, plan_inference
 from shipyard.planner.training import TrainingPlan, plan_training
-from shipyard.planner.workload import LayoutRequest, TrainingWorkload, cluster_of
+from shipyard.planner.workload import Cluster, LayoutRequest, TrainingWorkload, cluster_of
 from shipyard.settings import Settings
 
 HARDWARE_FILE = "hardware.yaml"
@@ -61,30 +61,26 @@ def accelerator(known: Catalog, key: str) -> AcceleratorSpec:
         ) from None
 
 
-def train(
-    known: Catalog, workload: TrainingWorkload, key: str, count: int, request: LayoutRequest, links: Links
-) -> TrainingPlan:
-    cluster = cluster_of(
+def _cluster(known: Catalog, key: str, count: int, links: Links) -> Cluster:
+    return cluster_of(
         accelerator(known, key),
         count,
         interconnect=links.interconnect,
         network=links.network,
         devices_per_node=links.devices_per_node,
     )
-    return plan_training(workload, cluster, request)
+
+
+def train(
+    known: Catalog, workload: TrainingWorkload, key: str, count: int, request: LayoutRequest, links: Links
+) -> TrainingPlan:
+    return plan_training(workload, _cluster(known, key, count, links), request)
 
 
 def infer(
     known: Catalog, workload: InferenceWorkload, key: str, count: int, tp: int | None, links: Links
 ) -> InferencePlan:
-    cluster = cluster_of(
-        accelerator(known, key),
-        count,
-        interconnect=links.interconnect,
-        network=links.network,
-        devices_per_node=links.devices_per_node,
-    )
-    return plan_inference(workload, cluster, tp=tp)
+    return plan_inference(workload, _cluster(known, key, count, links), tp=tp)
 
 
 def compare_accelerators(
