@@ -19,6 +19,10 @@ class Settings:
     """The embedded agent exits after this long with nothing queued or running."""
     cancel_grace_s: float = 60.0
     """Time a job has to checkpoint after SIGTERM before it is killed."""
+    round_s: float = 300.0
+    """Least time a job keeps its devices before the scheduler may preempt it."""
+    policy: str = "shipyard"
+    """The scheduling policy the agent runs (`shipyard sim policies` lists them)."""
 
     @property
     def runs_dir(self) -> Path:
@@ -39,4 +43,6 @@ class Settings:
             agent_max_poll_s=float(os.environ.get("SHIPYARD_AGENT_MAX_POLL_S", "2.0")),
             agent_idle_exit_s=float(os.environ.get("SHIPYARD_AGENT_IDLE_EXIT_S", "30")),
             cancel_grace_s=float(os.environ.get("SHIPYARD_CANCEL_GRACE_S", "60")),
+            round_s=float(os.environ.get("SHIPYARD_ROUND_S", "300")),
+            policy=os.environ.get("SHIPYARD_POLICY", "shipyard"),
         )

@@ -57,6 +57,8 @@ class Job(Base):
     run_dir: Mapped[str] = mapped_column(Text)
     resume_from: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
+    preempt_requested: Mapped[bool] = mapped_column(default=False)
+    """The scheduler asked the running attempt to checkpoint and stop; the job is requeued."""
     pending_reason: Mapped[str | None] = mapped_column(Text)
     estimate: Mapped[dict[str, Any] | None]
     """The planner's prediction at submit time (memory, tokens/s, step time), shown beside the

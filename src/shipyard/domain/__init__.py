@@ -30,6 +30,8 @@ class ExitReason(StrEnum):
     COMPLETED = "completed"
     CANCELLED = "cancelled"
     """Stopped on request; the runtime checkpointed before exiting."""
+    PREEMPTED = "preempted"
+    """The scheduler gave the devices to another job; the runtime checkpointed, the job requeued."""
     KILLED = "killed"
     """Did not stop within the grace period and was killed."""
     ERROR = "error"

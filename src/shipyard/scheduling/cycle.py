@@ -80,7 +80,7 @@ def run_cycle(
     return RoundPlan(
         leases=leases,
         preempted=preempted,
-        pending_reasons=pending_reasons(waiting, capacity, free, allocation),
+        pending_reasons=pending_reasons(waiting, nodes, node_free),
     )
 
 
@@ -111,26 +111,37 @@ def _place(devices: int, nodes: Sequence[Node], node_free: dict[str, int]) -> tu
 
 
 def pending_reasons(
-    waiting: Sequence[Job], capacity: Mapping[str, int], free: Mapping[str, int], allocation: Allocation
+    waiting: Sequence[Job], nodes: Sequence[Node], node_free: Mapping[str, int]
 ) -> dict[str, str]:
-    """Why each waiting job waits, in numbers (aggregated per accelerator type)."""
+    """Why each waiting job waits, counted over nodes as Kubernetes does:
+    ``0/3 nodes: 2 insufficient free v100, 1 wrong accelerator type (v100: 1 of 8 free, needs 4)``."""
+    capacity: dict[str, int] = {}
+    free: dict[str, int] = {}
+    for node in nodes:
+        capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
+        free[node.accelerator_type] = free.get(node.accelerator_type, 0) + node_free[node.id]
     reasons: dict[str, str] = {}
     for job in waiting:
-        allowed = [k for k in capacity if job.allows(k)]
+        allowed = sorted(k for k in capacity if job.allows(k))
         if not allowed:
-            wanted = ", ".join(job.accelerator_types)
-            reasons[job.id] = f"no device of type {wanted} in this cluster"
+            reasons[job.id] = f"0/{len(nodes)} nodes: no device of type {', '.join(job.accelerator_types)}"
             continue
         largest = max(capacity[k] for k in allowed)
         if largest < job.devices:
             reasons[job.id] = f"needs {job.devices} devices of one type; the largest type here has {largest}"
             continue
-        parts = [f"{k}: {free.get(k, 0)} of {capacity[k]} free, needs {job.devices}" for k in sorted(allowed)]
-        if job.id not in allocation:
-            why = "the policy gives its share to other jobs this round"
-        else:
-            why = "waiting for its turn in the time share"
-        reasons[job.id] = f"{why} ({'; '.join(parts)})"
+        counts: dict[str, int] = {}
+        for node in nodes:
+            if not job.allows(node.accelerator_type):
+                why = "wrong accelerator type"
+            elif node_free[node.id] < job.devices and free[node.accelerator_type] < job.devices:
+                why = f"insufficient free {node.accelerator_type}"
+            else:
+                why = "free devices given to jobs the policy ranks first"
+            counts[why] = counts.get(why, 0) + 1
+        summary = ", ".join(f"{n} {why}" for why, n in counts.items())
+        detail = "; ".join(f"{k}: {free[k]} of {capacity[k]} free, needs {job.devices}" for k in allowed)
+        reasons[job.id] = f"0/{len(nodes)} nodes: {summary} ({detail})"
     return reasons
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 
 from shipyard.scheduling.model import Job
 
+NO_LIMIT = 10**9
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterQueue:
@@ -31,15 +33,23 @@ class Queues:
     cluster_queues: Mapping[str, ClusterQueue]
     local_queues: Mapping[str, str] = field(default_factory=dict)
     """LocalQueue name -> ClusterQueue name; a ClusterQueue's own name also works."""
+    catch_all: str | None = None
+    """ClusterQueue for queue names nobody declared (None: such jobs wait with a reason)."""
 
     def cluster_queue_of(self, job: Job) -> ClusterQueue | None:
         name = self.local_queues.get(job.queue, job.queue)
+        if name not in self.cluster_queues and self.catch_all is not None:
+            name = self.catch_all
         return self.cluster_queues.get(name)
 
     @classmethod
     def unlimited(cls, capacity: Mapping[str, int]) -> Queues:
-        """One queue owning the whole cluster: admission never refuses (the default)."""
-        return cls(cluster_queues={"default": ClusterQueue(name="default", nominal=dict(capacity))})
+        """One queue with no quota limit: admission never refuses (the default without a
+        queue file); only the devices themselves limit what runs."""
+        unbounded = dict.fromkeys(capacity, NO_LIMIT)
+        return cls(
+            cluster_queues={"default": ClusterQueue(name="default", nominal=unbounded)}, catch_all="default"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

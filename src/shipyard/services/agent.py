@@ -32,6 +32,7 @@ from shipyard.schemas.launch import (
     latest_checkpoint,
 )
 from shipyard.services.context import ServiceContext
+from shipyard.services.scheduler import plan_round
 from shipyard.settings import Settings
 
 AGENT_LOCK = "agent.lock"
@@ -113,7 +114,10 @@ def _running(session: Session) -> list[Attempt]:
 
 
 def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> None:
-    """Start queued jobs in submission order; the first one that does not fit blocks the rest."""
+    """Ask the scheduler which jobs run now; start those it leases, preempt those it drops
+    (once they held their devices for a round), and tell every waiting job why it waits."""
+    now = utcnow()
+    plan, _, rows = plan_round(ctx, session, now)
     busy_devices: dict[str, set[int]] = {}
     busy_cores: set[int] = set()
     for attempt in _running(session):
@@ -121,17 +125,19 @@ def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> None:
             busy_cores.update(attempt.device_ids)
         else:
             busy_devices.setdefault(attempt.accelerator_type, set()).update(attempt.device_ids)
-    queued = session.scalars(
-        select(Job).where(Job.state == JobState.QUEUED).order_by(Job.submitted_at, Job.id)
+    for job_id in plan.preempted:
+        _preempt_if_due(ctx, rows[job_id], now)
+    queued = sorted(
+        (r for r in rows.values() if r.state == JobState.QUEUED), key=lambda r: (r.submitted_at, r.id)
     )
-    blocked_by: str | None = None
     for job in queued:
-        if blocked_by is not None:
-            job.pending_reason = f"waiting behind {blocked_by} (first in, first out)"
+        lease = plan.leases.get(job.id)
+        if lease is None:
+            job.pending_reason = plan.pending_reasons.get(job.id, "waiting for the scheduler")
             continue
         spec = validate_job_spec(job.spec)
         request = Request(
-            accelerator_types=job.accelerator_types,
+            accelerator_types=[lease.accelerator_type],
             devices=job.devices,
             nodes=spec.resources.nodes,
             cpus_per_device=spec.resources.cpus_per_device,
@@ -139,7 +145,6 @@ def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> None:
         placed = ctx.executor.place(request, busy_devices, busy_cores)
         if isinstance(placed, Unplaceable):
             job.pending_reason = f"0/1 nodes: {placed.reason}"
-            blocked_by = job.id
             continue
         if not _claim(session, job):
             continue  # cancelled between our read and now
@@ -148,6 +153,19 @@ def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> None:
             busy_cores.update(placed.core_ids)
         else:
             busy_devices.setdefault(placed.accelerator_type, set()).update(placed.device_ids)
+
+
+def _preempt_if_due(ctx: ServiceContext, job: Job, now: datetime) -> None:
+    """SIGTERM (the runtime checkpoints, then exits) once the attempt held its devices a round."""
+    attempt = next((a for a in job.attempts if a.state == JobState.RUNNING), None)
+    if attempt is None or attempt.pid is None or job.preempt_requested or job.cancel_requested:
+        return
+    started = attempt.started_at if attempt.started_at.tzinfo else attempt.started_at.replace(tzinfo=UTC)
+    if (now - started).total_seconds() < ctx.settings.round_s:
+        return
+    job.preempt_requested = True
+    ctx.executor.terminate(attempt.pid)
+    attempt.signalled_at = now
 
 
 def _claim(session: Session, job: Job) -> bool:
@@ -242,7 +260,8 @@ def _ingest_metrics(session: Session, attempt: Attempt) -> None:
 
 
 def _stop_if_cancelled(ctx: ServiceContext, attempt: Attempt) -> None:
-    if not attempt.job.cancel_requested or attempt.pid is None:
+    job = attempt.job
+    if not (job.cancel_requested or job.preempt_requested) or attempt.pid is None:
         return
     now = utcnow()
     if attempt.signalled_at is None:
@@ -268,6 +287,15 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
         attempt.state, attempt.exit_reason = JobState.SUCCEEDED, ExitReason.COMPLETED
         job.state, job.exit_reason = JobState.SUCCEEDED, ExitReason.COMPLETED
         _register_outputs(session, job, result)
+    elif (
+        result is not None
+        and result.status == "cancelled"
+        and job.preempt_requested
+        and not job.cancel_requested
+    ):
+        attempt.state, attempt.exit_reason = JobState.CANCELLED, ExitReason.PREEMPTED
+        job.state, job.preempt_requested, job.finished_at = JobState.QUEUED, False, None
+        job.pending_reason = f"preempted by the scheduler at step {result.step}; resumes from its checkpoint"
     elif result is not None and result.status == "cancelled":
         attempt.state, attempt.exit_reason = JobState.CANCELLED, ExitReason.CANCELLED
         job.state, job.exit_reason, job.message = (

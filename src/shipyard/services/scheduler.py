@@ -1,0 +1,201 @@
+"""The live side of the scheduler: a snapshot of this node's jobs and devices from the database,
+handed to the same ``schedule``/``run_cycle`` the simulator drives.
+
+Throughputs come from the planner's estimate stored at submit (steps/s on the accelerator type it
+planned for, scaled by peak FLOPS to the other types), replaced by the measured median once a job
+has run on a type. Quotas come from ``$SHIPYARD_HOME/queues.yaml`` when it exists:
+
+    clusterQueues:
+      - {name: research, cohort: lab, nominal: {cpu: 2, h100-sxm: 8}, borrowingLimit: {h100-sxm: 4}}
+    localQueues: {team-a: research}
+"""
+
+from __future__ import annotations
+
+import statistics
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shipyard.db import Job, Metric
+from shipyard.domain import JobState
+from shipyard.errors import InvalidSpec
+from shipyard.hardware import Device
+from shipyard.scheduling import model
+from shipyard.scheduling.cycle import schedule
+from shipyard.scheduling.model import RoundPlan
+from shipyard.scheduling.policies import policy_named
+from shipyard.scheduling.quota import Admission, ClusterQueue, Queues
+from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.services.context import ServiceContext
+
+QUEUES_FILE = "queues.yaml"
+NODE = "local"
+
+
+def load_queues(home: Path, capacity: dict[str, int]) -> Queues:
+    path = home / QUEUES_FILE
+    if not path.is_file():
+        return Queues.unlimited(capacity)
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+        cluster_queues = {
+            row["name"]: ClusterQueue(
+                name=str(row["name"]),
+                nominal={str(k): int(v) for k, v in (row.get("nominal") or {}).items()},
+                cohort=row.get("cohort"),
+                borrowing_limit=(
+                    {str(k): int(v) for k, v in row["borrowingLimit"].items()}
+                    if "borrowingLimit" in row
+                    else None
+                ),
+            )
+            for row in document.get("clusterQueues") or []
+        }
+        local = {str(k): str(v) for k, v in (document.get("localQueues") or {}).items()}
+    except (yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise InvalidSpec(
+            f"{path} is not a valid queue file ({type(exc).__name__}: {exc})",
+            hint="write clusterQueues: [{name: ..., nominal: {cpu: 2}}] and localQueues: {team: name}",
+        ) from None
+    for name, target in local.items():
+        if target not in cluster_queues:
+            raise InvalidSpec(f"{path}: local queue {name!r} points at unknown cluster queue {target!r}",
+                              hint=f"cluster queues: {', '.join(cluster_queues)}")  # fmt: skip
+    if "default" not in local and "default" not in cluster_queues and cluster_queues:
+        local["default"] = next(iter(cluster_queues))
+    return Queues(cluster_queues=cluster_queues, local_queues=local)
+
+
+def _capacity(devices: list[Device]) -> dict[str, int]:
+    capacity: dict[str, int] = {}
+    for device in devices:
+        size = device.cores if device.accelerator_type == "cpu" else 1
+        capacity[device.accelerator_type] = capacity.get(device.accelerator_type, 0) + size
+    return capacity
+
+
+def _demand(job: Job) -> int:
+    """Devices of the gang; on the CPU, cores (devices x cores per device)."""
+    spec = validate_job_spec(job.spec)
+    if job.accelerator_types == ["cpu"]:
+        return job.devices * (spec.resources.cpus_per_device or 1)
+    return job.devices
+
+
+def _peaks(devices: list[Device]) -> dict[str, float]:
+    peaks: dict[str, float] = {}
+    for device in devices:
+        per_unit = (
+            device.peak_bf16_tflops / device.cores
+            if device.accelerator_type == "cpu"
+            else device.peak_bf16_tflops
+        )
+        peaks[device.accelerator_type] = max(per_unit, 1e-6)
+    return peaks
+
+
+def snapshot(
+    session: Session, devices: list[Device], now: datetime
+) -> tuple[list[model.Job], list[model.Node], model.Throughputs, dict[str, Job]]:
+    rows = list(session.scalars(select(Job).where(Job.state.in_([JobState.QUEUED, JobState.RUNNING]))))
+    peaks = _peaks(devices)
+    packed: dict[tuple[str, int, str], float] = {}
+    jobs = []
+    for row in rows:
+        spec = validate_job_spec(row.spec)
+        demand = _demand(row)
+        running = next((a for a in row.attempts if a.state == JobState.RUNNING), None)
+        attained: dict[str, float] = {}
+        for attempt in row.attempts:
+            end = attempt.finished_at or now
+            seconds = (_aware(end) - _aware(attempt.started_at)).total_seconds()
+            attained[attempt.accelerator_type] = attained.get(attempt.accelerator_type, 0.0) + max(
+                seconds, 0.0
+            )
+        for accelerator_type, rate in _rates(session, row, peaks, spec.training.global_batch_tokens).items():
+            packed[(row.id, demand, accelerator_type)] = rate
+        jobs.append(
+            model.Job(
+                id=row.id,
+                job_type=row.id,
+                devices=demand,
+                arrival_s=_aware(row.submitted_at).timestamp(),
+                total_steps=float(spec.training.total_steps),
+                steps_done=float(_last_step(session, row.id)),
+                accelerator_types=tuple(row.accelerator_types),
+                priority=2.0**spec.priority,
+                queue=spec.queue,
+                attained_s=attained,
+                running_on=running.accelerator_type if running else None,
+                nodes=(_node_id(running.accelerator_type),) * demand if running else (),
+            )
+        )
+    # This machine's devices of one type form one node of the snapshot (the local executor picks
+    # the concrete devices, preferring an NVLink island).
+    nodes = [model.Node(id=_node_id(k), accelerator_type=k, devices=n) for k, n in _capacity(devices).items()]
+    return jobs, nodes, model.Throughputs(packed=packed), {r.id: r for r in rows}
+
+
+def _node_id(accelerator_type: str) -> str:
+    return f"{NODE}/{accelerator_type}"
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _last_step(session: Session, job_id: str) -> int:
+    step = session.scalar(
+        select(Metric.step).where(Metric.job_id == job_id, Metric.kind == "train").order_by(Metric.id.desc())
+    )
+    return step or 0
+
+
+def _rates(session: Session, job: Job, peaks: dict[str, float], batch_tokens: int) -> dict[str, float]:
+    """Steps/s per accelerator type: measured where the job ran, else the planner's estimate
+    scaled by peak FLOPS, else the peak alone (only the ratios between types matter then)."""
+    allowed = [k for k in job.accelerator_types if k in peaks]
+    estimate: dict[str, Any] = job.estimate or {}
+    base_type = estimate.get("accelerator")
+    base_rate = float(estimate.get("tokens_per_s", 0.0)) / batch_tokens if estimate else 0.0
+    rates = {}
+    for accelerator_type in allowed:
+        if base_type in peaks and base_rate > 0:
+            rates[accelerator_type] = base_rate * peaks[accelerator_type] / peaks[base_type]
+        else:
+            rates[accelerator_type] = peaks[accelerator_type]
+    measured: dict[str, list[float]] = {}
+    for attempt in job.attempts:
+        for metric in session.scalars(
+            select(Metric.tokens_per_s).where(Metric.attempt_id == attempt.id, Metric.kind == "train")
+        ):
+            if metric:
+                measured.setdefault(attempt.accelerator_type, []).append(metric / batch_tokens)
+    for accelerator_type, values in measured.items():
+        if accelerator_type in rates:
+            rates[accelerator_type] = statistics.median(values)
+    return rates
+
+
+def plan_round(
+    ctx: ServiceContext, session: Session, now: datetime
+) -> tuple[RoundPlan, Admission, dict[str, Job]]:
+    """The scheduler's decision for this node now."""
+    devices = ctx.executor.devices
+    jobs, nodes, throughputs, rows = snapshot(session, devices, now)
+    queues = load_queues(ctx.settings.home, _capacity(devices))
+    plan, admission = schedule(
+        jobs,
+        nodes,
+        throughputs,
+        policy_named(ctx.settings.policy),
+        queues,
+        now_s=now.timestamp(),
+        round_s=ctx.settings.round_s,
+    )
+    return plan, admission, rows
