@@ -146,3 +146,31 @@ def test_a_job_that_does_not_stop_within_the_grace_period_is_killed(cli: Cli, tm
     killed = cli.wait_for(job["id"], lambda j: j["state"] == "cancelled")
     assert killed["exit_reason"] == "killed"
     assert killed["message"] == "did not stop within 0.2s of SIGTERM and was killed"
+
+
+def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(cli: Cli, tmp_path: Path) -> None:
+    cli.env.update({"SHIPYARD_POLICY": "priority", "SHIPYARD_ROUND_S": "1"})
+    cores = len(os.sched_getaffinity(0))
+    whole = {"accelerator": "cpu", "devices": 1, "cpus_per_device": cores}
+    low = cli.json(
+        "jobs", "submit", str(write_spec(tmp_path, "low", resources=whole, training={"steps": 300}))
+    )
+    cli.wait_for(low["id"], lambda j: j["state"] == "running" and j["step"] >= 5)
+    high = cli.json(
+        "jobs",
+        "submit",
+        str(write_spec(tmp_path, "high", resources=whole, priority=5, training={"steps": 6})),
+    )
+    requeued = cli.wait_for(low["id"], lambda j: j["state"] == "queued")
+    # Preempted, then waiting while the higher-priority job holds every core.
+    assert requeued["pending_reason"].startswith(
+        ("preempted by the scheduler at step", "0/1 nodes: 1 insufficient")
+    )
+    waiting = cli.json("queue")
+    assert [p["id"] for p in waiting] == [low["id"]]
+    done_high = cli.wait_for(high["id"], lambda j: j["state"] in ("succeeded", "failed"))
+    done_low = cli.wait_for(low["id"], lambda j: j["state"] in ("succeeded", "failed"), timeout=400)
+    assert done_high["state"] == done_low["state"] == "succeeded"
+    attempts = cli.json("jobs", "show", low["id"])["attempts"]
+    assert [a["exit_reason"] for a in attempts] == ["preempted", "completed"]
+    assert done_low["step"] == 100 and done_high["finished_at"] <= done_low["finished_at"]

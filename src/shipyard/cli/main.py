@@ -18,6 +18,8 @@ COMMANDS = {
     "quickstart": "shipyard.cli.quickstart",
     "plan": "shipyard.cli.plan",
     "sim": "shipyard.cli.sim",
+    "queue": "shipyard.cli.queues",
+    "queues": "shipyard.cli.queues",
 }
 """Command -> the module that registers it. Only the module a command line needs is imported, so
 `shipyard plan` answers without loading the database layer (each module has ``register(app)``)."""

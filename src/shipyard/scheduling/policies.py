@@ -86,9 +86,10 @@ def fifo_perf(inp: PolicyInput) -> Allocation:
 
 
 def priority(inp: PolicyInput) -> Allocation:
-    """Highest priority first (then first come), each on the fastest type that has room."""
+    """Highest priority first (then first come), each on the fastest type that has room; a
+    higher-priority arrival preempts a lower-priority job."""
     order = sorted(inp.jobs, key=lambda j: (-j.priority, j.arrival_s, j.id))
-    return _greedy(inp, order, _fastest(inp), sticky=True)
+    return _greedy(inp, order, _fastest(inp), sticky=False)
 
 
 # --- linear programs --------------------------------------------------------------------------

@@ -199,3 +199,36 @@ def plan_round(
         round_s=ctx.settings.round_s,
     )
     return plan, admission, rows
+
+
+def queue_status(ctx: ServiceContext) -> dict[str, Any]:
+    """Pending jobs with the scheduler's reason, and quota, usage and borrowing per queue."""
+    with ctx.db.transaction() as session:
+        plan, admission, rows = plan_round(ctx, session, datetime.now(UTC))
+        pending = [
+            {
+                "id": row.id,
+                "queue": row.queue,
+                "priority": row.priority,
+                "devices": row.devices,
+                "accelerator_types": row.accelerator_types,
+                "submitted_at": _aware(row.submitted_at).isoformat(),
+                "reason": row.pending_reason or plan.pending_reasons.get(row.id, ""),
+            }
+            for row in sorted(rows.values(), key=lambda r: (r.submitted_at, r.id))
+            if row.state == JobState.QUEUED
+        ]
+    queues = load_queues(ctx.settings.home, _capacity(ctx.executor.devices))
+    usage = admission.usage
+    cluster_queues = [
+        {
+            "name": cq.name,
+            "cohort": cq.cohort,
+            "nominal": {k: v for k, v in cq.nominal.items() if v < 10**9},
+            "used": dict(usage.used.get(cq.name, {})),
+            "borrowed": dict(usage.borrowed.get(cq.name, {})),
+            "local_queues": sorted(k for k, v in queues.local_queues.items() if v == cq.name),
+        }
+        for cq in queues.cluster_queues.values()
+    ]
+    return {"pending": pending, "queues": cluster_queues}
