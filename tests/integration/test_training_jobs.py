@@ -153,7 +153,7 @@ def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(cli: Cli, 
     cores = len(os.sched_getaffinity(0))
     whole = {"accelerator": "cpu", "devices": 1, "cpus_per_device": cores}
     low = cli.json(
-        "jobs", "submit", str(write_spec(tmp_path, "low", resources=whole, training={"steps": 300}))
+        "jobs", "submit", str(write_spec(tmp_path, "low", resources=whole, training={"steps": 100}))
     )
     cli.wait_for(low["id"], lambda j: j["state"] == "running" and j["step"] >= 5)
     high = cli.json(
