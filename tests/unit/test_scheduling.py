@@ -194,3 +194,116 @@ def test_admission_never_exceeds_cohort_quota(sizes: list[tuple[str, int]]) -> N
         by_queue[cq.name] = by_queue.get(cq.name, 0) + j.devices
     assert by_queue.get("research", 0) + by_queue.get("prod", 0) <= 8
     assert by_queue.get("solo", 0) <= 2
+
+
+# --- the simulator, end to end on small random workloads -----------------------------------------
+
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: E402
+
+from shipyard.scheduling.model import Lease  # noqa: E402
+from shipyard.sim.simulator import SimConfig, cluster_nodes, simulate  # noqa: E402
+from shipyard.sim.workload import TraceJob  # noqa: E402
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    raw=st.lists(
+        st.tuples(
+            st.sampled_from(["a", "b", "c"]),
+            st.sampled_from([1, 2, 4]),
+            st.floats(10, 5e4),
+            st.floats(0, 2e4),
+        ),
+        min_size=1,
+        max_size=15,
+    ),
+    policy=st.sampled_from(sorted(POLICIES)),
+    restart_cost=st.sampled_from([0.0, 30.0]),
+)
+def test_every_job_finishes_no_faster_than_alone_and_runs_repeat(
+    raw: list, policy: str, restart_cost: float
+) -> None:
+    tp = throughputs(["a", "b", "c"])
+    jobs = [TraceJob(job_type=t, devices=d, total_steps=s, arrival_s=a) for t, d, s, a in raw]
+    nodes = cluster_nodes({"v100": 4, "p100": 4, "k80": 4}, 4)
+    config = SimConfig(policy_name=policy, round_s=360, restart_cost_s=restart_cost)
+    first = simulate(jobs, nodes, tp, POLICIES[policy], config)
+    assert first.jobs_measured == len(jobs)  # nothing starves forever, nothing is lost
+    alone = min(
+        s / max(tp.packed[(t, d, k)] for k in TYPES) for t, d, s, _ in raw
+    )  # the shortest job on its fastest type
+    assert first.p50_jct_h * 3600 >= alone * 0.999
+    assert 0 < first.utilization <= 1
+    again = simulate(jobs, nodes, tp, POLICIES[policy], config)
+    assert {k: v for k, v in first.to_dict().items() if "solve_ms" not in k} == {
+        k: v for k, v in again.to_dict().items() if "solve_ms" not in k
+    }
+
+
+class RoundsMachine(RuleBasedStateMachine):
+    """Jobs arrive and rounds pass on a small cluster; every round's leases must respect capacity,
+    keep gangs whole, and never show a job both waiting and running."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs: dict[str, Job] = {}
+        self.nodes = nodes(per_type=1, devices=4)
+        self.now = 0.0
+        self.tp = throughputs(["a", "b"])
+        self.last_plan = None
+
+    @rule(
+        job_type=st.sampled_from(["a", "b"]), devices=st.sampled_from([1, 2, 4, 8]), steps=st.floats(1, 1e4)
+    )
+    def arrive(self, job_type: str, devices: int, steps: float) -> None:
+        job_id = f"j{len(self.jobs)}"
+        self.jobs[job_id] = Job(
+            id=job_id, job_type=job_type, devices=devices, total_steps=steps, arrival_s=self.now
+        )
+
+    @rule(policy=st.sampled_from(sorted(POLICIES)))
+    def round(self, policy: str) -> None:
+        live = [j for j in self.jobs.values() if j.remaining_steps > 0]
+        plan, _ = schedule(live, self.nodes, self.tp, POLICIES[policy], now_s=self.now, round_s=360)
+        self.last_plan = plan
+        for job in live:
+            lease = plan.leases.get(job.id)
+            if lease is None:
+                self.jobs[job.id] = Job(**{**_fields(job), "running_on": None, "nodes": ()})
+                continue
+            rate = self.tp.of(job, lease.accelerator_type)
+            done = min(job.total_steps, job.steps_done + rate * 360)
+            attained = dict(job.attained_s)
+            attained[lease.accelerator_type] = attained.get(lease.accelerator_type, 0.0) + 360
+            self.jobs[job.id] = Job(
+                **{
+                    **_fields(job),
+                    "steps_done": done,
+                    "attained_s": attained,
+                    "running_on": lease.accelerator_type if done < job.total_steps else None,
+                    "nodes": lease.nodes if done < job.total_steps else (),
+                }
+            )
+        self.now += 360
+
+    @invariant()
+    def leases_are_sound(self) -> None:
+        plan = self.last_plan
+        if plan is None:
+            return
+        used: dict[str, int] = {}
+        for lease in plan.leases.values():
+            assert isinstance(lease, Lease)
+            assert len(lease.nodes) == self.jobs[lease.job_id].devices
+            for node in lease.nodes:
+                used[node] = used.get(node, 0) + 1
+        assert all(used.get(n.id, 0) <= n.devices for n in self.nodes)
+        assert set(plan.leases).isdisjoint(plan.pending_reasons)
+
+
+def _fields(job: Job) -> dict:
+    return {name: getattr(job, name) for name in Job.__slots__}
+
+
+TestRounds = RoundsMachine.TestCase
+TestRounds.settings = settings(max_examples=20, stateful_step_count=15, deadline=None)
