@@ -117,9 +117,13 @@ def pending_reasons(
     ``0/3 nodes: 2 insufficient free v100, 1 wrong accelerator type (v100: 1 of 8 free, needs 4)``."""
     capacity: dict[str, int] = {}
     free: dict[str, int] = {}
+    free_by_node: dict[str, list[int]] = {}
     for node in nodes:
         capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
         free[node.accelerator_type] = free.get(node.accelerator_type, 0) + node_free[node.id]
+        free_by_node.setdefault(node.accelerator_type, []).append(node_free[node.id])
+    for values in free_by_node.values():
+        values.sort()
     reasons: dict[str, str] = {}
     for job in waiting:
         allowed = sorted(k for k in capacity if job.allows(k))
@@ -131,14 +135,17 @@ def pending_reasons(
             reasons[job.id] = f"needs {job.devices} devices of one type; the largest type here has {largest}"
             continue
         counts: dict[str, int] = {}
-        for node in nodes:
-            if not job.allows(node.accelerator_type):
-                why = "wrong accelerator type"
-            elif node_free[node.id] < job.devices and free[node.accelerator_type] < job.devices:
-                why = f"insufficient free {node.accelerator_type}"
+        wrong = len(nodes) - sum(len(free_by_node[k]) for k in allowed)
+        if wrong:
+            counts["wrong accelerator type"] = wrong
+        for k in allowed:
+            if free[k] >= job.devices:
+                # Room on the type (maybe spread over nodes): the policy ranked other jobs first.
+                counts["free devices given to jobs the policy ranks first"] = counts.get(
+                    "free devices given to jobs the policy ranks first", 0
+                ) + len(free_by_node[k])
             else:
-                why = "free devices given to jobs the policy ranks first"
-            counts[why] = counts.get(why, 0) + 1
+                counts[f"insufficient free {k}"] = len(free_by_node[k])
         summary = ", ".join(f"{n} {why}" for why, n in counts.items())
         detail = "; ".join(f"{k}: {free[k]} of {capacity[k]} free, needs {job.devices}" for k in allowed)
         reasons[job.id] = f"0/{len(nodes)} nodes: {summary} ({detail})"
