@@ -44,6 +44,8 @@ def test_submit_wait_list_show_logs_models_generate(cli: Cli, tmp_path: Path) ->
 
 
 def test_jobs_wait_fifo_for_cores_with_a_reason(cli: Cli, tmp_path: Path) -> None:
+    # First come, first served: under the default policy the shorter second job could go first.
+    cli.env["SHIPYARD_POLICY"] = "fifo"
     cores = len(os.sched_getaffinity(0))
     whole = {"accelerator": "cpu", "devices": 1, "cpus_per_device": cores}
     first = cli.json(
@@ -55,9 +57,10 @@ def test_jobs_wait_fifo_for_cores_with_a_reason(cli: Cli, tmp_path: Path) -> Non
     cli.wait_for(first["id"], lambda j: j["state"] == "running")
     waiting = cli.json("jobs", "show", second["id"])
     assert waiting["state"] == "queued"
-    assert waiting["pending_reason"] == f"0/1 nodes: cpu: 0 of {cores} cores free, needs {cores}"
-    table = cli.run("jobs", "list").stdout
-    assert "cores free" in table
+    reason = f"0/1 nodes: 1 insufficient free cpu (cpu: 0 of {cores} free, needs {cores})"
+    assert waiting["pending_reason"] == reason
+    assert "insufficient" in cli.run("jobs", "list").stdout
+    assert [(p["id"], p["reason"]) for p in cli.json("queue")] == [(second["id"], reason)]
     for job in (first, second):
         assert (
             cli.wait_for(job["id"], lambda j: j["state"] in ("succeeded", "failed"))["state"] == "succeeded"

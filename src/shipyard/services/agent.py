@@ -1,5 +1,5 @@
-"""The local agent's use cases: start queued jobs on free devices (FIFO), watch attempts, copy
-their metrics, stop cancelled ones, and record how each ended.
+"""The local agent's use cases: start the queued jobs the scheduler picks, preempt the ones it
+drops, watch attempts, copy their metrics, stop cancelled ones, and record how each ended.
 
 ``tick`` is one pass; ``shipyard.daemon`` runs it in a loop. Every ``submit`` makes sure one agent
 runs per ``$SHIPYARD_HOME`` (a file lock tells), so jobs start without a command of their own.
