@@ -332,6 +332,9 @@ class Trainer:
         if d.is_main:
             hf.export(model_state, arch, self.data.tokenizer_path, self.data.eos_id, export_dir)
             self.log(f"exported Hugging Face model to {export_dir}")
+        # The other ranks wait here: one that tears down its process group while rank 0 is
+        # still exporting can abort inside gloo ("terminate called without an active exception").
+        parallel.barrier(d)
         return AttemptResult(
             status="completed",
             step=step,
