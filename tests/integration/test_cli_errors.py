@@ -89,6 +89,18 @@ def test_more_devices_than_the_machine_has(cli: Cli, tmp_path: Path) -> None:
     )
 
 
+def test_more_device_memory_than_the_machine_has(cli: Cli, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, resources={"accelerator": "cpu", "min_memory_gib": 1e6})
+    expect_error(
+        cli,
+        "jobs",
+        "submit",
+        str(spec),
+        message="can never run on this node: cpu: needs 1e+06 GiB of memory, this node has",
+        hint="this node has cpu:",
+    )
+
+
 def test_spec_file_that_does_not_exist(cli: Cli, tmp_path: Path) -> None:
     expect_error(
         cli,

@@ -134,6 +134,22 @@ def test_impossible_requests_say_why_and_are_not_transient() -> None:
     assert isinstance(multi, Unplaceable) and "single-node" in multi.reason
 
 
+def test_a_minimum_device_memory_rules_out_smaller_devices() -> None:
+    # Fake vendor query (no GPU on the test machine): a DGX H100 reports 80 GiB per device.
+    executor = LocalExecutor(discover(fake(nvidia=dgx_h100())))
+    fits = executor.place(Request(accelerator_types=["h100-sxm"], devices=2, min_memory_gib=64), {}, set())
+    assert isinstance(fits, Placement)
+    too_big = executor.place(
+        Request(accelerator_types=["h100-sxm"], devices=2, min_memory_gib=100), {}, set()
+    )
+    assert isinstance(too_big, Unplaceable) and not too_big.transient
+    assert too_big.reason == (
+        "h100-sxm: needs 2 devices, this node has none with 100 GiB or more (the largest has 80 GiB)"
+    )
+    host = executor.place(Request(accelerator_types=["cpu"], devices=1, min_memory_gib=1e6), {}, set())
+    assert isinstance(host, Unplaceable) and host.reason.startswith("cpu: needs 1e+06 GiB of memory")
+
+
 def test_busy_devices_make_a_job_wait_with_a_reason() -> None:
     executor = LocalExecutor(discover(fake(nvidia=dgx_h100())))
     placed = executor.place(

@@ -101,6 +101,32 @@ def test_a_job_bigger_than_any_type_says_so() -> None:
     assert plan.pending_reasons["x"] == "needs 16 devices of one type; the largest type here has 8"
 
 
+def test_a_job_runs_only_where_devices_have_the_memory_it_asks_for() -> None:
+    from shipyard.scheduling.cycle import schedule
+    from shipyard.scheduling.policies import fifo_perf
+
+    cluster = [
+        Node(id="v100-0", accelerator_type="v100", devices=4, memory_gib=32),
+        Node(id="k80-0", accelerator_type="k80", devices=4, memory_gib=12),
+    ]
+    tp = throughputs(["a"])
+    big = Job(id="big", job_type="a", devices=2, total_steps=10, arrival_s=0, min_memory_gib=16)
+    huge = Job(id="huge", job_type="a", devices=1, total_steps=10, arrival_s=1, min_memory_gib=40)
+    # Two jobs fill the v100s first, so the 16 GiB job could only go to a k80 — which is too small.
+    first = [Job(id=f"f{i}", job_type="a", devices=2, total_steps=10, arrival_s=-1) for i in range(2)]
+    plan, _ = schedule([*first, big, huge], cluster, tp, fifo_perf, now_s=0, round_s=360)
+    assert set(plan.leases) == {"f0", "f1"}
+    assert plan.pending_reasons["big"] == (
+        "0/2 nodes: 1 wrong accelerator type, 1 insufficient free v100 (v100: 0 of 4 free, needs 2); "
+        "too little memory per device on k80 has 12 GiB, needs 16"
+    )
+    assert plan.pending_reasons["huge"] == (
+        "0/2 nodes: 2 insufficient device memory (needs 40 GiB per device, the largest here has 32 GiB)"
+    )
+    alone, _ = schedule([big], cluster, tp, fifo_perf, now_s=0, round_s=360)
+    assert alone.leases["big"].accelerator_type == "v100"
+
+
 def test_las_gives_each_job_its_fair_share_when_oversubscribed() -> None:
     jobs = [Job(id=f"j{i}", job_type="a", devices=1, total_steps=10, arrival_s=0) for i in range(48)]
     inp = PolicyInput(jobs=jobs, capacity=dict.fromkeys(TYPES, 8), throughputs=throughputs(["a"]))

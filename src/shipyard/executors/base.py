@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from shipyard.schemas.jobspec import ResourcesSection
 from shipyard.schemas.launch import TorchDevice
 
 
@@ -39,6 +40,18 @@ class Request:
     devices: int
     nodes: int = 1
     cpus_per_device: int | None = None
+    min_memory_gib: float = 0.0
+
+    @classmethod
+    def of(cls, resources: ResourcesSection, accelerator_types: Sequence[str] | None = None) -> Request:
+        """What a job spec asks for (on ``accelerator_types`` when the scheduler chose one)."""
+        return cls(
+            accelerator_types=list(accelerator_types or resources.accelerator),
+            devices=resources.devices,
+            nodes=resources.nodes,
+            cpus_per_device=resources.cpus_per_device,
+            min_memory_gib=resources.min_memory_gib or 0.0,
+        )
 
 
 @runtime_checkable

@@ -85,6 +85,12 @@ class LocalExecutor:
     ) -> Placement | Unplaceable:
         all_cores = list(range(self.cpu.cores))
         if accelerator_type == "cpu":
+            if self.cpu.memory_gib < request.min_memory_gib:
+                return Unplaceable(
+                    f"cpu: needs {request.min_memory_gib:g} GiB of memory, this node has "
+                    f"{self.cpu.memory_gib:.0f} GiB",
+                    transient=False,
+                )
             threads = request.cpus_per_device or max(1, self.cpu.cores // request.devices)
             need = threads * request.devices
             if need > self.cpu.cores:
@@ -108,9 +114,13 @@ class LocalExecutor:
                 peak_tflops_bf16=self.cpu.peak_bf16_tflops / self.cpu.cores * threads,
                 peak_tflops_fp32=self.cpu.peak_fp32_tflops / self.cpu.cores * threads,
             )
-        matching = [d for d in self.accelerators if d.accelerator_type == accelerator_type]
+        of_type = [d for d in self.accelerators if d.accelerator_type == accelerator_type]
+        matching = [d for d in of_type if d.memory_gib >= request.min_memory_gib]
         if len(matching) < request.devices:
             have = f"has {len(matching)}" if matching else "has none"
+            if len(matching) < len(of_type):
+                largest = max(d.memory_gib for d in of_type)
+                have += f" with {request.min_memory_gib:g} GiB or more (the largest has {largest:.0f} GiB)"
             return Unplaceable(
                 f"{accelerator_type}: needs {request.devices} devices, this node {have}",
                 transient=False,

@@ -9,6 +9,7 @@ can hold them are they spread over several, where they run slower.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 
 from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
@@ -152,6 +153,43 @@ def pending_reasons(
     return reasons
 
 
+def fit_device_memory(
+    jobs: Sequence[Job], nodes: Sequence[Node]
+) -> tuple[list[Job], dict[str, str], dict[str, str]]:
+    """Narrow each job's accelerator types to those whose devices have the memory it asks for.
+
+    A type counts with its smallest node. Returns the jobs that can still run (with the narrowed
+    list, so policies and placement never see a type that is too small), the reasons of those
+    that cannot, and a note per narrowed job to add to its reason should it wait.
+    """
+    memory: dict[str, float] = {}
+    for node in nodes:
+        if node.memory_gib is not None:
+            memory[node.accelerator_type] = min(
+                memory.get(node.accelerator_type, node.memory_gib), node.memory_gib
+            )
+    kept: list[Job] = []
+    reasons: dict[str, str] = {}
+    notes: dict[str, str] = {}
+    for job in jobs:
+        types = {n.accelerator_type for n in nodes if job.allows(n.accelerator_type)}
+        big_enough = sorted(k for k in types if memory.get(k, float("inf")) >= job.min_memory_gib)
+        if not job.min_memory_gib or len(big_enough) == len(types):
+            kept.append(job)
+        elif big_enough:
+            kept.append(dataclasses.replace(job, accelerator_types=tuple(big_enough)))
+            small = ", ".join(f"{k} has {memory[k]:g}" for k in sorted(types - set(big_enough)))
+            notes[job.id] = f"too little memory per device on {small} GiB, needs {job.min_memory_gib:g}"
+        else:
+            small = [n for n in nodes if n.accelerator_type in types]
+            largest = max(memory[k] for k in types)
+            reasons[job.id] = (
+                f"0/{len(nodes)} nodes: {len(small)} insufficient device memory "
+                f"(needs {job.min_memory_gib:g} GiB per device, the largest here has {largest:g} GiB)"
+            )
+    return kept, reasons, notes
+
+
 def schedule(
     jobs: Sequence[Job],
     nodes: Sequence[Node],
@@ -168,6 +206,7 @@ def schedule(
     capacity: dict[str, int] = {}
     for node in nodes:
         capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
+    jobs, too_small, narrowed = fit_device_memory(jobs, nodes)
     admission = admit(jobs, queues or Queues.unlimited(capacity))
     candidates = [j for j in admission.jobs if j.id not in admission.reclaimed]
     allocation = policy(
@@ -183,6 +222,10 @@ def schedule(
     plan = run_cycle(admission.jobs, nodes, allocation, now_s=now_s, round_s=round_s)
     reasons = dict(plan.pending_reasons)
     reasons.update(admission.reasons)
+    for job_id, note in narrowed.items():
+        if job_id in reasons:
+            reasons[job_id] += f"; {note}"
+    reasons.update(too_small)
     for job_id in admission.reclaimed:
         reasons[job_id] = "preempted: its queue borrowed quota that the owner needs back"
     return RoundPlan(leases=plan.leases, preempted=plan.preempted, pending_reasons=reasons), admission

@@ -33,6 +33,8 @@ class Job:
     """Accelerator type of the current lease, if running."""
     nodes: tuple[str, ...] = ()
     """Nodes of the current lease."""
+    min_memory_gib: float = 0.0
+    """Memory each device must have (0: any)."""
 
     @property
     def remaining_steps(self) -> float:
@@ -47,6 +49,8 @@ class Node:
     id: str
     accelerator_type: str
     devices: int
+    memory_gib: float | None = None
+    """Memory per device; None when unknown (then no job is turned away for memory)."""
 
 
 @dataclass(frozen=True, slots=True)

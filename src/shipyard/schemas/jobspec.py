@@ -22,6 +22,7 @@ from shipyard.schemas.presets import PRESETS
 API_VERSION = "shipyard/v1"
 
 PositiveInt = Annotated[int, Field(gt=0)]
+PositiveFloat = Annotated[float, Field(gt=0)]
 
 
 class _Section(BaseModel):
@@ -170,6 +171,8 @@ class ResourcesSection(_Section):
     nodes: PositiveInt = 1
     cpus_per_device: PositiveInt | None = None
     """CPU threads per process; default: the node's cores shared evenly by a CPU job's processes."""
+    min_memory_gib: PositiveFloat | None = None
+    """Memory each device must have, GiB (on the CPU, the host memory shared by its processes)."""
 
     @field_validator("accelerator", mode="before")
     @classmethod

@@ -136,12 +136,7 @@ def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> None:
             job.pending_reason = plan.pending_reasons.get(job.id, "waiting for the scheduler")
             continue
         spec = validate_job_spec(job.spec)
-        request = Request(
-            accelerator_types=[lease.accelerator_type],
-            devices=job.devices,
-            nodes=spec.resources.nodes,
-            cpus_per_device=spec.resources.cpus_per_device,
-        )
+        request = Request.of(spec.resources, [lease.accelerator_type])
         placed = ctx.executor.place(request, busy_devices, busy_cores)
         if isinstance(placed, Unplaceable):
             job.pending_reason = f"0/1 nodes: {placed.reason}"

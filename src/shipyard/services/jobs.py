@@ -58,14 +58,14 @@ def submit(
     """Validate everything that can be known before launch, then queue the job."""
     spec.data.files()  # missing or empty dataset: fail now, not in the job's log
     _check_model(spec)
-    request = _request(spec)
+    request = Request.of(spec.resources)
     unplaceable = ctx.executor.check_feasible(request)
     if unplaceable is not None:
         inventory = ", ".join(f"{k}: {v}" for k, v in ctx.executor.inventory().items())
         raise Unschedulable(
             f"job {spec.name!r} can never run on this node: {unplaceable.reason}",
             hint=f"this node has {inventory} (cpu counts cores); lower resources.devices or "
-            "list an accelerator type it has in resources.accelerator",
+            "resources.min_memory_gib, or list an accelerator type it has in resources.accelerator",
         )
     spec.training.grad_accum_steps(request.devices)
     estimate = estimate_job(spec, ctx.executor.devices, hardware_catalog(ctx.settings))
@@ -95,16 +95,6 @@ def submit(
     if ctx.autostart_agent:
         agent.ensure_running(ctx.settings)
     return view
-
-
-def _request(spec: JobSpec) -> Request:
-    r = spec.resources
-    return Request(
-        accelerator_types=r.accelerator,
-        devices=r.devices,
-        nodes=r.nodes,
-        cpus_per_device=r.cpus_per_device,
-    )
 
 
 def _check_model(spec: JobSpec) -> None:

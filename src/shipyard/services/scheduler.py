@@ -133,11 +133,20 @@ def snapshot(
                 attained_s=attained,
                 running_on=running.accelerator_type if running else None,
                 nodes=(_node_id(running.accelerator_type),) * demand if running else (),
+                min_memory_gib=spec.resources.min_memory_gib or 0.0,
             )
         )
     # This machine's devices of one type form one node of the snapshot (the local executor picks
     # the concrete devices, preferring an NVLink island).
-    nodes = [model.Node(id=_node_id(k), accelerator_type=k, devices=n) for k, n in _capacity(devices).items()]
+    memory: dict[str, float] = {}
+    for device in devices:
+        memory[device.accelerator_type] = min(
+            memory.get(device.accelerator_type, device.memory_gib), device.memory_gib
+        )
+    nodes = [
+        model.Node(id=_node_id(k), accelerator_type=k, devices=n, memory_gib=memory[k])
+        for k, n in _capacity(devices).items()
+    ]
     return jobs, nodes, model.Throughputs(packed=packed), {r.id: r for r in rows}
 
 
