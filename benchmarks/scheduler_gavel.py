@@ -9,7 +9,9 @@ the ratios between policies:
 
 - fidelity: fifo, fifo_perf and gavel_las_perf at 1.0 job/h; gavel_las_perf at 2.4 jobs/h;
 - the anchor: shipyard vs gavel_las_perf at 2.4 and 2.6 jobs/h, and makespan of 700 static jobs;
-- the same with a 30 s restart cost.
+- the same with a 30 s restart cost;
+- for the static runs, the fluid lower bound on the makespan of the same 700 jobs (a linear
+  program no schedule can beat), so a policy's loss is told apart from the workload's.
 
     .venv/bin/python benchmarks/scheduler_gavel.py [--seeds 0,1,2] [--workers 2] [--json]
 """
@@ -26,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.services.simulation import SimRequest, run
+from shipyard.sim.bounds import fluid_makespan_s
+from shipyard.sim.workload import generate_gavel_jobs, load_throughputs
 
 THROUGHPUTS = (
     Path(__file__).resolve().parents[2]
@@ -61,6 +65,7 @@ EXPERIMENTS: list[tuple[str, str, float]] = [
     ("fifo", "static700", 0),
     ("gavel_las_perf", "static700", 0),
     ("shipyard", "static700", 0),
+    ("min_makespan", "static700", 0),
     ("gavel_las_perf", "2.4", 30),
     ("shipyard", "2.4", 30),
     ("gavel_las_perf", "static700", 30),
@@ -108,6 +113,18 @@ def main() -> None:
                 f"avg JCT {r['avg_jct_h']:.2f} h, makespan {r['makespan_h']:.1f} h ({r['wall_s']:.0f} s)",
                 file=sys.stderr,
             )
+    throughputs = load_throughputs(THROUGHPUTS)
+    capacity = {k: int(n) for k, n in (part.split("=") for part in CLUSTER.split(","))}
+    bounds = [
+        fluid_makespan_s(
+            generate_gavel_jobs(throughputs, count=700, rate_per_h=None, multi_gpu=True, seed=seed),
+            throughputs,
+            capacity,
+        )
+        / 3600
+        for seed in seeds
+    ]
+    bound = statistics.fmean(bounds)
     summary = []
     for policy, load, cost in EXPERIMENTS:
         group = [r for r in runs if (r["policy"], r["load"], r["restart_cost_s"]) == (policy, load, cost)]
@@ -128,10 +145,11 @@ def main() -> None:
                 "solve_ms_p50": statistics.fmean(r["policy_solve_ms_p50"] for r in group),
                 "gavel_published": published,
                 "vs_published": mean / published - 1 if published else None,
+                "vs_fluid_bound": mean / bound if load.startswith("static") else None,
             }
         )
     if args.json:
-        print(json.dumps({"summary": summary, "runs": runs}, indent=2))
+        print(json.dumps({"summary": summary, "fluid_makespan_bound_h": bounds, "runs": runs}, indent=2))
         return
     header = f"{'policy':>15} {'load':>9} {'restart':>7} {'metric':>10} {'mean':>8} {'Gavel':>7} {'diff':>7}"
     print(f"{header}  p99 JCT  worst rho")
@@ -143,6 +161,8 @@ def main() -> None:
             f"{s['mean']:>8.2f} "
             f"{gavel:>7} {diff:>7}  {s['p99_jct_h']:7.1f}  {s['worst_ftf_rho']:.2f}"
         )
+    per_seed = ", ".join(f"{b:.1f}" for b in bounds)
+    print(f"fluid lower bound on the static makespan: {bound:.1f} h (per seed {per_seed})")
     by_key = {(s["policy"], s["load"], s["restart_cost_s"]): s["mean"] for s in summary}
     for load, cost in (("2.4", 0), ("2.6", 0), ("static700", 0), ("2.4", 30), ("static700", 30)):
         ratio = by_key[("shipyard", load, cost)] / by_key[("gavel_las_perf", load, cost)]

@@ -3,11 +3,12 @@ exceeded, gangs whole on one type, determinism) and small hand-checked cases."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shipyard.scheduling.cycle import run_cycle
-from shipyard.scheduling.model import Job, Node, PolicyInput, Throughputs
+from shipyard.scheduling.model import Job, Lease, Node, PolicyInput, Throughputs
 from shipyard.scheduling.policies import POLICIES, gavel_las_perf, shipyard
 
 TYPES = ("v100", "p100", "k80")
@@ -139,14 +140,36 @@ def test_las_gives_each_job_its_fair_share_when_oversubscribed() -> None:
 def test_shipyard_runs_the_shortest_work_first_on_the_type_it_gains_from() -> None:
     tp = throughputs(["a", "b", "c"])  # "a" gains nothing from a v100, "c" gains 9x
     jobs = [
+        Job(id="longest", job_type="a", devices=8, total_steps=2e9, arrival_s=0),
         Job(id="long", job_type="c", devices=8, total_steps=1e9, arrival_s=0),
         Job(id="short-c", job_type="c", devices=8, total_steps=10, arrival_s=5),
         Job(id="short-a", job_type="a", devices=8, total_steps=10, arrival_s=6),
     ]
-    allocation = shipyard(PolicyInput(jobs=jobs, capacity={"v100": 8, "k80": 8}, throughputs=tp))
+    allocation = shipyard(PolicyInput(jobs=jobs, capacity={"v100": 8, "k80": 16}, throughputs=tp))
     assert allocation["short-c"] == {"v100": 1.0}
     assert allocation["short-a"] == {"k80": 1.0}
+    # The longest job sets the horizon of all known work: starting it last would end the batch
+    # later, so it runs (on the type it does not need to share with "c"); "long" waits.
+    assert allocation["longest"] == {"k80": 1.0}
     assert "long" not in allocation
+
+
+def test_idle_devices_are_backfilled_for_one_round_without_delaying_allocated_jobs() -> None:
+    tp = throughputs(["a"])
+    jobs = [
+        Job(id="big", job_type="a", devices=8, total_steps=100, arrival_s=0),
+        Job(id="small", job_type="a", devices=2, total_steps=100, arrival_s=1),
+    ]
+    cluster = [
+        Node(id="v100-0", accelerator_type="v100", devices=8),
+        Node(id="k80-0", accelerator_type="k80", devices=4),
+    ]
+    allocation = {"big": {"v100": 1.0}}  # the policy gave "small" nothing this round
+    strict = run_cycle(jobs, cluster, allocation, now_s=0, round_s=360)
+    assert set(strict.leases) == {"big"}
+    filled = run_cycle(jobs, cluster, allocation, now_s=0, round_s=360, backfill=tp)
+    assert filled.leases["big"].accelerator_type == "v100"
+    assert filled.leases["small"] == Lease(job_id="small", accelerator_type="k80", nodes=("k80-0",) * 2)
 
 
 # --- quota and cohorts --------------------------------------------------------------------------
@@ -226,7 +249,6 @@ def test_admission_never_exceeds_cohort_quota(sizes: list[tuple[str, int]]) -> N
 
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: E402
 
-from shipyard.scheduling.model import Lease  # noqa: E402
 from shipyard.sim.simulator import SimConfig, cluster_nodes, simulate  # noqa: E402
 from shipyard.sim.workload import TraceJob  # noqa: E402
 
@@ -264,6 +286,27 @@ def test_every_job_finishes_no_faster_than_alone_and_runs_repeat(
     assert {k: v for k, v in first.to_dict().items() if "solve_ms" not in k} == {
         k: v for k, v in again.to_dict().items() if "solve_ms" not in k
     }
+
+
+def test_the_fluid_makespan_bound_is_exact_where_it_can_be_and_never_beaten() -> None:
+    from shipyard.sim.bounds import fluid_makespan_s
+
+    tp = throughputs(["a"])  # 1 step/s per device on every type
+    one = [TraceJob(job_type="a", devices=1, total_steps=3600, arrival_s=0)]
+    assert fluid_makespan_s(one, tp, {"v100": 1}) == pytest.approx(3600)
+    # Two equal jobs on one device run one after the other; on two devices side by side.
+    two = one * 2
+    assert fluid_makespan_s(two, tp, {"v100": 1}) == pytest.approx(7200)
+    assert fluid_makespan_s(two, tp, {"v100": 2}) == pytest.approx(3600)
+
+    sizes = [("a", 1, 4e4), ("b", 2, 9e4), ("c", 4, 2e4), ("a", 2, 3e4), ("c", 1, 8e4), ("b", 4, 5e4)]
+    batch = [TraceJob(job_type=t, devices=d, total_steps=s, arrival_s=0) for t, d, s in sizes]
+    tp3 = throughputs(["a", "b", "c"])
+    nodes3 = cluster_nodes({"v100": 4, "p100": 4, "k80": 4}, 4)
+    bound = fluid_makespan_s(batch, tp3, {"v100": 4, "p100": 4, "k80": 4})
+    for policy in ("min_makespan", "shipyard", "gavel_las_perf"):
+        result = simulate(batch, nodes3, tp3, POLICIES[policy], SimConfig(policy_name=policy, round_s=360))
+        assert result.makespan_h * 3600 >= bound * 0.999
 
 
 class RoundsMachine(RuleBasedStateMachine):

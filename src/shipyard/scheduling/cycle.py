@@ -10,7 +10,7 @@ can hold them are they spread over several, where they run slower.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
 from shipyard.scheduling.policies import Policy
@@ -27,8 +27,16 @@ def run_cycle(
     *,
     now_s: float,
     round_s: float,
+    backfill: Throughputs | None = None,
+    never_backfill: Collection[str] = (),
 ) -> RoundPlan:
-    """The leases of the next round for ``jobs`` on ``nodes`` under ``allocation``."""
+    """The leases of the next round for ``jobs`` on ``nodes`` under ``allocation``.
+
+    With ``backfill`` (the throughputs), devices the allocation leaves idle this round go to
+    waiting jobs, on the type each runs fastest; they hold them one round only, after every
+    allocated job was placed, so they never delay one (Gavel's mechanism does the same). Jobs in
+    ``never_backfill`` (say, preempted to give quota back) get nothing beyond their allocation.
+    """
     by_id = {j.id: j for j in jobs}
     capacity: dict[str, int] = {}
     for node in nodes:
@@ -76,6 +84,10 @@ def run_cycle(
         if placed is not None:
             leases[job_id] = Lease(job_id=job_id, accelerator_type=accelerator_type, nodes=placed)
 
+    if backfill is not None:
+        waiting = [j for j in jobs if j.id not in leases and j.id not in never_backfill]
+        _backfill(waiting, nodes, allocation, backfill, node_free, leases)
+
     preempted = tuple(sorted(j.id for j in jobs if j.running_on is not None and j.id not in leases))
     waiting = [j for j in jobs if j.id not in leases]
     return RoundPlan(
@@ -83,6 +95,39 @@ def run_cycle(
         preempted=preempted,
         pending_reasons=pending_reasons(waiting, nodes, node_free),
     )
+
+
+def _backfill(
+    jobs: Sequence[Job],
+    nodes: Sequence[Node],
+    allocation: Allocation,
+    throughputs: Throughputs,
+    node_free: dict[str, int],
+    leases: dict[str, Lease],
+) -> None:
+    """Idle devices to ``jobs``: running ones keep theirs, then the most allocated, then the oldest."""
+
+    def order(job: Job) -> tuple[int, float, float, str]:
+        return (job.running_on is None, -sum(allocation.get(job.id, {}).values()), job.arrival_s, job.id)
+
+    for job in sorted(jobs, key=order):
+        if job.running_on is not None and _fits_again(job, node_free):
+            for node_id in job.nodes:
+                node_free[node_id] -= 1
+            leases[job.id] = Lease(job_id=job.id, accelerator_type=job.running_on, nodes=job.nodes)
+            continue
+        fastest = sorted(
+            {n.accelerator_type for n in nodes if job.allows(n.accelerator_type)},
+            key=lambda k: (-throughputs.of(job, k), k),
+        )
+        for accelerator_type in fastest:
+            if throughputs.of(job, accelerator_type) <= 0:
+                break
+            of_type = [n for n in nodes if n.accelerator_type == accelerator_type]
+            placed = _place(job.devices, of_type, node_free)
+            if placed is not None:
+                leases[job.id] = Lease(job_id=job.id, accelerator_type=accelerator_type, nodes=placed)
+                break
 
 
 def _fits_again(job: Job, node_free: Mapping[str, int]) -> bool:
@@ -178,8 +223,8 @@ def fit_device_memory(
             kept.append(job)
         elif big_enough:
             kept.append(dataclasses.replace(job, accelerator_types=tuple(big_enough)))
-            small = ", ".join(f"{k} has {memory[k]:g}" for k in sorted(types - set(big_enough)))
-            notes[job.id] = f"too little memory per device on {small} GiB, needs {job.min_memory_gib:g}"
+            left_out = ", ".join(f"{k} has {memory[k]:g}" for k in sorted(types - set(big_enough)))
+            notes[job.id] = f"too little memory per device on {left_out} GiB, needs {job.min_memory_gib:g}"
         else:
             small = [n for n in nodes if n.accelerator_type in types]
             largest = max(memory[k] for k in types)
@@ -201,8 +246,10 @@ def schedule(
     round_s: float,
     prices: Mapping[str, float] | None = None,
     seed: int = 0,
+    backfill: bool = True,
 ) -> tuple[RoundPlan, Admission]:
-    """One whole cycle: admission by quota, the policy's allocation, then the round's leases."""
+    """One whole cycle: admission by quota, the policy's allocation, then the round's leases
+    (with idle devices backfilled unless the policy's order must hold, as FIFO's)."""
     capacity: dict[str, int] = {}
     for node in nodes:
         capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
@@ -219,7 +266,15 @@ def schedule(
             seed=seed,
         )
     )
-    plan = run_cycle(admission.jobs, nodes, allocation, now_s=now_s, round_s=round_s)
+    plan = run_cycle(
+        admission.jobs,
+        nodes,
+        allocation,
+        now_s=now_s,
+        round_s=round_s,
+        backfill=throughputs if backfill else None,
+        never_backfill=admission.reclaimed,
+    )
     reasons = dict(plan.pending_reasons)
     reasons.update(admission.reasons)
     for job_id, note in narrowed.items():

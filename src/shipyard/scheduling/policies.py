@@ -241,17 +241,39 @@ SHIPYARD_AGING_S = 12 * 3600.0
 """A waiting job's weight doubles every 12 h waited, so long jobs are never starved."""
 SHIPYARD_STAY = 1.2
 """A running job values its current type 20 % more: moving costs a restart."""
+SHIPYARD_CRITICAL = 0.9
+"""A job within 90 % of the horizon of the known work is critical (see ``_critical``)."""
+SHIPYARD_CRITICAL_BOOST = 1e6
 PRICE_ITERATIONS = 60
 
 
 def _srpt_weights(inp: PolicyInput, jobs: Sequence[Job], best: np.ndarray) -> np.ndarray:
-    """Priority x aging / device-seconds of work left on the job's best type (shortest first)."""
+    """Priority x aging / device-seconds of work left on the job's best type (shortest first),
+    except for critical jobs, which go before all others (see ``_critical``)."""
+    devices = np.array([j.devices for j in jobs], dtype=float)
+    remaining = np.array([j.remaining_steps for j in jobs]) / np.maximum(best, 1e-12)
+    critical = _critical(remaining, devices, sum(inp.capacity.values()))
     weights = np.empty(len(jobs))
     for i, job in enumerate(jobs):
-        remaining_s = job.remaining_steps / max(best[i], 1e-12) * job.devices
         waited = 0.0 if job.running_on else max(0.0, inp.now_s - job.arrival_s)
-        weights[i] = job.priority * (1 + waited / SHIPYARD_AGING_S) / max(remaining_s, 1.0)
+        boost = SHIPYARD_CRITICAL_BOOST if critical[i] else 1.0
+        weights[i] = (
+            job.priority * boost * (1 + waited / SHIPYARD_AGING_S) / max(remaining[i] * devices[i], 1.0)
+        )
     return weights
+
+
+def _critical(remaining_s: np.ndarray, devices: np.ndarray, total_devices: int) -> np.ndarray:
+    """Jobs that would end the last if they waited any longer.
+
+    Everything now known cannot finish before a horizon: the longest job's time alone, or all
+    the work spread over all devices. A job whose own time is close to that horizon must run now
+    or the whole batch finishes later; shortest-first alone would start it last.
+    """
+    if remaining_s.size == 0:
+        return np.zeros(0, dtype=bool)
+    horizon = max(float(remaining_s.max()), float(remaining_s @ devices) / max(total_devices, 1))
+    return remaining_s >= SHIPYARD_CRITICAL * horizon
 
 
 def _value_matrix(inp: PolicyInput) -> tuple[list[Job], list[str], np.ndarray, np.ndarray]:
@@ -341,6 +363,8 @@ POLICIES: Mapping[str, Policy] = {
     "shipyard": shipyard,
 }
 DEFAULT_POLICY = "shipyard"
+STRICT_ORDER_POLICIES = frozenset({"fifo", "fifo_perf", "priority"})
+"""Policies whose order is the point: idle devices are not backfilled with jobs further back."""
 
 
 def policy_named(name: str) -> Policy:

@@ -28,7 +28,7 @@ from shipyard.hardware import Device
 from shipyard.scheduling import model
 from shipyard.scheduling.cycle import schedule
 from shipyard.scheduling.model import RoundPlan
-from shipyard.scheduling.policies import policy_named
+from shipyard.scheduling.policies import STRICT_ORDER_POLICIES, policy_named
 from shipyard.scheduling.quota import Admission, ClusterQueue, Queues
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.services.context import ServiceContext
@@ -206,6 +206,7 @@ def plan_round(
         queues,
         now_s=now.timestamp(),
         round_s=ctx.settings.round_s,
+        backfill=ctx.settings.policy not in STRICT_ORDER_POLICIES,
     )
     return plan, admission, rows
 

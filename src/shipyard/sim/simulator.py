@@ -18,7 +18,7 @@ from typing import Any
 
 from shipyard.scheduling.cycle import run_cycle
 from shipyard.scheduling.model import Job, Lease, Node, PolicyInput, Throughputs
-from shipyard.scheduling.policies import Policy
+from shipyard.scheduling.policies import STRICT_ORDER_POLICIES, Policy
 from shipyard.sim.workload import TraceJob
 
 EVERY_ROUND_POLICIES = frozenset({"shipyard"})
@@ -145,7 +145,8 @@ def simulate(
             )
             solve_ms.append((time.perf_counter() - start) * 1000)
             changed = False
-        plan = run_cycle(snapshot, nodes, allocation, now_s=now, round_s=config.round_s)
+        backfill = None if config.policy_name in STRICT_ORDER_POLICIES else throughputs
+        plan = run_cycle(snapshot, nodes, allocation, now_s=now, round_s=config.round_s, backfill=backfill)
         by_index = {str(s.index): s for s in active}
         for job_id in plan.preempted:
             by_index[job_id].lease = None
