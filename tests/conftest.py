@@ -67,3 +67,41 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
     runner = Cli(tmp_path / "home")
     yield runner
     runner.stop_agent()
+
+
+POSTGRES_ADMIN_URL = os.environ.get(
+    "SHIPYARD_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+)
+"""The development and CI machines run PostgreSQL 15 on loopback with trust authentication."""
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
+    import secrets
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import OperationalError
+
+    name = f"shipyard_test_{secrets.token_hex(4)}"
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.execute(text(f'CREATE DATABASE "{name}"'))
+    except OperationalError as exc:
+        admin.dispose()
+        pytest.skip(f"PostgreSQL is not reachable at {POSTGRES_ADMIN_URL}: {exc.orig}")
+    try:
+        yield POSTGRES_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each database test runs on the embedded SQLite and on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shipyard.db'}"
+    return str(request.getfixturevalue("postgres_url"))

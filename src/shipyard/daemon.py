@@ -16,7 +16,7 @@ import traceback
 from types import FrameType
 
 from shipyard.services import agent
-from shipyard.services.context import open_context
+from shipyard.services.context import local_actor, open_context
 from shipyard.settings import Settings
 
 
@@ -39,7 +39,7 @@ def run(settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    ctx = open_context(settings, autostart_agent=False)
+    ctx = open_context(settings, autostart_agent=False, actor=local_actor("agent"))
     agent_id = f"{os.uname().nodename}:{os.getpid()}"
     print(f"agent {agent_id} serving {settings.home}", flush=True)
     idle_since = time.monotonic()

@@ -11,12 +11,14 @@ that says what to do. Boundaries translate: the CLI prints ``Error:``/``Hint:`` 
     ├── Unschedulable          no device set of this machine can ever run the job
     ├── ExecutorError          a job could not be launched or controlled
     ├── CheckpointError        a checkpoint could not be written or read
+    ├── AuditChainBroken       a record of the audit log was modified, deleted, inserted or moved
     └── DependencyMissing      an optional extra (torch, ...) is not installed
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "AuditChainBroken",
     "CheckpointError",
     "Conflict",
     "DatasetError",
@@ -94,3 +96,9 @@ class DependencyMissing(ShipyardError):
     """Raised when a feature needs an optional extra that is not installed."""
 
     code = "dependency_missing"
+
+
+class AuditChainBroken(ShipyardError):
+    """Raised by ``audit verify`` when the chain does not hold; the message names the record."""
+
+    code = "audit_chain_broken"

@@ -23,6 +23,8 @@ class Settings:
     """Least time a job keeps its devices before the scheduler may preempt it."""
     policy: str = "shipyard"
     """The scheduling policy the agent runs (`shipyard sim policies` lists them)."""
+    audit_key: str | None = None
+    """Key of the audit log's MACs; default: a key file made once in ``home``."""
 
     @property
     def runs_dir(self) -> Path:
@@ -45,4 +47,5 @@ class Settings:
             cancel_grace_s=float(os.environ.get("SHIPYARD_CANCEL_GRACE_S", "60")),
             round_s=float(os.environ.get("SHIPYARD_ROUND_S", "300")),
             policy=os.environ.get("SHIPYARD_POLICY", "shipyard"),
+            audit_key=os.environ.get("SHIPYARD_AUDIT_KEY") or None,
         )

@@ -88,6 +88,19 @@ def test_cancel_checkpoints_and_resume_finishes_the_run(cli: Cli, tmp_path: Path
     assert f"resumed from {resumed['resume_from']} at step {step}" in log
     assert f"steps {step}->400" in log
 
+    # The whole workload was audited, and the chain holds.
+    verdict = cli.json("audit", "verify")
+    assert verdict["ok"] and verdict["records"] >= 7
+    exported = [json.loads(line) for line in cli.run("audit", "export").stdout.splitlines()]
+    actions = [(r["action"], r["resource"]) for r in exported]
+    for action in ("job.submit", "job.start", "job.cancel", "job.finish"):
+        assert (action, f"job/{job['id']}") in actions
+    assert ("model.publish", "model/tiny:1") in actions
+    finished = next(
+        r for r in exported if r["action"] == "job.finish" and r["resource"] == f"job/{job['id']}"
+    )
+    assert finished["outcome"] == "cancelled" and finished["source"].startswith("agent@")
+
 
 def test_a_killed_job_fails_and_resumes_from_its_last_checkpoint(cli: Cli, tmp_path: Path) -> None:
     spec = write_spec(tmp_path, training={"steps": 400}, checkpoint={"interval": 2})

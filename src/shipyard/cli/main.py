@@ -20,6 +20,7 @@ COMMANDS = {
     "sim": "shipyard.cli.sim",
     "queue": "shipyard.cli.queues",
     "queues": "shipyard.cli.queues",
+    "audit": "shipyard.cli.audit",
 }
 """Command -> the module that registers it. Only the module a command line needs is imported, so
 `shipyard plan` answers without loading the database layer (each module has ``register(app)``)."""

@@ -1,16 +1,33 @@
 """Embedded state: SQLAlchemy 2 tables, engine setup and Alembic migrations."""
 
 from shipyard.db.engine import Database, open_database, rows_changed
-from shipyard.db.tables import Artifact, Attempt, Base, Job, Metric, ModelVersion
+from shipyard.db.tables import (
+    Artifact,
+    Attempt,
+    AuditHead,
+    AuditRecord,
+    Base,
+    Job,
+    Metric,
+    ModelVersion,
+    ProjectRole,
+    Token,
+    User,
+)
 
 __all__ = [
     "Artifact",
     "Attempt",
+    "AuditHead",
+    "AuditRecord",
     "Base",
     "Database",
     "Job",
     "Metric",
     "ModelVersion",
+    "ProjectRole",
+    "Token",
+    "User",
     "open_database",
     "rows_changed",
 ]

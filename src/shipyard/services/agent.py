@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from shipyard.db import Artifact, Attempt, Job, Metric, ModelVersion, rows_changed
 from shipyard.domain import ExitReason, JobState
@@ -31,6 +31,7 @@ from shipyard.schemas.launch import (
     LaunchPlan,
     latest_checkpoint,
 )
+from shipyard.services import audit
 from shipyard.services.context import ServiceContext
 from shipyard.services.scheduler import plan_round
 from shipyard.settings import Settings
@@ -224,6 +225,16 @@ def _launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
     job.state = JobState.RUNNING
     job.pending_reason = None
     job.started_at = job.started_at or utcnow()
+    session = object_session(job)
+    assert session is not None
+    audit.append(
+        session,
+        ctx.audit_key,
+        ctx.actor,
+        "job.start",
+        f"job/{job.id}",
+        detail={"attempt": number, "accelerator": placed.accelerator_type, "devices": ids},
+    )
 
 
 def _ingest_metrics(session: Session, attempt: Attempt) -> None:
@@ -281,7 +292,7 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
     if result is not None and result.status == "completed":
         attempt.state, attempt.exit_reason = JobState.SUCCEEDED, ExitReason.COMPLETED
         job.state, job.exit_reason = JobState.SUCCEEDED, ExitReason.COMPLETED
-        _register_outputs(session, job, result)
+        _register_outputs(ctx, session, job, result)
     elif (
         result is not None
         and result.status == "cancelled"
@@ -315,6 +326,15 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
         job.hint = (
             f"see `shipyard jobs logs {job.id}`; resubmit with --resume to continue from its last checkpoint"
         )
+    audit.append(
+        session,
+        ctx.audit_key,
+        ctx.actor,
+        "job.finish",
+        f"job/{job.id}",
+        outcome=attempt.exit_reason or attempt.state,
+        detail={"attempt": attempt.number, "exit_code": exit_code, "job_state": job.state},
+    )
 
 
 def _describe_exit(code: int) -> str:
@@ -325,7 +345,7 @@ def _describe_exit(code: int) -> str:
     return f"the training process exited with code {code} without reporting a result"
 
 
-def _register_outputs(session: Session, job: Job, result: AttemptResult) -> None:
+def _register_outputs(ctx: ServiceContext, session: Session, job: Job, result: AttemptResult) -> None:
     """Record the final checkpoint and export, and publish the export as a new model version."""
     if result.checkpoint:
         session.add(
@@ -359,6 +379,14 @@ def _register_outputs(session: Session, job: Job, result: AttemptResult) -> None
             step=result.step,
             metrics=result.summary,
         )
+    )
+    audit.append(
+        session,
+        ctx.audit_key,
+        ctx.actor,
+        "model.publish",
+        f"model/{job.name}:{latest + 1}",
+        detail={"job": job.id, "project": job.project, "step": result.step},
     )
 
 

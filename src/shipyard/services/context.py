@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import getpass
+import socket
+from dataclasses import dataclass, field
 
 from shipyard.db import Database, open_database
 from shipyard.executors import LocalExecutor
 from shipyard.hardware import VendorQueries, discover
+from shipyard.services.audit import Actor, audit_key
 from shipyard.settings import Settings
+
+
+def local_actor(role: str = "cli") -> Actor:
+    """The person at this machine (embedded mode trusts the operating system's login)."""
+    return Actor(name=f"local:{getpass.getuser()}", source=f"{role}@{socket.gethostname()}")
 
 
 @dataclass
@@ -18,6 +26,12 @@ class ServiceContext:
     vendor_queries: VendorQueries | None = None
     """Injected by tests to stand in for hardware this machine lacks."""
     autostart_agent: bool = True
+    actor: Actor = field(default_factory=local_actor)
+    """Who the use cases act for: the local user embedded, the authenticated caller on a server."""
+
+    @functools.cached_property
+    def audit_key(self) -> bytes:
+        return audit_key(self.settings)
 
     @functools.cached_property
     def executor(self) -> LocalExecutor:

@@ -24,7 +24,7 @@ from shipyard.schemas.launch import (
 )
 from shipyard.schemas.presets import PRESETS
 from shipyard.schemas.views import ArtifactView, AttemptView, JobDetail, JobView
-from shipyard.services import agent
+from shipyard.services import agent, audit
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import estimate_job
 from shipyard.services.planning import hardware_catalog
@@ -90,6 +90,14 @@ def submit(
         )
         session.add(job)
         session.flush()
+        audit.append(
+            session,
+            ctx.audit_key,
+            ctx.actor,
+            "job.submit",
+            f"job/{job_id}",
+            detail={"project": spec.project, "queue": spec.queue, "devices": request.devices},
+        )
         view = _view(session, job)
     run_dir.mkdir(parents=True, exist_ok=True)
     if ctx.autostart_agent:
@@ -210,6 +218,7 @@ def cancel(ctx: ServiceContext, job_id: str) -> JobView:
                 raise Conflict(
                     f"job {job_id} already {state}", hint="only queued or running jobs can be cancelled"
                 )
+        audit.append(session, ctx.audit_key, ctx.actor, "job.cancel", f"job/{job_id}")
         session.expire_all()
         return _view(session, _get(session, job_id))
 

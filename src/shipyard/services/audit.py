@@ -1,0 +1,253 @@
+"""The audit log: who did what to which resource, when, from where, and how it ended.
+
+Append-only and tamper-evident. Each record holds the SHA-256 of the previous record's hash and
+its own canonical JSON (so editing, deleting, inserting or reordering a row breaks the chain at
+that row), plus an HMAC of that hash under the server's key (so a rewritten chain cannot be
+re-signed without the key). One head row, MAC-signed as well and locked by every append, holds
+the last sequence number: records cut off the end, or added behind the service's back, show up
+against it. ``verify`` walks the chain and names the first record that does not hold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from sqlalchemy import ScalarResult, select
+from sqlalchemy.orm import Session
+
+from shipyard.db import AuditHead, AuditRecord, Database
+from shipyard.db.tables import utcnow
+from shipyard.errors import AuditChainBroken, InvalidSpec
+from shipyard.settings import Settings
+
+GENESIS = "0" * 64
+"""The previous hash of the first record."""
+KEY_FILE = "audit.key"
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who acts, and from where."""
+
+    name: str
+    source: str
+
+
+def audit_key(settings: Settings) -> bytes:
+    """``SHIPYARD_AUDIT_KEY`` (every server of a cluster must share it), else a key file made
+    once in ``$SHIPYARD_HOME`` with mode 0600."""
+    if settings.audit_key:
+        return settings.audit_key.encode()
+    path = settings.home / KEY_FILE
+    if not path.exists():
+        _create_key(path)
+    return path.read_bytes()
+
+
+def _create_key(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.{os.getpid()}")
+    descriptor = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(secrets.token_hex(32).encode())
+        handle.flush()
+        os.fsync(handle.fileno())
+    try:
+        os.link(staged, path)  # never replaces a key another process made first
+    except FileExistsError:
+        pass
+    finally:
+        staged.unlink()
+
+
+def canonical(record: AuditRecord) -> str:
+    """The fields a record's hash covers, as canonical JSON (sorted keys, no spaces)."""
+    return json.dumps(
+        {
+            "seq": record.seq,
+            "at": record.at.isoformat(),
+            "actor": record.actor,
+            "action": record.action,
+            "resource": record.resource,
+            "source": record.source,
+            "outcome": record.outcome,
+            "detail": record.detail,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def _hash(prev_hash: str, record: AuditRecord) -> str:
+    return hashlib.sha256((prev_hash + canonical(record)).encode()).hexdigest()
+
+
+def _mac(key: bytes, *parts: object) -> str:
+    return hmac.new(key, ":".join(str(p) for p in parts).encode(), hashlib.sha256).hexdigest()
+
+
+def append(
+    session: Session,
+    key: bytes,
+    actor: Actor,
+    action: str,
+    resource: str,
+    *,
+    outcome: str = "ok",
+    detail: dict[str, Any] | None = None,
+    at: datetime | None = None,
+) -> AuditRecord:
+    """Add one record in the caller's transaction (so it commits, or not, with what it records)."""
+    # The migration made the head row; locking it serializes appenders on PostgreSQL.
+    head = session.get(AuditHead, 1, with_for_update=True)
+    assert head is not None, "migration 0004 creates the audit head"
+    record = AuditRecord(
+        seq=head.seq + 1,
+        at=at or utcnow(),
+        actor=actor.name,
+        action=action,
+        resource=resource,
+        source=actor.source,
+        outcome=outcome,
+        detail=detail or {},
+        prev_hash=head.hash,
+    )
+    record.hash = _hash(head.hash, record)
+    record.mac = _mac(key, record.hash)
+    session.add(record)
+    head.seq, head.hash, head.mac = record.seq, record.hash, _mac(key, record.seq, record.hash)
+    session.flush()
+    return record
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    ok: bool
+    records: int
+    head_seq: int
+    first_bad: int | None = None
+    problem: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "records": self.records,
+            "head_seq": self.head_seq,
+            "first_bad": self.first_bad,
+            "problem": self.problem,
+        }
+
+
+def verify(session: Session, key: bytes) -> Verdict:
+    """Walk the chain in sequence order; the first record that does not hold ends the walk."""
+    head = session.get(AuditHead, 1)
+    head_seq = head.seq if head else 0
+    if (
+        head is not None
+        and head.seq > 0
+        and not hmac.compare_digest(head.mac, _mac(key, head.seq, head.hash))
+    ):
+        return Verdict(
+            False, 0, head_seq, head.seq, "the chain head's signature does not match (head altered)"
+        )
+    prev, expected, count = GENESIS, 1, 0
+    with _records(session) as records:
+        for record in records:
+            count += 1
+            bad = _check(record, prev, expected, head_seq, key)
+            if bad:
+                first = record.seq if record.seq <= expected else expected
+                return Verdict(False, count, head_seq, first, bad)
+            prev, expected = record.hash, record.seq + 1
+    if expected - 1 < head_seq:
+        return Verdict(
+            False,
+            count,
+            head_seq,
+            expected,
+            f"records {expected}..{head_seq} are missing: the signed head is at {head_seq} (deleted)",
+        )
+    if head is not None and head.seq > 0 and head.hash != prev:
+        return Verdict(False, count, head_seq, head.seq, f"record {head.seq} does not match the signed head")
+    return Verdict(True, count, head_seq)
+
+
+def _check(record: AuditRecord, prev: str, expected: int, head_seq: int, key: bytes) -> str | None:
+    if record.seq > head_seq:
+        return f"record {record.seq} lies beyond the signed head ({head_seq}): inserted"
+    if record.seq != expected:
+        if record.seq > expected:
+            return f"records {expected}..{record.seq - 1} are missing (deleted)"
+        return f"record {record.seq} is out of sequence (inserted)"
+    if not hmac.compare_digest(record.mac, _mac(key, record.hash)):
+        return f"record {record.seq} carries no valid signature (inserted or forged)"
+    if record.prev_hash != prev:
+        return f"record {record.seq} does not follow record {record.seq - 1} (deleted, inserted or reordered)"
+    if record.hash != _hash(prev, record):
+        return f"record {record.seq} was modified"
+    return None
+
+
+@contextmanager
+def _records(session: Session, since: datetime | None = None) -> Iterator[ScalarResult[AuditRecord]]:
+    """Records in sequence order, streamed; the cursor is closed even when the walk stops early."""
+    query = select(AuditRecord).order_by(AuditRecord.seq).execution_options(yield_per=1000)
+    if since is not None:
+        query = query.where(AuditRecord.at >= since)
+    result = session.scalars(query)
+    try:
+        yield result
+    finally:
+        result.close()
+
+
+def export(session: Session, out: TextIO, since: datetime | None = None) -> int:
+    """Write records (with their hashes, so a SIEM can re-check the chain) as JSON lines."""
+    count = 0
+    with _records(session, since) as records:
+        for record in records:
+            line = json.loads(canonical(record))
+            line.update(prev_hash=record.prev_hash, hash=record.hash)
+            out.write(json.dumps(line, ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def parse_since(text: str) -> datetime:
+    """``2026-11-30``, ``2026-11-30T06:00:00`` (UTC unless a zone is given)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidSpec(
+            f"--since {text!r} is not a date",
+            hint="give an ISO date or time, e.g. 2026-11-30 or 2026-11-30T06:00",
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def verify_log(db: Database, key: bytes) -> Verdict:
+    with db.transaction() as session:
+        return verify(session, key)
+
+
+def export_log(db: Database, key: bytes, out: TextIO, since: datetime | None = None) -> int:
+    """Export, refusing to hand a broken chain to a SIEM as if it were sound."""
+    with db.transaction() as session:
+        verdict = verify(session, key)
+        if not verdict.ok:
+            raise AuditChainBroken(
+                f"the audit log is broken at record {verdict.first_bad}: {verdict.problem}",
+                hint="`shipyard audit verify` shows where; restore the database from a backup",
+            )
+        return export(session, out, since)

@@ -1,0 +1,156 @@
+"""The audit log's hash chain on SQLite and PostgreSQL: every kind of tampering is named."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from shipyard.services import audit
+from shipyard.services.context import ServiceContext, open_context
+from shipyard.settings import Settings
+from tests.conftest import Cli
+
+ACTOR = audit.Actor(name="alice", source="127.0.0.1")
+
+
+@pytest.fixture
+def ctx(tmp_path: Path, db_url: str) -> Iterator[ServiceContext]:
+    context = open_context(Settings(home=tmp_path / "home", db_url=db_url), autostart_agent=False)
+    yield context
+    context.close()
+
+
+def write(ctx: ServiceContext, count: int, actor: audit.Actor = ACTOR) -> None:
+    for i in range(count):
+        with ctx.db.transaction() as session:
+            audit.append(
+                session,
+                ctx.audit_key,
+                actor,
+                "model.download",
+                f"model/llama-{i}:1",
+                detail={"bytes": 1000 + i, "note": "quote ' and -- and ; DROP TABLE"},
+            )
+
+
+def sql(ctx: ServiceContext, statement: str) -> None:
+    with ctx.db.engine.begin() as connection:
+        connection.execute(text(statement))
+
+
+def verdict(ctx: ServiceContext) -> audit.Verdict:
+    return audit.verify_log(ctx.db, ctx.audit_key)
+
+
+def test_an_untouched_chain_verifies(ctx: ServiceContext) -> None:
+    write(ctx, 5)
+    assert verdict(ctx) == audit.Verdict(True, 5, 5)
+
+
+def test_a_modified_record_is_named(ctx: ServiceContext) -> None:
+    write(ctx, 5)
+    sql(ctx, "UPDATE audit_log SET actor = 'mallory' WHERE seq = 3")
+    found = verdict(ctx)
+    assert (found.ok, found.first_bad, found.problem) == (False, 3, "record 3 was modified")
+
+
+def test_a_deleted_record_is_named(ctx: ServiceContext) -> None:
+    write(ctx, 5)
+    sql(ctx, "DELETE FROM audit_log WHERE seq = 3")
+    found = verdict(ctx)
+    assert (found.first_bad, found.problem) == (3, "records 3..3 are missing (deleted)")
+
+
+def test_records_cut_off_the_end_are_named(ctx: ServiceContext) -> None:
+    write(ctx, 5)
+    sql(ctx, "DELETE FROM audit_log WHERE seq >= 4")
+    found = verdict(ctx)
+    assert found.first_bad == 4
+    assert found.problem == "records 4..5 are missing: the signed head is at 5 (deleted)"
+
+
+def test_an_inserted_record_is_named(ctx: ServiceContext) -> None:
+    write(ctx, 5)
+    # A forger copies a genuine record's hash and signature onto a new row.
+    sql(
+        ctx,
+        "INSERT INTO audit_log (seq, at, actor, action, resource, source, outcome, detail, prev_hash, "
+        "hash, mac) SELECT 6, at, 'mallory', action, resource, source, outcome, detail, hash, hash, mac "
+        "FROM audit_log WHERE seq = 5",
+    )
+    found = verdict(ctx)
+    assert (found.first_bad, found.problem) == (6, "record 6 lies beyond the signed head (5): inserted")
+
+
+def test_reordered_records_are_named(ctx: ServiceContext) -> None:
+    write(ctx, 5)
+    sql(ctx, "UPDATE audit_log SET seq = -2 WHERE seq = 2")
+    sql(ctx, "UPDATE audit_log SET seq = 2 WHERE seq = 3")
+    sql(ctx, "UPDATE audit_log SET seq = 3 WHERE seq = -2")
+    found = verdict(ctx)
+    assert found.first_bad == 2
+    assert found.problem == "record 2 does not follow record 1 (deleted, inserted or reordered)"
+
+
+def test_a_rewritten_head_is_detected(ctx: ServiceContext) -> None:
+    write(ctx, 3)
+    sql(ctx, "UPDATE audit_head SET seq = 2")
+    assert verdict(ctx).problem == "the chain head's signature does not match (head altered)"
+
+
+def test_string_fields_are_stored_verbatim(ctx: ServiceContext) -> None:
+    write(ctx, 1, audit.Actor(name="o'brien; --", source='x"y'))
+    with ctx.db.transaction() as session:
+        record = session.get(audit.AuditRecord, 1)
+        assert record is not None
+        assert (record.actor, record.source) == ("o'brien; --", 'x"y')
+        assert record.detail["note"] == "quote ' and -- and ; DROP TABLE"
+    assert verdict(ctx).ok
+
+
+@pytest.mark.postgres
+def test_concurrent_writers_on_postgres_keep_one_chain(tmp_path: Path, postgres_url: str) -> None:
+    ctx = open_context(Settings(home=tmp_path / "home", db_url=postgres_url), autostart_agent=False)
+    try:
+        errors: list[BaseException] = []
+
+        def writer(n: int) -> None:
+            try:
+                write(ctx, 25, audit.Actor(name=f"writer-{n}", source="test"))
+            except BaseException as exc:  # surfaced below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not errors
+        assert verdict(ctx) == audit.Verdict(True, 150, 150)
+    finally:
+        ctx.close()
+
+
+def test_the_cli_exits_1_naming_the_record_and_exports_jsonl(cli: Cli, tmp_path: Path, db_url: str) -> None:
+    cli.env["SHIPYARD_DB_URL"] = db_url
+    ctx = open_context(Settings(home=cli.home, db_url=db_url), autostart_agent=False)
+    write(ctx, 4)
+    assert "audit log intact: 4 records" in cli.run("audit", "verify").stdout
+    out = tmp_path / "audit.jsonl"
+    cli.run("audit", "export", "--since", "2000-01-01", "--out", str(out))
+    lines = out.read_text().splitlines()
+    assert len(lines) == 4 and '"action": "model.download"' in lines[0]
+
+    sql(ctx, "UPDATE audit_log SET outcome = 'denied' WHERE seq = 2")
+    ctx.close()
+    done = cli.run("audit", "verify", check=False)
+    assert done.returncode == 1
+    assert "Error: audit log broken at record 2: record 2 was modified" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert cli.run("audit", "verify", "--json", check=False).returncode == 1
+    refused = cli.run("audit", "export", check=False)
+    assert refused.returncode == 1 and "broken at record 2" in refused.stderr
