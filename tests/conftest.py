@@ -105,3 +105,64 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'shipyard.db'}"
     return str(request.getfixturevalue("postgres_url"))
+
+
+class Server:
+    """A real ``shipyard server`` (uvicorn) on a free loopback port, with its own home."""
+
+    def __init__(self, home: Path, db_url: str, admin_password: str) -> None:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.home = home
+        self.admin_password = admin_password
+        self.env = {
+            **Cli(home).env,
+            "SHIPYARD_DB_URL": db_url,
+            "SHIPYARD_INIT_ADMIN": f"admin:{admin_password}",
+        }
+        self.process = subprocess.Popen(
+            [*SHIPYARD, "server", "--port", str(self.port)],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 60) -> None:
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(
+                    f"server exited: {self.process.stdout.read() if self.process.stdout else ''}"
+                )
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise AssertionError("server did not start in time")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout:
+            self.process.stdout.close()
+        Cli(self.home).stop_agent()
+
+
+@pytest.fixture
+def server(tmp_path: Path, db_url: str) -> Iterator[Server]:
+    running = Server(tmp_path / "server-home", db_url, "correct horse battery staple")
+    yield running
+    running.stop()

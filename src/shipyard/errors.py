@@ -7,6 +7,8 @@ that says what to do. Boundaries translate: the CLI prints ``Error:``/``Hint:`` 
     ├── InvalidSpec            a job spec or a command's input is malformed or inconsistent
     │   └── DatasetError       a dataset path is missing, empty or unreadable
     ├── NotFound               a job, model or file that was named does not exist
+    ├── Unauthenticated        no valid credentials: wrong password, bad/expired/revoked token
+    ├── Forbidden              authenticated, but the role does not allow the action
     ├── Conflict               the resource is in a state that forbids the request
     ├── Unschedulable          no device set of this machine can ever run the job
     ├── ExecutorError          a job could not be launched or controlled
@@ -24,9 +26,11 @@ __all__ = [
     "DatasetError",
     "DependencyMissing",
     "ExecutorError",
+    "Forbidden",
     "InvalidSpec",
     "NotFound",
     "ShipyardError",
+    "Unauthenticated",
     "Unschedulable",
 ]
 
@@ -102,3 +106,17 @@ class AuditChainBroken(ShipyardError):
     """Raised by ``audit verify`` when the chain does not hold; the message names the record."""
 
     code = "audit_chain_broken"
+
+
+class Unauthenticated(ShipyardError):
+    """Raised when credentials are missing or invalid; never says which part was wrong."""
+
+    code = "unauthenticated"
+    http_status = 401
+
+
+class Forbidden(ShipyardError):
+    """Raised when the caller's roles do not grant the permission; the message names both."""
+
+    code = "forbidden"
+    http_status = 403

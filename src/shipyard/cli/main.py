@@ -21,6 +21,11 @@ COMMANDS = {
     "queue": "shipyard.cli.queues",
     "queues": "shipyard.cli.queues",
     "audit": "shipyard.cli.audit",
+    "server": "shipyard.cli.server",
+    "login": "shipyard.cli.server",
+    "users": "shipyard.cli.accounts",
+    "tokens": "shipyard.cli.accounts",
+    "projects": "shipyard.cli.accounts",
 }
 """Command -> the module that registers it. Only the module a command line needs is imported, so
 `shipyard plan` answers without loading the database layer (each module has ``register(app)``)."""

@@ -58,6 +58,8 @@ class Job(Base):
     resume_from: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
     preempt_requested: Mapped[bool] = mapped_column(default=False)
+    owner: Mapped[str | None] = mapped_column(String(64), index=True)
+    """Who submitted it (``local:USER`` on the embedded platform)."""
     """The scheduler asked the running attempt to checkpoint and stop; the job is requeued."""
     pending_reason: Mapped[str | None] = mapped_column(Text)
     estimate: Mapped[dict[str, Any] | None]

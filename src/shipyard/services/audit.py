@@ -37,10 +37,14 @@ KEY_FILE = "audit.key"
 
 @dataclass(frozen=True, slots=True)
 class Actor:
-    """Who acts, and from where."""
+    """Who acts, and from where: the principal every use case checks and records."""
 
     name: str
     source: str
+    is_admin: bool = False
+    """Cluster admin: every permission everywhere (the embedded platform's local user is one)."""
+    scopes: frozenset[str] = frozenset({"read", "write", "admin"})
+    """What the credential allows: a ``read`` token cannot change anything."""
 
 
 def audit_key(settings: Settings) -> bytes:

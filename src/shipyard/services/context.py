@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import getpass
 import socket
@@ -16,7 +17,7 @@ from shipyard.settings import Settings
 
 def local_actor(role: str = "cli") -> Actor:
     """The person at this machine (embedded mode trusts the operating system's login)."""
-    return Actor(name=f"local:{getpass.getuser()}", source=f"{role}@{socket.gethostname()}")
+    return Actor(name=f"local:{getpass.getuser()}", source=f"{role}@{socket.gethostname()}", is_admin=True)
 
 
 @dataclass
@@ -37,6 +38,15 @@ class ServiceContext:
     def executor(self) -> LocalExecutor:
         # Discovery may import torch or NVML: only pay for it in commands that place work.
         return LocalExecutor(discover(self.vendor_queries))
+
+    def acting_as(self, actor: Actor) -> ServiceContext:
+        """The same platform, for another caller (the server makes one per request); the
+        discovered devices and the audit key are shared, not looked up again."""
+        other = dataclasses.replace(self, actor=actor)
+        for shared in ("executor", "audit_key"):
+            if shared in self.__dict__:
+                other.__dict__[shared] = self.__dict__[shared]
+        return other
 
     def close(self) -> None:
         self.db.close()

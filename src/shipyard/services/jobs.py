@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from shipyard.db import Artifact, Job, Metric, rows_changed
@@ -24,7 +24,7 @@ from shipyard.schemas.launch import (
 )
 from shipyard.schemas.presets import PRESETS
 from shipyard.schemas.views import ArtifactView, AttemptView, JobDetail, JobView
-from shipyard.services import agent, audit
+from shipyard.services import agent, audit, rbac
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import estimate_job
 from shipyard.services.planning import hardware_catalog
@@ -70,6 +70,7 @@ def submit(
     spec.training.grad_accum_steps(request.devices)
     estimate = estimate_job(spec, ctx.executor.devices, hardware_catalog(ctx.settings))
     with ctx.db.transaction() as session:
+        rbac.require(ctx, session, "job.submit", f"project/{spec.project}", spec.project)
         checkpoint = _resume_point(session, spec, resume, resume_from)
         job_id = f"{spec.name}-{secrets.token_hex(3)}"
         run_dir = ctx.settings.runs_dir / job_id
@@ -87,6 +88,7 @@ def submit(
             resume_from=str(checkpoint) if checkpoint else None,
             pending_reason="waiting for the local agent to pick it up",
             estimate=estimate or None,
+            owner=ctx.actor.name,
         )
         session.add(job)
         session.flush()
@@ -160,6 +162,9 @@ def _resume_point(session: Session, spec: JobSpec, resume: bool, resume_from: st
 def list_jobs(ctx: ServiceContext, *, state: str | None = None, limit: int = 50) -> list[JobView]:
     with ctx.db.transaction() as session:
         query = select(Job).order_by(Job.submitted_at.desc()).limit(limit)
+        if not ctx.actor.is_admin:  # the jobs of one's projects, and one's own
+            projects = list(rbac.projects_of(session, ctx.actor))
+            query = query.where(or_(Job.project.in_(projects), Job.owner == ctx.actor.name))
         if state:
             if state not in set(JobState):
                 raise InvalidSpec(f"unknown job state {state!r}", hint=f"use one of: {', '.join(JobState)}")
@@ -169,7 +174,7 @@ def list_jobs(ctx: ServiceContext, *, state: str | None = None, limit: int = 50)
 
 def get(ctx: ServiceContext, job_id: str) -> JobDetail:
     with ctx.db.transaction() as session:
-        job = _get(session, job_id)
+        job = _get_allowed(ctx, session, job_id, "job.read")
         metrics = list(session.scalars(select(Metric).where(Metric.job_id == job.id).order_by(Metric.id)))
         artifacts = session.scalars(select(Artifact).where(Artifact.job_id == job.id).order_by(Artifact.id))
         return JobDetail(
@@ -180,6 +185,17 @@ def get(ctx: ServiceContext, job_id: str) -> JobDetail:
             summary=summarize(job, metrics),
             estimate=job.estimate or {},
         )
+
+
+def _get_allowed(ctx: ServiceContext, session: Session, job_id: str, permission: str) -> Job:
+    """The job, if the caller may ``permission`` it (``job.cancel``: any job, or one's own)."""
+    job = _get(session, job_id)
+    own = job.owner == ctx.actor.name
+    if permission == "job.cancel":
+        permission = "job.cancel.own" if own else "job.cancel.any"
+    if not (own and permission in ("job.read", "job.logs", "job.cancel.own")):
+        rbac.require(ctx, session, permission, f"job/{job_id}", job.project)
+    return job
 
 
 def _get(session: Session, job_id: str) -> Job:
@@ -196,7 +212,7 @@ def cancel(ctx: ServiceContext, job_id: str) -> JobView:
     state read: whichever writer comes second sees zero rows and looks again.
     """
     with ctx.db.transaction() as session:
-        _get(session, job_id)
+        _get_allowed(ctx, session, job_id, "job.cancel")
         queued = session.execute(
             update(Job)
             .where(Job.id == job_id, Job.state == JobState.QUEUED)
@@ -233,7 +249,7 @@ class LogChunk:
 def read_log(ctx: ServiceContext, job_id: str, offset: int = 0, *, must_exist: bool = True) -> LogChunk:
     """The bytes of the newest attempt's log from ``offset`` on (empty while the job waits)."""
     with ctx.db.transaction() as session:
-        job = _get(session, job_id)
+        job = _get_allowed(ctx, session, job_id, "job.logs")
         ended = JobState(job.state).is_final
         if not job.attempts:
             if must_exist:

@@ -13,12 +13,15 @@ from sqlalchemy.orm import Session
 from shipyard.db import ModelVersion
 from shipyard.errors import ExecutorError, InvalidSpec, NotFound
 from shipyard.schemas.views import Completion, ModelVersionView
+from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
 
 
 def list_versions(ctx: ServiceContext, name: str | None = None) -> list[ModelVersionView]:
     with ctx.db.transaction() as session:
         query = select(ModelVersion).order_by(ModelVersion.name, ModelVersion.version.desc())
+        if not ctx.actor.is_admin:  # model.read: every role of the model's project holds it
+            query = query.where(ModelVersion.project.in_(list(rbac.projects_of(session, ctx.actor))))
         if name:
             query = query.where(ModelVersion.name == name)
         return [_view(v) for v in session.scalars(query)]
@@ -46,6 +49,7 @@ def resolve(ctx: ServiceContext, ref: str) -> tuple[str, Path]:
     name, _, version = ref.partition(":")
     with ctx.db.transaction() as session:
         found = _find(session, name, version)
+        rbac.require(ctx, session, "model.download", f"model/{found.name}:{found.version}", found.project)
         return f"{found.name}:{found.version}", Path(found.artifact.path)
 
 

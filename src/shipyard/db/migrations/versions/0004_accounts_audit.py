@@ -1,4 +1,4 @@
-"""Accounts, tokens, project roles and the hash-chained audit log
+"""Accounts, tokens, project roles, job owners and the hash-chained audit log
 
 Revision ID: 0004
 Revises: 0003
@@ -17,6 +17,9 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("jobs") as batch:
+        batch.add_column(sa.Column("owner", sa.String(64), nullable=True))
+        batch.create_index("ix_jobs_owner", ["owner"])
     op.create_table(
         "users",
         sa.Column("name", sa.String(64), primary_key=True),
@@ -77,3 +80,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table in ("audit_head", "audit_log", "project_roles", "tokens", "users"):
         op.drop_table(table)
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_index("ix_jobs_owner")
+        batch.drop_column("owner")

@@ -1,0 +1,326 @@
+"""FastAPI app factory. Routes are thin: authenticate, call one use case, return its view.
+
+Every permission check lives in the service layer (so the CLI and the API share them); this
+module only turns a bearer token into the caller, and errors into problem JSON
+(``{type, title, status, detail, code, hint}``) without a stack trace ever reaching a client.
+"""
+
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from pydantic import BaseModel, Field
+from sqlalchemy import func, select
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from shipyard import __version__
+from shipyard.db import Job
+from shipyard.errors import InvalidSpec, ShipyardError, Unauthenticated
+from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.schemas.views import JobDetail, JobView, ModelVersionView
+from shipyard.services import accounts, audit, auditing, models, rbac
+from shipyard.services import jobs as job_service
+from shipyard.services.context import ServiceContext, open_context
+from shipyard.settings import Settings
+
+log = logging.getLogger("shipyard.api")
+PROBLEM = "application/problem+json"
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+"""Ids and names in paths: no slashes, no dots first, so nothing can walk out of a folder."""
+
+
+# --- request and response bodies ----------------------------------------------------------------
+
+
+class LoginRequest(BaseModel):
+    username: str = Field(min_length=1, max_length=64)
+    password: str = Field(min_length=1, max_length=1024)
+
+
+class TokenResponse(BaseModel):
+    id: str
+    token: str
+    expires_at: str | None
+
+
+class NewToken(BaseModel):
+    name: str = Field(min_length=1, max_length=64)
+    scopes: list[str] | None = None
+    days: float | None = Field(default=accounts.DEFAULT_TOKEN_DAYS, gt=0)
+    user: str | None = None
+    """For another user (admins only); default: the caller."""
+
+
+class NewUser(BaseModel):
+    name: str = Field(min_length=1, max_length=64)
+    password: str | None = Field(default=None, max_length=1024)
+    admin: bool = False
+    service: bool = False
+
+
+class RoleBinding(BaseModel):
+    role: str
+
+
+class Submission(BaseModel):
+    spec: dict[str, Any]
+    resume: bool = False
+    resume_from: str | None = Field(default=None, max_length=4096)
+
+
+class LogChunkView(BaseModel):
+    data: str
+    next_offset: int
+    job_ended: bool
+
+
+class Problem(BaseModel):
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    hint: str | None = None
+
+
+# --- errors as problem JSON ---------------------------------------------------------------------
+
+
+def problem(status: int, code: str, detail: str, hint: str | None = None) -> JSONResponse:
+    body = Problem(
+        type=f"https://shipyard.dev/problems/{code}",
+        title=code.replace("_", " "),
+        status=status,
+        detail=detail,
+        code=code,
+        hint=hint,
+    )
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body.model_dump(), status_code=status, media_type=PROBLEM, headers=headers)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ShipyardError)
+    async def known(_: Request, exc: ShipyardError) -> JSONResponse:
+        status = 400 if isinstance(exc, InvalidSpec) and exc.http_status == 422 else exc.http_status
+        return problem(status, exc.code, exc.message, exc.hint)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        fields = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}" for e in exc.errors()
+        )
+        return problem(422, "invalid_request", f"the request is invalid: {fields}", "fix the fields named")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return problem(exc.status_code, "http_error", str(exc.detail))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return problem(
+            500, "internal_error", f"unexpected {type(exc).__name__}", "the server log has the details"
+        )
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "shipyard_http_requests", "HTTP requests", ["method", "route", "status"], registry=self.registry
+        )
+        self.latency = Histogram(
+            "shipyard_http_request_seconds", "HTTP request latency", ["route"], registry=self.registry
+        )
+        self.jobs = Gauge("shipyard_jobs", "Jobs by state", ["state"], registry=self.registry)
+        self.queue_wait = Gauge(
+            "shipyard_queue_wait_seconds_max", "Longest wait of a queued job", registry=self.registry
+        )
+
+
+# --- the app ------------------------------------------------------------------------------------
+
+
+def create_app(settings: Settings | None = None, *, init_admin: str | None = None) -> FastAPI:
+    """The API over the platform at ``settings`` (default: the environment)."""
+    holder: dict[str, ServiceContext] = {}
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        ctx = open_context(settings)
+        if init_admin:
+            accounts.ensure_initial_admin(ctx, init_admin)
+        holder["ctx"] = ctx
+        yield
+        ctx.close()
+
+    app = FastAPI(
+        title="Shipyard",
+        version=__version__,
+        lifespan=lifespan,
+        responses={s: {"model": Problem} for s in (400, 401, 403, 404, 409, 413, 422)},
+    )
+    _install_error_handlers(app)
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next: Callable[[Request], Any]) -> Response:
+        start = time.perf_counter()
+        response: Response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        metrics.requests.labels(request.method, path, str(response.status_code)).inc()
+        metrics.latency.labels(path).observe(time.perf_counter() - start)
+        return response
+
+    def caller(request: Request) -> ServiceContext:
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthenticated("this request needs a bearer token", hint="POST /api/v1/auth/token first")
+        ctx = holder["ctx"]
+        source = request.client.host if request.client else "unknown"
+        actor = accounts.authenticate(ctx, token.strip(), source)
+        if request.method not in ("GET", "HEAD") and "write" not in actor.scopes:
+            raise Unauthenticated("this token is read-only", hint="use a token with the write scope")
+        return ctx.acting_as(actor)
+
+    Caller = Annotated[ServiceContext, Depends(caller)]
+
+    @app.get("/healthz", operation_id="health")
+    def health() -> dict[str, str]:
+        return {"status": "ok", "version": __version__}
+
+    @app.get("/metrics", operation_id="metrics", response_class=PlainTextResponse)
+    def prometheus() -> Response:
+        ctx = holder["ctx"]
+        with ctx.db.transaction() as session:
+            for state, count in session.execute(select(Job.state, func.count()).group_by(Job.state)):
+                metrics.jobs.labels(state).set(count)
+            oldest = session.scalar(select(func.min(Job.submitted_at)).where(Job.state == "queued"))
+        metrics.queue_wait.set((time.time() - oldest.timestamp()) if oldest else 0.0)
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/api/v1/auth/token", operation_id="login", response_model=TokenResponse)
+    def login(body: LoginRequest, request: Request) -> TokenResponse:
+        ctx = holder["ctx"]
+        source = request.client.host if request.client else "unknown"
+        anonymous = ctx.acting_as(audit.Actor(name=body.username, source=source))
+        issued = accounts.login(anonymous, body.username, body.password)
+        return TokenResponse(**issued.to_dict())
+
+    @app.get("/api/v1/users/me", operation_id="whoami")
+    def whoami(ctx: Caller) -> dict[str, Any]:
+        return {"name": ctx.actor.name, "admin": ctx.actor.is_admin, "scopes": sorted(ctx.actor.scopes)}
+
+    @app.get("/api/v1/users", operation_id="listUsers")
+    def list_users(ctx: Caller) -> list[dict[str, Any]]:
+        return accounts.list_users(ctx)
+
+    @app.post("/api/v1/users", operation_id="createUser", status_code=201)
+    def create_user(body: NewUser, ctx: Caller) -> dict[str, Any]:
+        return accounts.create_user(ctx, body.name, body.password, admin=body.admin, service=body.service)
+
+    @app.get("/api/v1/tokens", operation_id="listTokens")
+    def list_tokens(ctx: Caller) -> list[dict[str, Any]]:
+        return accounts.list_tokens(ctx)
+
+    @app.post("/api/v1/tokens", operation_id="issueToken", response_model=TokenResponse, status_code=201)
+    def issue_token(body: NewToken, ctx: Caller) -> TokenResponse:
+        issued = accounts.issue_token(
+            ctx, body.user or ctx.actor.name, body.name, body.scopes, days=body.days
+        )
+        return TokenResponse(**issued.to_dict())
+
+    @app.delete("/api/v1/tokens/{token_id}", operation_id="revokeToken", status_code=204)
+    def revoke_token(token_id: str, ctx: Caller) -> Response:
+        accounts.revoke_token(ctx, _name(token_id))
+        return Response(status_code=204)
+
+    @app.put("/api/v1/projects/{project}/members/{user}", operation_id="setRole", status_code=204)
+    def set_role(project: str, user: str, body: RoleBinding, ctx: Caller) -> Response:
+        rbac.grant(ctx, _name(project), _name(user), body.role)
+        return Response(status_code=204)
+
+    @app.delete("/api/v1/projects/{project}/members/{user}", operation_id="removeRole", status_code=204)
+    def remove_role(project: str, user: str, ctx: Caller) -> Response:
+        rbac.grant(ctx, _name(project), _name(user), None)
+        return Response(status_code=204)
+
+    @app.get("/api/v1/jobs", operation_id="listJobs", response_model=list[JobView])
+    def list_jobs(
+        ctx: Caller,
+        state: Annotated[str | None, Query(max_length=16)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    ) -> list[JobView]:
+        return job_service.list_jobs(ctx, state=state, limit=limit)
+
+    @app.post("/api/v1/jobs", operation_id="submitJob", response_model=JobView, status_code=201)
+    def submit_job(body: Submission, ctx: Caller) -> JobView:
+        spec = validate_job_spec(body.spec)
+        return job_service.submit(ctx, spec, resume=body.resume, resume_from=body.resume_from)
+
+    @app.get("/api/v1/jobs/{job_id}", operation_id="getJob", response_model=JobDetail)
+    def get_job(job_id: str, ctx: Caller) -> JobDetail:
+        return job_service.get(ctx, _name(job_id))
+
+    @app.post("/api/v1/jobs/{job_id}/cancel", operation_id="cancelJob", response_model=JobView)
+    def cancel_job(job_id: str, ctx: Caller) -> JobView:
+        return job_service.cancel(ctx, _name(job_id))
+
+    @app.get("/api/v1/jobs/{job_id}/logs", operation_id="jobLogs", response_model=LogChunkView)
+    def job_logs(job_id: str, ctx: Caller, offset: Annotated[int, Query(ge=0)] = 0) -> LogChunkView:
+        chunk = job_service.read_log(ctx, _name(job_id), offset, must_exist=False)
+        return LogChunkView(
+            data=chunk.data.decode("utf-8", "replace"),
+            next_offset=chunk.next_offset,
+            job_ended=chunk.job_ended,
+        )
+
+    @app.get("/api/v1/models", operation_id="listModels", response_model=list[ModelVersionView])
+    def list_models(
+        ctx: Caller, name: Annotated[str | None, Query(max_length=64)] = None
+    ) -> list[ModelVersionView]:
+        return models.list_versions(ctx, _name(name) if name else None)
+
+    @app.get("/api/v1/audit", operation_id="listAudit")
+    def list_audit(
+        ctx: Caller,
+        since: Annotated[str | None, Query(max_length=40)] = None,
+        limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+    ) -> list[dict[str, Any]]:
+        return auditing.read_log(ctx, audit.parse_since(since) if since else None, limit)
+
+    @app.get("/api/v1/audit/verify", operation_id="verifyAudit")
+    def verify_audit(ctx: Caller) -> dict[str, Any]:
+        return auditing.verify(ctx).to_dict()
+
+    return app
+
+
+def _name(value: str) -> str:
+    """A path segment that names something: refuse traversal and separators with a 400."""
+    if not re.match(ID_PATTERN, value) or ".." in value:
+        raise InvalidSpec(
+            f"{value!r} is not a valid name",
+            hint="names are letters, digits, '.', '_', ':' and '-', without '/', '..' or a leading dot",
+        )
+    return value

@@ -1,0 +1,57 @@
+"""Where a command sends its work: the server at ``SHIPYARD_URL`` (after ``shipyard login``), or
+the embedded platform under ``$SHIPYARD_HOME`` when no server is configured."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from shipyard.errors import Unauthenticated
+from shipyard.settings import Settings
+
+CREDENTIALS = "credentials.json"
+
+
+def credentials_path() -> Path:
+    return Settings.from_env().home / CREDENTIALS
+
+
+def server_url() -> str | None:
+    """``SHIPYARD_URL``, else the server of the last ``shipyard login``."""
+    if os.environ.get("SHIPYARD_URL"):
+        return os.environ["SHIPYARD_URL"]
+    saved = _saved()
+    return saved.get("url") if saved else None
+
+
+def _saved() -> dict[str, Any] | None:
+    path = credentials_path()
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def save_credentials(url: str, user: str, token: str) -> Path:
+    """Kept with mode 0600, written atomically."""
+    path = credentials_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.{os.getpid()}")
+    descriptor = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        json.dump({"url": url, "user": user, "token": token}, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    staged.replace(path)
+    return path
+
+
+def client() -> Any:
+    """A ``shipyard.client.Client`` for the configured server (imported only when one is)."""
+    from shipyard.client import Client
+
+    url = server_url()
+    assert url is not None
+    token = os.environ.get("SHIPYARD_TOKEN") or (_saved() or {}).get("token")
+    if not token:
+        raise Unauthenticated(f"no token for {url}", hint=f"run `shipyard login {url}` or set SHIPYARD_TOKEN")
+    return Client(url, token)

@@ -1,0 +1,64 @@
+"""``shipyard server`` (the API) and ``shipyard login`` (use one from this CLI)."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from typing import Annotated
+
+import typer
+
+from shipyard.cli._remote import save_credentials
+from shipyard.errors import DependencyMissing
+
+
+def server(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.", min=1, max=65535)] = 8765,
+    init_admin: Annotated[
+        str | None,
+        typer.Option(
+            help="NAME:PASSWORD of the first admin, created only when no user exists "
+            "(or SHIPYARD_INIT_ADMIN). There is no default password."
+        ),
+    ] = None,
+    workers: Annotated[int, typer.Option(help="Server processes.", min=1)] = 1,
+) -> None:
+    """Serve the REST API under /api/v1 (OpenAPI at /docs), over SHIPYARD_DB_URL or the
+    embedded database of SHIPYARD_HOME."""
+    try:
+        import uvicorn
+    except ImportError:  # pragma: no cover - uvicorn is a core dependency
+        raise DependencyMissing("uvicorn is not installed", hint="pip install 'shipyard'") from None
+    admin = init_admin or os.environ.get("SHIPYARD_INIT_ADMIN")
+    if admin:
+        from shipyard.services import accounts
+        from shipyard.services.context import local_actor, open_context
+
+        ctx = open_context(autostart_agent=False, actor=local_actor("server"))
+        if accounts.ensure_initial_admin(ctx, admin):
+            typer.echo(f"created the first admin {admin.partition(':')[0]!r}", err=True)
+        ctx.close()
+    uvicorn.run(
+        "shipyard.api.main:app", host=host, port=port, workers=workers, log_level="warning", access_log=False
+    )
+
+
+def login(
+    url: Annotated[str, typer.Argument(help="The server, e.g. http://127.0.0.1:8765")],
+    user: Annotated[str | None, typer.Option(help="User name (default: your login name).")] = None,
+) -> None:
+    """Sign in to a server; later commands use it (SHIPYARD_URL overrides)."""
+    from shipyard.client import Client
+
+    name = user or getpass.getuser()
+    password = os.environ.get("SHIPYARD_PASSWORD") or getpass.getpass(f"password for {name} at {url}: ")
+    remote, issued = Client.login(url, name, password)
+    remote.close()
+    path = save_credentials(url, name, issued["token"])
+    typer.echo(f"signed in to {url} as {name}; token kept in {path} until {issued['expires_at']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(server)
+    app.command()(login)

@@ -1,0 +1,136 @@
+"""Typed Python SDK of the Shipyard API (httpx). Problem JSON comes back as the same exception
+classes the service layer raises, so callers handle one error tree whether embedded or remote."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from shipyard import errors
+from shipyard.schemas.views import JobDetail, JobView, ModelVersionView
+
+_BY_CODE: dict[str, type[errors.ShipyardError]] = {
+    cls.code: cls
+    for cls in (
+        errors.InvalidSpec,
+        errors.DatasetError,
+        errors.NotFound,
+        errors.Conflict,
+        errors.Unschedulable,
+        errors.Unauthenticated,
+        errors.Forbidden,
+        errors.AuditChainBroken,
+    )
+}
+
+
+class Client:
+    """One server, one token. ``Client.login(url, user, password)`` gets a token first."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout_s: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+
+    @classmethod
+    def login(cls, url: str, username: str, password: str) -> tuple[Client, dict[str, Any]]:
+        with cls(url) as anonymous:
+            issued = anonymous._call(
+                "POST", "/api/v1/auth/token", json={"username": username, "password": password}
+            )
+        return cls(url, issued["token"]), issued
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise errors.ExecutorError(
+                f"cannot reach the Shipyard server at {self._http.base_url}: {exc}",
+                hint="is `shipyard server` running there? check SHIPYARD_URL",
+            ) from None
+        if response.status_code >= 400:
+            raise _error(response)
+        return response.json() if response.content else None
+
+    def list_users(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/api/v1/users"))
+
+    def list_tokens(self) -> list[dict[str, Any]]:
+        return list(self._call("GET", "/api/v1/tokens"))
+
+    def whoami(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/api/v1/users/me"))
+
+    def list_jobs(self, state: str | None = None, limit: int = 50) -> list[JobView]:
+        params: dict[str, Any] = {"limit": limit, **({"state": state} if state else {})}
+        return [JobView.model_validate(j) for j in self._call("GET", "/api/v1/jobs", params=params)]
+
+    def get_job(self, job_id: str) -> JobDetail:
+        return JobDetail.model_validate(self._call("GET", f"/api/v1/jobs/{job_id}"))
+
+    def submit_job(
+        self, spec: dict[str, Any], *, resume: bool = False, resume_from: str | None = None
+    ) -> JobView:
+        body = {"spec": spec, "resume": resume, "resume_from": resume_from}
+        return JobView.model_validate(self._call("POST", "/api/v1/jobs", json=body))
+
+    def cancel_job(self, job_id: str) -> JobView:
+        return JobView.model_validate(self._call("POST", f"/api/v1/jobs/{job_id}/cancel"))
+
+    def job_logs(self, job_id: str, offset: int = 0) -> dict[str, Any]:
+        return dict(self._call("GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset}))
+
+    def list_models(self, name: str | None = None) -> list[ModelVersionView]:
+        params = {"name": name} if name else {}
+        return [
+            ModelVersionView.model_validate(m) for m in self._call("GET", "/api/v1/models", params=params)
+        ]
+
+    def audit(self, since: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        params: dict[str, Any] = {"limit": limit, **({"since": since} if since else {})}
+        return list(self._call("GET", "/api/v1/audit", params=params))
+
+    def verify_audit(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/api/v1/audit/verify"))
+
+    def create_user(
+        self, name: str, password: str | None, *, admin: bool = False, service: bool = False
+    ) -> Any:
+        body = {"name": name, "password": password, "admin": admin, "service": service}
+        return self._call("POST", "/api/v1/users", json=body)
+
+    def issue_token(
+        self, name: str, scopes: list[str] | None = None, days: float | None = 30.0, user: str | None = None
+    ) -> dict[str, Any]:
+        body = {"name": name, "scopes": scopes, "days": days, "user": user}
+        return dict(self._call("POST", "/api/v1/tokens", json=body))
+
+    def revoke_token(self, token_id: str) -> None:
+        self._call("DELETE", f"/api/v1/tokens/{token_id}")
+
+    def set_role(self, project: str, user: str, role: str | None) -> None:
+        if role is None:
+            self._call("DELETE", f"/api/v1/projects/{project}/members/{user}")
+        else:
+            self._call("PUT", f"/api/v1/projects/{project}/members/{user}", json={"role": role})
+
+
+def _error(response: httpx.Response) -> errors.ShipyardError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    detail = body.get("detail") or f"HTTP {response.status_code}"
+    cls = _BY_CODE.get(body.get("code", ""), errors.ShipyardError)
+    error = cls(str(detail), hint=body.get("hint"))
+    error.http_status = response.status_code
+    return error

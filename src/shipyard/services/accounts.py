@@ -1,0 +1,312 @@
+"""Users, service accounts, passwords (argon2id) and API tokens (random, shown once, hashed).
+
+A token reads ``shy_<id>_<secret>``: the id finds the row, and only the SHA-256 of the secret is
+stored, compared in constant time. Failed password logins lock the account for a time that
+doubles with every failure past a few, so guessing is slow while a typo costs nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy import func, select
+
+from shipyard.db import Token, User
+from shipyard.db.tables import utcnow
+from shipyard.errors import Conflict, InvalidSpec, NotFound, Unauthenticated
+from shipyard.services import audit, rbac
+from shipyard.services.context import ServiceContext
+
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
+MIN_PASSWORD = 12
+FREE_FAILURES = 5
+"""Failed logins allowed before the account locks."""
+LOCK_S = 30.0
+MAX_LOCK_S = 900.0
+TOKEN_PREFIX = "shy"
+SCOPES = ("read", "write", "admin")
+DEFAULT_TOKEN_DAYS = 30.0
+
+_hasher = PasswordHasher()  # argon2id with the library's current recommended parameters
+_DUMMY_HASH = _hasher.hash("an account that does not exist")
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    id: str
+    token: str
+    """The secret: shown this once, never stored."""
+    expires_at: datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "token": self.token,
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+        }
+
+
+def _check_name(name: str) -> None:
+    if not NAME.match(name):
+        raise InvalidSpec(
+            f"user name {name!r} is not valid",
+            hint="use 1-64 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit",
+        )
+
+
+def _check_password(password: str) -> None:
+    if len(password) < MIN_PASSWORD:
+        raise InvalidSpec(
+            f"the password has {len(password)} characters; at least {MIN_PASSWORD} are needed",
+            hint="use a longer passphrase",
+        )
+
+
+def create_user(
+    ctx: ServiceContext, name: str, password: str | None, *, admin: bool = False, service: bool = False
+) -> dict[str, Any]:
+    """A person (with a password) or a service account (tokens only); admins only."""
+    _check_name(name)
+    if not service:
+        if password is None:
+            raise InvalidSpec(f"user {name!r} needs a password", hint="give one, or create a service account")
+        _check_password(password)
+    with ctx.db.transaction() as session:
+        rbac.require(ctx, session, "user.manage", f"user/{name}")
+        if session.get(User, name) is not None:
+            raise Conflict(f"user {name!r} already exists", hint="pick another name")
+        user = User(
+            name=name,
+            password_hash=_hasher.hash(password) if password and not service else None,
+            is_admin=admin,
+            is_service=service,
+            disabled=False,
+            failed_logins=0,
+        )
+        session.add(user)
+        audit.append(
+            session,
+            ctx.audit_key,
+            ctx.actor,
+            "user.create",
+            f"user/{name}",
+            detail={"admin": admin, "service": service},
+        )
+        return _user_view(user)
+
+
+def ensure_initial_admin(ctx: ServiceContext, spec: str) -> bool:
+    """``NAME:PASSWORD`` becomes the first admin when no user exists yet; later starts ignore it."""
+    name, sep, password = spec.partition(":")
+    if not sep or not name or not password:
+        raise InvalidSpec(
+            "the initial admin must be given as NAME:PASSWORD",
+            hint="e.g. SHIPYARD_INIT_ADMIN=admin:<passphrase>",
+        )
+    _check_name(name)
+    _check_password(password)
+    with ctx.db.transaction() as session:
+        if session.scalar(select(func.count()).select_from(User)):
+            return False
+        session.add(
+            User(
+                name=name,
+                password_hash=_hasher.hash(password),
+                is_admin=True,
+                is_service=False,
+                disabled=False,
+                failed_logins=0,
+            )
+        )
+        audit.append(session, ctx.audit_key, ctx.actor, "user.create", f"user/{name}", detail={"admin": True})
+    return True
+
+
+def login(ctx: ServiceContext, name: str, password: str, *, token_days: float = 1.0) -> IssuedToken:
+    """Check a password and issue a session token; every attempt is audited."""
+    failure = _check_login(ctx, name, password)
+    if failure is not None:
+        raise Unauthenticated(failure, hint="check the user name and password")
+    who = audit.Actor(name=name, source=ctx.actor.source)
+    return issue_token(ctx.acting_as(who), name, "login", None, days=token_days, audit_as="auth.login")
+
+
+def _check_login(ctx: ServiceContext, name: str, password: str) -> str | None:
+    """None when the password is right; else why not (the failure is committed and audited)."""
+    now = utcnow()
+    who = audit.Actor(name=name, source=ctx.actor.source)
+    with ctx.db.transaction() as session:
+        user = session.get(User, name, with_for_update=True)
+        if user is None or user.password_hash is None or user.disabled:
+            _verify(_DUMMY_HASH, password)  # the same work as for a real user: no timing oracle
+            audit.append(session, ctx.audit_key, who, "auth.login", f"user/{name}", outcome="failure")
+            return "invalid user name or password"
+        if user.locked_until is not None and user.locked_until > now:
+            wait = (user.locked_until - now).total_seconds()
+            audit.append(session, ctx.audit_key, who, "auth.login", f"user/{name}", outcome="locked")
+            return f"too many failed logins: the account is locked for {wait:.0f} more seconds"
+        if not _verify(user.password_hash, password):
+            user.failed_logins += 1
+            extra = user.failed_logins - FREE_FAILURES
+            if extra >= 0:
+                user.locked_until = now + timedelta(seconds=min(MAX_LOCK_S, LOCK_S * 2**extra))
+            audit.append(
+                session,
+                ctx.audit_key,
+                who,
+                "auth.login",
+                f"user/{name}",
+                outcome="failure",
+                detail={"failed_logins": user.failed_logins},
+            )
+            return "invalid user name or password"
+        user.failed_logins, user.locked_until = 0, None
+        if _hasher.check_needs_rehash(user.password_hash):
+            user.password_hash = _hasher.hash(password)
+    return None
+
+
+def _verify(password_hash: str, password: str) -> bool:
+    try:
+        return _hasher.verify(password_hash, password)
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+def issue_token(
+    ctx: ServiceContext,
+    user: str,
+    name: str,
+    scopes: list[str] | None,
+    *,
+    days: float | None = DEFAULT_TOKEN_DAYS,
+    audit_as: str = "token.issue",
+) -> IssuedToken:
+    """A new token for ``user`` (oneself, or anyone for an admin); ``scopes`` None: all the
+    user may hold (admin only for admins)."""
+    unknown = [s for s in scopes or () if s not in SCOPES]
+    if unknown or scopes == []:
+        raise InvalidSpec(
+            f"unknown token scope {', '.join(unknown) or '(none)'}", hint=f"use {', '.join(SCOPES)}"
+        )
+    if days is not None and days <= 0:
+        raise InvalidSpec(f"a token must live a positive number of days, not {days:g}", hint="e.g. --days 30")
+    with ctx.db.transaction() as session:
+        if user != ctx.actor.name:
+            rbac.require(ctx, session, "user.manage", f"user/{user}")
+        owner = session.get(User, user)
+        if owner is None:
+            raise NotFound(f"no user named {user!r}", hint="`shipyard users list` shows them")
+        if scopes is None:
+            scopes = list(SCOPES) if owner.is_admin else ["read", "write"]
+        if "admin" in scopes and not owner.is_admin:
+            raise InvalidSpec(
+                f"user {user!r} is no admin; a token cannot hold the admin scope", hint="drop it"
+            )
+        token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+        expires = utcnow() + timedelta(days=days) if days is not None else None
+        session.add(
+            Token(
+                id=token_id,
+                user=user,
+                secret_hash=_digest(secret),
+                name=name,
+                scopes=list(scopes),
+                expires_at=expires,
+            )
+        )
+        audit.append(
+            session,
+            ctx.audit_key,
+            ctx.actor,
+            audit_as,
+            f"token/{token_id}",
+            detail={"user": user, "scopes": scopes},
+        )
+    return IssuedToken(id=token_id, token=f"{TOKEN_PREFIX}_{token_id}_{secret}", expires_at=expires)
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def authenticate(ctx: ServiceContext, bearer: str, source: str) -> audit.Actor:
+    """The caller a bearer token stands for, or ``Unauthenticated`` (tampered, expired, revoked)."""
+    prefix, _, rest = bearer.partition("_")
+    token_id, _, secret = rest.partition("_")
+    invalid = Unauthenticated("invalid, expired or revoked token", hint="log in again: shipyard login URL")
+    if prefix != TOKEN_PREFIX or not token_id or not secret:
+        raise invalid
+    with ctx.db.transaction() as session:
+        token = session.get(Token, token_id)
+        if token is None or not hmac.compare_digest(token.secret_hash, _digest(secret)):
+            raise invalid
+        now = utcnow()
+        if token.revoked_at is not None or (token.expires_at is not None and token.expires_at <= now):
+            raise invalid
+        user = session.get(User, token.user)
+        if user is None or user.disabled:
+            raise invalid
+        return audit.Actor(
+            name=user.name,
+            source=source,
+            is_admin=user.is_admin and "admin" in token.scopes,
+            scopes=frozenset(token.scopes),
+        )
+
+
+def revoke_token(ctx: ServiceContext, token_id: str) -> None:
+    with ctx.db.transaction() as session:
+        token = session.get(Token, token_id)
+        if token is None:
+            raise NotFound(f"no token {token_id!r}", hint="`shipyard tokens list` shows yours")
+        if token.user != ctx.actor.name:
+            rbac.require(ctx, session, "user.manage", f"token/{token_id}")
+        if token.revoked_at is None:
+            token.revoked_at = utcnow()
+        audit.append(
+            session,
+            ctx.audit_key,
+            ctx.actor,
+            "token.revoke",
+            f"token/{token_id}",
+            detail={"user": token.user},
+        )
+
+
+def list_tokens(ctx: ServiceContext) -> list[dict[str, Any]]:
+    """The caller's tokens (an admin sees everyone's); never their secrets."""
+    with ctx.db.transaction() as session:
+        query = select(Token).order_by(Token.created_at)
+        if not ctx.actor.is_admin:
+            query = query.where(Token.user == ctx.actor.name)
+        return [
+            {
+                "id": t.id,
+                "user": t.user,
+                "name": t.name,
+                "scopes": t.scopes,
+                "created_at": t.created_at.isoformat(),
+                "expires_at": t.expires_at.isoformat() if t.expires_at else None,
+                "revoked": t.revoked_at is not None,
+            }
+            for t in session.scalars(query)
+        ]
+
+
+def list_users(ctx: ServiceContext) -> list[dict[str, Any]]:
+    with ctx.db.transaction() as session:
+        rbac.require(ctx, session, "user.manage", "users")
+        return [_user_view(u) for u in session.scalars(select(User).order_by(User.name))]
+
+
+def _user_view(user: User) -> dict[str, Any]:
+    return {"name": user.name, "admin": user.is_admin, "service": user.is_service, "disabled": user.disabled}

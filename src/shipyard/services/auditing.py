@@ -1,0 +1,35 @@
+"""Reading the audit log: cluster admins only, and every read is itself recorded."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+
+from shipyard.db import AuditRecord
+from shipyard.services import audit, rbac
+from shipyard.services.context import ServiceContext
+
+
+def read_log(ctx: ServiceContext, since: datetime | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+    with ctx.db.transaction() as session:
+        rbac.require(ctx, session, "audit.read", "audit")
+        query = select(AuditRecord).order_by(AuditRecord.seq).limit(limit)
+        if since is not None:
+            query = query.where(AuditRecord.at >= since)
+        records = [
+            {**json.loads(audit.canonical(r)), "prev_hash": r.prev_hash, "hash": r.hash}
+            for r in session.scalars(query)
+        ]
+        audit.append(
+            session, ctx.audit_key, ctx.actor, "audit.read", "audit", detail={"records": len(records)}
+        )
+        return records
+
+
+def verify(ctx: ServiceContext) -> audit.Verdict:
+    with ctx.db.transaction() as session:
+        rbac.require(ctx, session, "audit.read", "audit")
+    return audit.verify_log(ctx.db, ctx.audit_key)

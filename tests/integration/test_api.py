@@ -1,0 +1,159 @@
+"""The API server over real HTTP: authentication, tokens, RBAC, problem JSON, audit, metrics."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from shipyard.client import Client
+from shipyard.errors import Forbidden, InvalidSpec, Unauthenticated
+from tests.builders import spec_dict
+from tests.conftest import Server
+
+PASSWORD = "a long enough passphrase"
+
+
+def admin(server: Server) -> Client:
+    client, _ = Client.login(server.url, "admin", server.admin_password)
+    return client
+
+
+def user(server: Server, name: str, project: str | None = None, role: str | None = None) -> Client:
+    with admin(server) as root:
+        root.create_user(name, PASSWORD)
+        if project and role:
+            root.set_role(project, name, role)
+    client, _ = Client.login(server.url, name, PASSWORD)
+    return client
+
+
+def problem_of(response: httpx.Response) -> dict[str, Any]:
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = response.json()
+    assert set(body) == {"type", "title", "status", "detail", "code", "hint"}
+    assert body["status"] == response.status_code and "Traceback" not in body["detail"]
+    return body
+
+
+def test_every_api_route_needs_a_valid_token(server: Server) -> None:
+    for path in ("/api/v1/jobs", "/api/v1/models", "/api/v1/audit"):
+        response = httpx.get(server.url + path)
+        assert response.status_code == 401
+        assert problem_of(response)["code"] == "unauthenticated"
+    issued = httpx.post(
+        f"{server.url}/api/v1/auth/token", json={"username": "admin", "password": server.admin_password}
+    )
+    token = issued.json()["token"]
+    good = httpx.get(f"{server.url}/api/v1/jobs", headers={"Authorization": f"Bearer {token}"})
+    assert good.status_code == 200 and good.json() == []
+    # One character changed anywhere in the token: refused, without saying which part was wrong.
+    for i in (4, len(token) - 1):
+        tampered = token[:i] + ("A" if token[i] != "A" else "B") + token[i + 1 :]
+        bad = httpx.get(f"{server.url}/api/v1/jobs", headers={"Authorization": f"Bearer {tampered}"})
+        assert bad.status_code == 401 and problem_of(bad)["detail"] == "invalid, expired or revoked token"
+
+
+def test_revoked_and_expired_tokens_are_refused(server: Server) -> None:
+    with admin(server) as root:
+        revoked = root.issue_token("ci", ["read"])
+        short = root.issue_token("brief", ["read"], days=1e-6)  # 0.09 s
+        root.revoke_token(revoked["id"])
+    time.sleep(0.3)
+    for issued in (revoked, short):
+        with Client(server.url, issued["token"]) as client, pytest.raises(Unauthenticated):
+            client.list_jobs()
+
+
+def test_a_read_token_cannot_write(server: Server) -> None:
+    with admin(server) as root:
+        read_only = root.issue_token("dashboard", ["read"])
+    with Client(server.url, read_only["token"]) as client:
+        assert client.list_jobs() == []
+        with pytest.raises(Unauthenticated, match="read-only"):
+            client.create_user("eve", PASSWORD)
+
+
+def test_wrong_passwords_lock_the_account_and_are_audited(server: Server) -> None:
+    user(server, "bob").close()
+    for _ in range(5):
+        with pytest.raises(Unauthenticated, match="invalid user name or password"):
+            Client.login(server.url, "bob", "not the password at all")
+    with pytest.raises(Unauthenticated, match="account is locked"):
+        Client.login(server.url, "bob", PASSWORD)  # even the right password waits now
+    with pytest.raises(Unauthenticated, match="invalid user name or password"):
+        Client.login(server.url, "nobody", PASSWORD)
+    with admin(server) as root:
+        logins = [(r["actor"], r["outcome"]) for r in root.audit() if r["action"] == "auth.login"]
+        assert logins.count(("bob", "failure")) == 5
+        assert ("bob", "locked") in logins and ("nobody", "failure") in logins
+        assert root.verify_audit()["ok"]
+
+
+def test_roles_decide_who_submits_reads_and_cancels(server: Server, tmp_path: Path) -> None:
+    spec = spec_dict(project="research", training={"steps": 400})
+    with (
+        user(server, "bob", "research", "member") as bob,
+        user(server, "alice", "research", "viewer") as alice,
+        user(server, "carol") as carol,
+    ):
+        job = bob.submit_job(spec)
+        with pytest.raises(Forbidden, match=r"alice may not job\.submit project/research: its role 'viewer'"):
+            alice.submit_job(spec)
+        assert [j.id for j in alice.list_jobs()] == [job.id]  # a viewer reads the project's jobs
+        assert carol.list_jobs() == []
+        with pytest.raises(Forbidden):
+            carol.get_job(job.id)
+        with pytest.raises(Forbidden, match=r"job\.cancel\.any"):
+            alice.cancel_job(job.id)
+        assert bob.cancel_job(job.id).state in ("cancelled", "running")  # one's own job
+        with pytest.raises(Forbidden):
+            bob.audit()
+    with admin(server) as root:
+        denied = [(r["actor"], r["action"]) for r in root.audit() if r["outcome"] == "denied"]
+        assert ("alice", "job.submit") in denied and ("carol", "job.read") in denied
+        assert ("alice", "job.cancel.any") in denied and ("bob", "audit.read") in denied
+        submitted = next(r for r in root.audit() if r["action"] == "job.submit")
+        assert (submitted["actor"], submitted["resource"]) == ("bob", f"job/{job.id}")
+        assert submitted["source"] == "127.0.0.1"
+
+
+def test_bad_input_is_a_clear_problem_and_changes_nothing(server: Server) -> None:
+    with admin(server) as root:
+        token = root.issue_token("x'; DROP TABLE users; --", ["read", "write"])
+        names = [t["name"] for t in root.list_tokens()]
+        assert "x'; DROP TABLE users; --" in names  # stored verbatim
+        with pytest.raises(InvalidSpec, match="is not a valid name"):
+            root.get_job("..hidden")
+        with pytest.raises(InvalidSpec, match="is not a valid name"):
+            root.list_models("../../etc/passwd")
+        with pytest.raises(InvalidSpec, match=r"training\.steps"):
+            root.submit_job(spec_dict(training={"steps": -1}))
+        assert root.list_jobs() == []
+    headers = {"Authorization": f"Bearer {token['token']}"}
+    response = httpx.post(f"{server.url}/api/v1/users", json={"name": 42}, headers=headers)
+    assert response.status_code == 422 and "name" in problem_of(response)["detail"]
+    response = httpx.post(f"{server.url}/api/v1/jobs", content=b"{not json", headers=headers)
+    assert response.status_code == 422
+
+
+def test_metrics_and_openapi(server: Server) -> None:
+    with admin(server) as root:
+        root.submit_job(spec_dict())
+    text = httpx.get(f"{server.url}/metrics").text
+    assert 'shipyard_jobs{state="queued"}' in text or 'shipyard_jobs{state="running"}' in text
+    assert "shipyard_http_request_seconds_bucket" in text
+    schema = httpx.get(f"{server.url}/openapi.json").json()
+    operations = {op["operationId"] for path in schema["paths"].values() for op in path.values()}
+    assert {
+        "login",
+        "listJobs",
+        "submitJob",
+        "cancelJob",
+        "listModels",
+        "listAudit",
+        "verifyAudit",
+    } <= operations
