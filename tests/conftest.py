@@ -110,8 +110,12 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 class Server:
     """A real ``shipyard server`` (uvicorn) on a free loopback port, with its own home."""
 
-    def __init__(self, home: Path, db_url: str, admin_password: str) -> None:
+    def __init__(self, home: Path, db_url: str, admin_password: str, queues_yaml: str | None = None) -> None:
         import socket
+
+        if queues_yaml is not None:
+            home.mkdir(parents=True, exist_ok=True)
+            (home / "queues.yaml").write_text(queues_yaml)
 
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))

@@ -18,8 +18,8 @@ from shipyard.services.context import ServiceContext
 
 ROLES = ("viewer", "member", "maintainer", "owner")
 
-_VIEWER = frozenset({"job.read", "model.read", "dataset.read"})
-_MEMBER = _VIEWER | {"job.submit", "job.cancel.own", "job.logs", "model.download", "artifact.read"}
+_VIEWER = frozenset({"job.read", "job.logs", "model.read", "dataset.read"})
+_MEMBER = _VIEWER | {"job.submit", "job.cancel.own", "model.download", "artifact.read"}
 _MAINTAINER = _MEMBER | {"job.cancel.any", "model.publish", "model.promote"}
 _OWNER = _MAINTAINER | {"model.delete", "project.roles"}
 

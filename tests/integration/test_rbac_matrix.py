@@ -1,0 +1,147 @@
+"""Every route of the API × every role × own or foreign resource, against the exact allowed set.
+
+The table below is the authorization contract. A route the server serves that has no row here
+fails the test, so no new route can ship without deciding who may call it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from shipyard.client import Client
+from tests.builders import spec_dict
+from tests.conftest import Server
+
+PASSWORD = "a long enough passphrase"
+PROJECT = "research"
+ROLES = ("anonymous", "outsider", "viewer", "member", "maintainer", "owner", "admin")
+"""``member`` is the owner of the jobs the matrix acts on ("own"); for the others they are foreign."""
+HOLD = "clusterQueues: [{name: hold, nominal: {cpu: 0}}]\nlocalQueues: {default: hold}\n"
+"""No quota anywhere: submitted jobs stay queued, so the matrix never starts a training run."""
+
+AUTHENTICATED = frozenset(ROLES) - {"anonymous"}
+PROJECT_READ = frozenset({"viewer", "member", "maintainer", "owner", "admin"})
+PROJECT_WRITE = frozenset({"member", "maintainer", "owner", "admin"})
+EVERYONE = frozenset(ROLES)
+
+
+@dataclass
+class World:
+    server: Server
+    tokens: dict[str, str]
+    counter: Iterator[int]
+
+    def as_(self, role: str) -> Client:
+        return Client(self.server.url, self.tokens[role])
+
+    def fresh_job(self) -> str:
+        """A queued job of the member's in the project."""
+        with self.as_("member") as member:
+            return member.submit_job(spec_dict(project=PROJECT)).id
+
+    def fresh_token(self) -> str:
+        with self.as_("admin") as root:
+            return str(root.issue_token(f"t{next(self.counter)}", ["read"])["id"])
+
+
+Request = Callable[[World], tuple[str, dict[str, Any]]]
+"""-> (path, httpx keyword arguments) for one call, with fresh resources where a call uses one up."""
+
+MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
+    ("GET", "/healthz"): (EVERYONE, lambda w: ("/healthz", {})),
+    ("GET", "/metrics"): (EVERYONE, lambda w: ("/metrics", {})),
+    ("POST", "/api/v1/auth/token"): (
+        EVERYONE,  # anyone may try to log in; the credentials decide
+        lambda w: ("/api/v1/auth/token", {"json": {"username": "member", "password": PASSWORD}}),
+    ),
+    ("GET", "/api/v1/users/me"): (AUTHENTICATED, lambda w: ("/api/v1/users/me", {})),
+    ("GET", "/api/v1/users"): (frozenset({"admin"}), lambda w: ("/api/v1/users", {})),
+    ("POST", "/api/v1/users"): (
+        frozenset({"admin"}),
+        lambda w: ("/api/v1/users", {"json": {"name": f"new{next(w.counter)}", "password": PASSWORD}}),
+    ),
+    ("GET", "/api/v1/tokens"): (AUTHENTICATED, lambda w: ("/api/v1/tokens", {})),
+    ("POST", "/api/v1/tokens"): (AUTHENTICATED, lambda w: ("/api/v1/tokens", {"json": {"name": "mine"}})),
+    ("DELETE", "/api/v1/tokens/{token_id}"): (  # someone else's token
+        frozenset({"admin"}),
+        lambda w: (f"/api/v1/tokens/{w.fresh_token()}", {}),
+    ),
+    ("PUT", "/api/v1/projects/{project}/members/{user}"): (
+        frozenset({"owner", "admin"}),
+        lambda w: (f"/api/v1/projects/{PROJECT}/members/dave", {"json": {"role": "viewer"}}),
+    ),
+    ("DELETE", "/api/v1/projects/{project}/members/{user}"): (
+        frozenset({"owner", "admin"}),
+        lambda w: (f"/api/v1/projects/{PROJECT}/members/dave", {}),
+    ),
+    ("GET", "/api/v1/jobs"): (AUTHENTICATED, lambda w: ("/api/v1/jobs", {})),
+    ("POST", "/api/v1/jobs"): (
+        PROJECT_WRITE,
+        lambda w: ("/api/v1/jobs", {"json": {"spec": spec_dict(project=PROJECT)}}),
+    ),
+    ("GET", "/api/v1/jobs/{job_id}"): (PROJECT_READ, lambda w: (f"/api/v1/jobs/{w.fresh_job()}", {})),
+    ("POST", "/api/v1/jobs/{job_id}/cancel"): (  # the member cancels its own; others need cancel.any
+        frozenset({"member", "maintainer", "owner", "admin"}),
+        lambda w: (f"/api/v1/jobs/{w.fresh_job()}/cancel", {}),
+    ),
+    ("GET", "/api/v1/jobs/{job_id}/logs"): (
+        PROJECT_READ,
+        lambda w: (f"/api/v1/jobs/{w.fresh_job()}/logs", {}),
+    ),
+    ("GET", "/api/v1/models"): (AUTHENTICATED, lambda w: ("/api/v1/models", {})),
+    ("GET", "/api/v1/audit"): (frozenset({"admin"}), lambda w: ("/api/v1/audit", {})),
+    ("GET", "/api/v1/audit/verify"): (frozenset({"admin"}), lambda w: ("/api/v1/audit/verify", {})),
+}
+
+DOCUMENTATION = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+
+
+@pytest.fixture
+def world(tmp_path: Path, db_url: str) -> Iterator[World]:
+    server = Server(tmp_path / "home", db_url, "correct horse battery staple", queues_yaml=HOLD)
+    try:
+        root, _ = Client.login(server.url, "admin", server.admin_password)
+        with root:
+            for name in ("outsider", "viewer", "member", "maintainer", "owner", "dave"):
+                root.create_user(name, PASSWORD)
+            for role in ("viewer", "member", "maintainer", "owner"):
+                root.set_role(PROJECT, role, role)
+        tokens = {"anonymous": ""}
+        for role in AUTHENTICATED:
+            name, password = ("admin", server.admin_password) if role == "admin" else (role, PASSWORD)
+            client, issued = Client.login(server.url, name, password)
+            client.close()
+            tokens[role] = issued["token"]
+        yield World(server, tokens, itertools.count())
+    finally:
+        server.stop()
+
+
+def served_routes(url: str) -> set[tuple[str, str]]:
+    schema = httpx.get(f"{url}/openapi.json").json()
+    routes = {(m.upper(), path) for path, ops in schema["paths"].items() for m in ops}
+    # Served but not in the OpenAPI document: the documentation itself and /metrics' twin.
+    return routes | {("GET", "/healthz"), ("GET", "/metrics")}
+
+
+def test_every_route_and_role_gets_exactly_the_allowed_answer(world: World) -> None:
+    missing = served_routes(world.server.url) - set(MATRIX) - {("GET", p) for p in DOCUMENTATION}
+    assert not missing, f"routes without an authorization row: {sorted(missing)}"
+    wrong = []
+    for (method, template), (allowed, make) in MATRIX.items():
+        for role in ROLES:
+            path, kwargs = make(world)
+            headers = {"Authorization": f"Bearer {world.tokens[role]}"} if world.tokens[role] else {}
+            status = httpx.request(method, world.server.url + path, headers=headers, **kwargs).status_code
+            expected = "2xx" if role in allowed else ("401" if role == "anonymous" else "403")
+            got = "2xx" if 200 <= status < 300 else str(status)
+            if got != expected:
+                wrong.append(f"{role:>10} {method} {template}: expected {expected}, got {status}")
+    assert not wrong, "\n".join(wrong)
