@@ -60,7 +60,7 @@ class TokenResponse(BaseModel):
 class NewToken(BaseModel):
     name: str = Field(min_length=1, max_length=64)
     scopes: list[str] | None = None
-    days: float | None = Field(default=accounts.DEFAULT_TOKEN_DAYS, gt=0)
+    days: float | None = Field(default=accounts.DEFAULT_TOKEN_DAYS, gt=0, le=accounts.MAX_TOKEN_DAYS)
     user: str | None = None
     """For another user (admins only); default: the caller."""
 
@@ -177,7 +177,13 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
         title="Shipyard",
         version=__version__,
         lifespan=lifespan,
-        responses={s: {"model": Problem} for s in (400, 401, 403, 404, 409, 413, 422)},
+        responses={
+            status: {
+                "model": Problem,
+                "content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+            }
+            for status in (400, 401, 403, 404, 409, 413, 422)
+        },
     )
     _install_error_handlers(app)
 

@@ -34,6 +34,7 @@ MAX_LOCK_S = 900.0
 TOKEN_PREFIX = "shy"
 SCOPES = ("read", "write", "admin")
 DEFAULT_TOKEN_DAYS = 30.0
+MAX_TOKEN_DAYS = 3650.0
 
 _hasher = PasswordHasher()  # argon2id with the library's current recommended parameters
 _DUMMY_HASH = _hasher.hash("an account that does not exist")
@@ -197,8 +198,11 @@ def issue_token(
         raise InvalidSpec(
             f"unknown token scope {', '.join(unknown) or '(none)'}", hint=f"use {', '.join(SCOPES)}"
         )
-    if days is not None and days <= 0:
-        raise InvalidSpec(f"a token must live a positive number of days, not {days:g}", hint="e.g. --days 30")
+    if days is not None and not 0 < days <= MAX_TOKEN_DAYS:
+        raise InvalidSpec(
+            f"a token lives more than 0 and at most {MAX_TOKEN_DAYS:g} days, not {days:g}",
+            hint="e.g. --days 30",
+        )
     with ctx.db.transaction() as session:
         if user != ctx.actor.name:
             rbac.require(ctx, session, "user.manage", f"user/{user}")
