@@ -16,7 +16,7 @@ import time
 
 from shipyard.scheduling.cycle import run_cycle
 from shipyard.scheduling.model import Job, Node, PolicyInput, Throughputs
-from shipyard.scheduling.policies import POLICIES
+from shipyard.scheduling.policies import POLICIES, STRICT_ORDER_POLICIES
 
 TYPES = ("h100-sxm", "a100-80gb", "v100-32gb", "rtx-4090", "mi250", "m2-ultra")
 SIZES = [(64, 200), (512, 2000), (8000, 10000)]
@@ -61,7 +61,8 @@ def time_cycle(policy: str, devices: int, jobs: int) -> float:
         allocation = POLICIES[policy](
             PolicyInput(jobs=pending, capacity=capacity, throughputs=throughputs, now_s=1e5)
         )
-        run_cycle(pending, nodes, allocation, now_s=1e5, round_s=360)
+        backfill = None if policy in STRICT_ORDER_POLICIES else throughputs  # as the live agent does
+        run_cycle(pending, nodes, allocation, now_s=1e5, round_s=360, backfill=backfill)
         best = min(best, time.perf_counter() - start)
     return best
 

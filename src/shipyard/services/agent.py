@@ -165,7 +165,16 @@ def _preempt_if_due(ctx: ServiceContext, job: Job, now: datetime) -> None:
 
 
 def _claim(session: Session, job: Job) -> bool:
-    """queued -> running, only if nobody changed the job since we read it (a cancel, say)."""
+    """queued -> running, only if nobody changed the job since we read it (a cancel, say).
+
+    On PostgreSQL the row is first locked with ``FOR UPDATE SKIP LOCKED``: an agent never waits
+    on a job another agent is claiming, it moves on (SQLite has one writer at a time anyway).
+    """
+    free = session.scalar(
+        select(Job.id).where(Job.id == job.id, Job.state == JobState.QUEUED).with_for_update(skip_locked=True)
+    )
+    if free is None:
+        return False
     claimed = session.execute(
         update(Job)
         .where(Job.id == job.id, Job.state == JobState.QUEUED, Job.cancel_requested.is_(False))
