@@ -106,26 +106,28 @@ def _backfill(
     leases: dict[str, Lease],
 ) -> None:
     """Idle devices to ``jobs``: running ones keep theirs, then the most allocated, then the oldest."""
+    by_type: dict[str, list[Node]] = {}
+    for node in nodes:
+        by_type.setdefault(node.accelerator_type, []).append(node)
+    free = {k: sum(node_free[n.id] for n in of_type) for k, of_type in by_type.items()}
 
     def order(job: Job) -> tuple[int, float, float, str]:
         return (job.running_on is None, -sum(allocation.get(job.id, {}).values()), job.arrival_s, job.id)
 
     for job in sorted(jobs, key=order):
+        if not any(free.values()):
+            return
         if job.running_on is not None and _fits_again(job, node_free):
             for node_id in job.nodes:
                 node_free[node_id] -= 1
+            free[job.running_on] -= job.devices
             leases[job.id] = Lease(job_id=job.id, accelerator_type=job.running_on, nodes=job.nodes)
             continue
-        fastest = sorted(
-            {n.accelerator_type for n in nodes if job.allows(n.accelerator_type)},
-            key=lambda k: (-throughputs.of(job, k), k),
-        )
-        for accelerator_type in fastest:
-            if throughputs.of(job, accelerator_type) <= 0:
-                break
-            of_type = [n for n in nodes if n.accelerator_type == accelerator_type]
-            placed = _place(job.devices, of_type, node_free)
+        fitting = [k for k in free if free[k] >= job.devices and job.allows(k) and throughputs.of(job, k) > 0]
+        for accelerator_type in sorted(fitting, key=lambda k: (-throughputs.of(job, k), k)):
+            placed = _place(job.devices, by_type[accelerator_type], node_free)
             if placed is not None:
+                free[accelerator_type] -= job.devices
                 leases[job.id] = Lease(job_id=job.id, accelerator_type=accelerator_type, nodes=placed)
                 break
 
