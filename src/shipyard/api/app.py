@@ -169,6 +169,7 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
         ctx = open_context(settings)
         if init_admin:
             accounts.ensure_initial_admin(ctx, init_admin)
+        ctx.executor  # noqa: B018 - discover devices now (may import torch), not in the first request
         holder["ctx"] = ctx
         yield
         ctx.close()

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -61,10 +62,20 @@ def is_running(settings: Settings) -> bool:
         return False
 
 
+_SPAWNED: dict[Path, float] = {}
+SPAWN_GRACE_S = 15.0
+"""An agent takes a few seconds to start and take its lock; a busy server must not start
+another one on every submission meanwhile (each costs a Python start on a loaded machine)."""
+
+
 def ensure_running(settings: Settings) -> None:
     """Start a background agent for this home unless one runs (a second one exits at once)."""
     if is_running(settings):
         return
+    now = time.monotonic()
+    if now - _SPAWNED.get(settings.home, -SPAWN_GRACE_S) < SPAWN_GRACE_S:
+        return
+    _SPAWNED[settings.home] = now
     settings.home.mkdir(parents=True, exist_ok=True)
     with open(settings.home / AGENT_LOG, "ab") as log:
         subprocess.Popen(
@@ -174,6 +185,7 @@ def _claim(session: Session, job: Job) -> bool:
         select(Job.id).where(Job.id == job.id, Job.state == JobState.QUEUED).with_for_update(skip_locked=True)
     )
     if free is None:
+        session.refresh(job)
         return False
     claimed = session.execute(
         update(Job)

@@ -13,15 +13,16 @@ has run on a type. Quotas come from ``$SHIPYARD_HOME/queues.yaml`` when it exist
 from __future__ import annotations
 
 import statistics
+from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
 
-from shipyard.db import Job, Metric
+from shipyard.db import Attempt, Job, Metric
 from shipyard.domain import JobState
 from shipyard.errors import InvalidSpec
 from shipyard.hardware import Device
@@ -30,7 +31,7 @@ from shipyard.scheduling.cycle import schedule
 from shipyard.scheduling.model import RoundPlan
 from shipyard.scheduling.policies import STRICT_ORDER_POLICIES, policy_named
 from shipyard.scheduling.quota import Admission, ClusterQueue, Queues
-from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.schemas.jobspec import JobSpec, validate_job_spec
 from shipyard.services.context import ServiceContext
 
 QUEUES_FILE = "queues.yaml"
@@ -81,7 +82,7 @@ def _capacity(devices: list[Device]) -> dict[str, int]:
 
 def _demand(job: Job) -> int:
     """Devices of the gang; on the CPU, cores (devices x cores per device)."""
-    spec = validate_job_spec(job.spec)
+    spec = _spec_of(job)
     if job.accelerator_types == ["cpu"]:
         return job.devices * (spec.resources.cpus_per_device or 1)
     return job.devices
@@ -102,12 +103,23 @@ def _peaks(devices: list[Device]) -> dict[str, float]:
 def snapshot(
     session: Session, devices: list[Device], now: datetime
 ) -> tuple[list[model.Job], list[model.Node], model.Throughputs, dict[str, Job]]:
-    rows = list(session.scalars(select(Job).where(Job.state.in_([JobState.QUEUED, JobState.RUNNING]))))
+    # A handful of queries per cycle whatever the queue's length: attempts eagerly, last steps and
+    # measured rates grouped (one query per job made a cycle over 5,000 queued jobs take seconds).
+    rows = list(
+        session.scalars(
+            select(Job)
+            .where(Job.state.in_([JobState.QUEUED, JobState.RUNNING]))
+            .options(selectinload(Job.attempts))
+        )
+    )
     peaks = _peaks(devices)
+    started = [r.id for r in rows if r.attempts]
+    last_steps = _last_steps(session, started)
+    measured = _measured_rates(session, started)
     packed: dict[tuple[str, int, str], float] = {}
     jobs = []
     for row in rows:
-        spec = validate_job_spec(row.spec)
+        spec = _spec_of(row)
         demand = _demand(row)
         running = next((a for a in row.attempts if a.state == JobState.RUNNING), None)
         attained: dict[str, float] = {}
@@ -117,7 +129,8 @@ def snapshot(
             attained[attempt.accelerator_type] = attained.get(attempt.accelerator_type, 0.0) + max(
                 seconds, 0.0
             )
-        for accelerator_type, rate in _rates(session, row, peaks, spec.training.global_batch_tokens).items():
+        rates = _rates(row, peaks, spec.training.global_batch_tokens, measured.get(row.id, {}))
+        for accelerator_type, rate in rates.items():
             packed[(row.id, demand, accelerator_type)] = rate
         jobs.append(
             model.Job(
@@ -126,7 +139,7 @@ def snapshot(
                 devices=demand,
                 arrival_s=_aware(row.submitted_at).timestamp(),
                 total_steps=float(spec.training.total_steps),
-                steps_done=float(_last_step(session, row.id)),
+                steps_done=float(last_steps.get(row.id, 0)),
                 accelerator_types=tuple(row.accelerator_types),
                 priority=2.0**spec.priority,
                 queue=spec.queue,
@@ -158,14 +171,50 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _last_step(session: Session, job_id: str) -> int:
-    step = session.scalar(
-        select(Metric.step).where(Metric.job_id == job_id, Metric.kind == "train").order_by(Metric.id.desc())
+_SPECS: OrderedDict[str, JobSpec] = OrderedDict()
+"""Parsed specs by job id: a stored spec never changes, so each is validated once, not per cycle."""
+_MAX_SPECS = 65536
+
+
+def _spec_of(row: Job) -> JobSpec:
+    spec = _SPECS.get(row.id)
+    if spec is None:
+        spec = _SPECS[row.id] = validate_job_spec(row.spec)
+        if len(_SPECS) > _MAX_SPECS:
+            _SPECS.popitem(last=False)
+    return spec
+
+
+def _last_steps(session: Session, job_ids: list[str]) -> dict[str, int]:
+    if not job_ids:
+        return {}
+    rows = session.execute(
+        select(Metric.job_id, func.max(Metric.step))
+        .where(Metric.job_id.in_(job_ids), Metric.kind == "train")
+        .group_by(Metric.job_id)
     )
-    return step or 0
+    return {job_id: int(step or 0) for job_id, step in rows}
 
 
-def _rates(session: Session, job: Job, peaks: dict[str, float], batch_tokens: int) -> dict[str, float]:
+def _measured_rates(session: Session, job_ids: list[str]) -> dict[str, dict[str, list[float]]]:
+    """Tokens/s of every training step each job's attempts reported, by accelerator type."""
+    if not job_ids:
+        return {}
+    rows = session.execute(
+        select(Attempt.job_id, Attempt.accelerator_type, Metric.tokens_per_s)
+        .join(Metric, Metric.attempt_id == Attempt.id)
+        .where(Attempt.job_id.in_(job_ids), Metric.kind == "train", Metric.tokens_per_s.is_not(None))
+    )
+    measured: dict[str, dict[str, list[float]]] = {}
+    for job_id, accelerator_type, tokens_per_s in rows:
+        if tokens_per_s is not None:
+            measured.setdefault(job_id, {}).setdefault(accelerator_type, []).append(float(tokens_per_s))
+    return measured
+
+
+def _rates(
+    job: Job, peaks: dict[str, float], batch_tokens: int, measured: dict[str, list[float]]
+) -> dict[str, float]:
     """Steps/s per accelerator type: measured where the job ran, else the planner's estimate
     scaled by peak FLOPS, else the peak alone (only the ratios between types matter then)."""
     allowed = [k for k in job.accelerator_types if k in peaks]
@@ -178,16 +227,9 @@ def _rates(session: Session, job: Job, peaks: dict[str, float], batch_tokens: in
             rates[accelerator_type] = base_rate * peaks[accelerator_type] / peaks[base_type]
         else:
             rates[accelerator_type] = peaks[accelerator_type]
-    measured: dict[str, list[float]] = {}
-    for attempt in job.attempts:
-        for metric in session.scalars(
-            select(Metric.tokens_per_s).where(Metric.attempt_id == attempt.id, Metric.kind == "train")
-        ):
-            if metric:
-                measured.setdefault(attempt.accelerator_type, []).append(metric / batch_tokens)
     for accelerator_type, values in measured.items():
-        if accelerator_type in rates:
-            rates[accelerator_type] = statistics.median(values)
+        if accelerator_type in rates and values:
+            rates[accelerator_type] = statistics.median(values) / batch_tokens
     return rates
 
 

@@ -1,0 +1,225 @@
+"""Control-plane load: concurrent clients submit jobs over HTTP, then read each one back.
+
+Starts a real ``shipyard server`` (uvicorn) on SQLite and on PostgreSQL, with authentication,
+spec validation, the planner's submit-time estimate and the audit log all on, and a queue without
+quota so the jobs stay queued (as Slurm's ``sbatch --hold``: the control plane alone is measured).
+Reports submissions/s and p50/p99 latency for 1 and 8 parallel clients, reads/s, and checks that
+every submission is stored exactly once and that the audit chain holds.
+
+    .venv/bin/python benchmarks/api_load.py [--jobs 5000] [--clients 1,8] [--workers 2] [--json]
+
+The reference is Slurm on this 2-core machine: ``sbatch --hold`` reached about 535 submissions/s
+from 8 parallel clients (p99 27 ms) and 289/s from one (p99 4.6 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import create_engine, func, select, text
+
+from shipyard.db import Job
+from shipyard.services import audit
+from shipyard.services.context import open_context
+from shipyard.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.builders import spec_dict  # noqa: E402
+
+PASSWORD = "benchmark passphrase"
+HOLD = "clusterQueues: [{name: hold, nominal: {cpu: 0}}]\nlocalQueues: {default: hold}\n"
+POSTGRES = os.environ.get("SHIPYARD_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+SLURM_REFERENCE = {1: (289, 4.6), 8: (535, 27.0)}
+"""clients -> (submissions/s, p99 ms) of ``sbatch --hold`` measured on this machine."""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def start_server(home: Path, db_url: str, workers: int) -> tuple[subprocess.Popen[bytes], str]:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "queues.yaml").write_text(HOLD)
+    port = free_port()
+    env = {**os.environ, "SHIPYARD_HOME": str(home), "SHIPYARD_DB_URL": db_url,
+           "SHIPYARD_INIT_ADMIN": f"admin:{PASSWORD}", "SHIPYARD_AUDIT_KEY": "benchmark-key"}  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "shipyard.cli.main", "server", "--port", str(port), "--workers", str(workers)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise SystemExit("the server did not start")
+
+
+def stop_agent(home: Path) -> None:
+    """The server started the home's agent; it must not outlive the run (nor train the jobs)."""
+    lock = home / "agent.lock"
+    if lock.exists() and lock.read_text().strip():
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
+
+
+def run(url: str, jobs: int, clients: int) -> dict[str, Any]:
+    token = httpx.post(f"{url}/api/v1/auth/token", json={"username": "admin", "password": PASSWORD}).json()[
+        "token"
+    ]
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {"spec": spec_dict(name="load")}
+    submit_ms: list[float] = []
+    read_ms: list[float] = []
+    ids: list[str] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+
+    def client(count: int) -> None:
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+            mine = []
+            for _ in range(count):
+                start = time.perf_counter()
+                response = http.post("/api/v1/jobs", json=body)
+                elapsed = (time.perf_counter() - start) * 1000
+                with lock:
+                    if response.status_code == 201:
+                        submit_ms.append(elapsed)
+                        mine.append(response.json()["id"])
+                    else:
+                        failures.append(f"{response.status_code} {response.text[:200]}")
+            with lock:
+                ids.extend(mine)
+
+    def reader(chunk: list[str]) -> None:
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+            for job_id in chunk:
+                start = time.perf_counter()
+                response = http.get(f"/api/v1/jobs/{job_id}")
+                elapsed = (time.perf_counter() - start) * 1000
+                with lock:
+                    read_ms.append(elapsed)
+                    if response.status_code != 200:
+                        failures.append(f"read {response.status_code}")
+
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as http:  # warm-up, not counted
+        for _ in range(5):
+            http.post("/api/v1/jobs", json=body).raise_for_status()
+    share = [jobs // clients + (1 if i < jobs % clients else 0) for i in range(clients)]
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(n,)) for n in share]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    submit_s = time.perf_counter() - started
+    chunks = [ids[i::clients] for i in range(clients)]
+    started = time.perf_counter()
+    threads = [threading.Thread(target=reader, args=(c,)) for c in chunks]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    read_s = time.perf_counter() - started
+    return {
+        "clients": clients,
+        "jobs": jobs,
+        "submitted": len(submit_ms),
+        "unique_ids": len(set(ids)),
+        "failures": failures[:5],
+        "submissions_per_s": len(submit_ms) / submit_s,
+        "submit_p50_ms": statistics.median(submit_ms),
+        "submit_p99_ms": statistics.quantiles(submit_ms, n=100)[98],
+        "reads_per_s": len(read_ms) / read_s,
+        "read_p99_ms": statistics.quantiles(read_ms, n=100)[98],
+    }
+
+
+def stored(db_url: str, home: Path) -> tuple[int, bool]:
+    settings = Settings(home=home, db_url=db_url, audit_key="benchmark-key")
+    ctx = open_context(settings, autostart_agent=False)
+    try:
+        with ctx.db.transaction() as session:
+            count = session.scalar(select(func.count()).select_from(Job)) or 0
+        return count, audit.verify_log(ctx.db, ctx.audit_key).ok
+    finally:
+        ctx.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--clients", default="1,8")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--databases", default="sqlite,postgres")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    results = []
+    for database in args.databases.split(","):
+        for clients in (int(c) for c in args.clients.split(",")):
+            with tempfile.TemporaryDirectory() as tmp:
+                home = Path(tmp) / "home"
+                name = f"shipyard_load_{secrets.token_hex(4)}"
+                admin = create_engine(POSTGRES, isolation_level="AUTOCOMMIT")
+                if database == "postgres":
+                    with admin.connect() as connection:
+                        connection.execute(text(f'CREATE DATABASE "{name}"'))
+                    db_url = POSTGRES.rsplit("/", 1)[0] + f"/{name}"
+                else:
+                    db_url = f"sqlite:///{home / 'shipyard.db'}"
+                process, url = start_server(home, db_url, args.workers)
+                try:
+                    result = run(url, args.jobs, clients)
+                finally:
+                    process.terminate()
+                    process.wait(timeout=30)
+                    stop_agent(home)
+                result["stored"], result["audit_intact"] = stored(db_url, home)
+                if database == "postgres":
+                    with admin.connect() as connection:
+                        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                admin.dispose()
+                reference_rate, reference_p99 = SLURM_REFERENCE.get(clients, (None, None))
+                result.update(database=database, slurm_per_s=reference_rate, slurm_p99_ms=reference_p99)
+                results.append(result)
+                print(
+                    f"{database:>8} {clients} client(s): {result['submissions_per_s']:.0f} submissions/s "
+                    f"(p50 {result['submit_p50_ms']:.1f} ms, p99 {result['submit_p99_ms']:.1f} ms), "
+                    f"{result['reads_per_s']:.0f} reads/s; stored {result['stored']} "
+                    f"of {args.jobs} + 5 warm-up, "
+                    f"audit intact {result['audit_intact']}"
+                    + (
+                        f"; vs sbatch {result['submissions_per_s'] / reference_rate:.2f}x"
+                        if reference_rate
+                        else ""
+                    ),
+                    file=sys.stderr,
+                )
+    if args.json:
+        print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
