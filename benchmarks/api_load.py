@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,17 @@ def stop_agent(home: Path) -> None:
             os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
 
 
+def in_parallel(target: Callable[[Any], None], arguments: list[Any]) -> float:
+    """One thread per argument; the seconds until all are done."""
+    started = time.perf_counter()
+    threads = [threading.Thread(target=target, args=(a,)) for a in arguments]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
 def run(url: str, jobs: int, clients: int) -> dict[str, Any]:
     token = httpx.post(f"{url}/api/v1/auth/token", json={"username": "admin", "password": PASSWORD}).json()[
         "token"
@@ -128,21 +140,8 @@ def run(url: str, jobs: int, clients: int) -> dict[str, Any]:
         for _ in range(5):
             http.post("/api/v1/jobs", json=body).raise_for_status()
     share = [jobs // clients + (1 if i < jobs % clients else 0) for i in range(clients)]
-    started = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(n,)) for n in share]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    submit_s = time.perf_counter() - started
-    chunks = [ids[i::clients] for i in range(clients)]
-    started = time.perf_counter()
-    threads = [threading.Thread(target=reader, args=(c,)) for c in chunks]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    read_s = time.perf_counter() - started
+    submit_s = in_parallel(client, share)
+    read_s = in_parallel(reader, [ids[i::clients] for i in range(clients)])
     return {
         "clients": clients,
         "jobs": jobs,
