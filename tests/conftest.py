@@ -170,3 +170,43 @@ def server(tmp_path: Path, db_url: str) -> Iterator[Server]:
     running = Server(tmp_path / "server-home", db_url, "correct horse battery staple")
     yield running
     running.stop()
+
+
+def seed_model_version(server: Server, name: str, project: str, owner: str) -> int:
+    """Register a model version the way a finished job leaves one (an export folder with a
+    config.json), written straight into the server's database: no training run needed."""
+    import secrets
+
+    from sqlalchemy import func, select
+
+    from shipyard.db import Artifact, Job, ModelVersion
+    from shipyard.services.context import open_context
+    from shipyard.settings import Settings
+
+    tag = secrets.token_hex(3)
+    export = server.home / "exports" / tag
+    export.mkdir(parents=True)
+    (export / "config.json").write_text('{"model_type": "llama"}')
+    ctx = open_context(
+        Settings(home=server.home, db_url=server.env["SHIPYARD_DB_URL"]), autostart_agent=False
+    )
+    try:
+        with ctx.db.transaction() as session:
+            job_id = f"{name}-{tag}"
+            session.add(
+                Job(id=job_id, name=name, project=project, queue="default", state="succeeded", spec={},
+                    devices=1, accelerator_types=["cpu"], run_dir=str(export), owner=owner)
+            )  # fmt: skip
+            session.flush()
+            artifact = Artifact(job_id=job_id, kind="export", path=str(export), step=1, size_bytes=23)
+            session.add(artifact)
+            session.flush()
+            latest = session.scalar(select(func.max(ModelVersion.version)).where(ModelVersion.name == name))
+            version = (latest or 0) + 1
+            session.add(
+                ModelVersion(name=name, version=version, project=project, job_id=job_id,
+                             artifact_id=artifact.id, step=1, metrics={})
+            )  # fmt: skip
+            return version
+    finally:
+        ctx.close()

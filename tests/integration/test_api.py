@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from shipyard.client import Client
-from shipyard.errors import Forbidden, InvalidSpec, Unauthenticated
+from shipyard.errors import Conflict, Forbidden, InvalidSpec, NotFound, Unauthenticated
 from tests.builders import spec_dict
-from tests.conftest import Server
+from tests.conftest import Server, seed_model_version
 
 PASSWORD = "a long enough passphrase"
 
@@ -157,3 +157,36 @@ def test_metrics_and_openapi(server: Server) -> None:
         "listAudit",
         "verifyAudit",
     } <= operations
+
+
+def test_model_registry_stages_downloads_and_retention(server: Server, tmp_path: Path) -> None:
+    first = seed_model_version(server, "chat", "research", "bob")
+    second = seed_model_version(server, "chat", "research", "bob")
+    with user(server, "bob", "research", "member") as bob, admin(server) as root:
+        out = tmp_path / "config.json"
+        assert bob.download_model_file("chat", first, "config.json", out) == out.stat().st_size
+        assert out.read_text() == '{"model_type": "llama"}'
+        with pytest.raises(NotFound, match=r"has no file 'weights\.bin'"):
+            bob.download_model_file("chat", first, "weights.bin", tmp_path / "w")
+        assert not (tmp_path / "w").exists() and not (tmp_path / ".w.partial").exists()
+        _, token = bob._http.headers["Authorization"].split()
+        traversal = httpx.get(
+            f"{server.url}/api/v1/models/chat/versions/{first}/files/%2E%2E/%2E%2E/%2E%2E/etc/passwd",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert traversal.status_code == 400 and "is not a file of a model" in problem_of(traversal)["detail"]
+        with pytest.raises(Forbidden):
+            bob.promote_model("chat", first, "production")  # members do not promote
+        assert root.promote_model("chat", first, "production").stage == "production"
+        assert root.promote_model("chat", second, "production").stage == "production"
+        stages = {m.version: m.stage for m in root.list_models("chat")}
+        assert stages == {first: "archived", second: "production"}  # one version in production
+        with pytest.raises(Conflict, match="is in production"):
+            root.delete_model("chat", second)
+        root.delete_model("chat", first)
+        assert [m.version for m in root.list_models("chat")] == [second]
+        actions = [(r["action"], r["resource"], r["actor"]) for r in root.audit()]
+        assert ("model.download", f"model/chat:{first}", "bob") in actions
+        assert ("model.promote", f"model/chat:{second}", "admin") in actions
+        assert ("model.delete", f"model/chat:{first}", "admin") in actions
+        assert root.verify_audit()["ok"]

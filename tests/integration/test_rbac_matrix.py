@@ -17,7 +17,7 @@ import pytest
 
 from shipyard.client import Client
 from tests.builders import spec_dict
-from tests.conftest import Server
+from tests.conftest import Server, seed_model_version
 
 PASSWORD = "a long enough passphrase"
 PROJECT = "research"
@@ -45,6 +45,10 @@ class World:
         """A queued job of the member's in the project."""
         with self.as_("member") as member:
             return member.submit_job(spec_dict(project=PROJECT)).id
+
+    def fresh_model(self) -> int:
+        """A version of model ``m`` in the project, as a finished job of the member's leaves it."""
+        return seed_model_version(self.server, "m", PROJECT, "member")
 
     def fresh_token(self) -> str:
         with self.as_("admin") as root:
@@ -96,6 +100,18 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
         lambda w: (f"/api/v1/jobs/{w.fresh_job()}/logs", {}),
     ),
     ("GET", "/api/v1/models"): (AUTHENTICATED, lambda w: ("/api/v1/models", {})),
+    ("POST", "/api/v1/models/{name}/versions/{version}/stage"): (
+        frozenset({"maintainer", "owner", "admin"}),
+        lambda w: (f"/api/v1/models/m/versions/{w.fresh_model()}/stage", {"json": {"stage": "staging"}}),
+    ),
+    ("GET", "/api/v1/models/{name}/versions/{version}/files/{file}"): (
+        PROJECT_WRITE,  # downloading weights: members and up, not viewers
+        lambda w: (f"/api/v1/models/m/versions/{w.fresh_model()}/files/config.json", {}),
+    ),
+    ("DELETE", "/api/v1/models/{name}/versions/{version}"): (
+        frozenset({"owner", "admin"}),
+        lambda w: (f"/api/v1/models/m/versions/{w.fresh_model()}", {}),
+    ),
     ("GET", "/api/v1/audit"): (frozenset({"admin"}), lambda w: ("/api/v1/audit", {})),
     ("GET", "/api/v1/audit/verify"): (frozenset({"admin"}), lambda w: ("/api/v1/audit/verify", {})),
 }

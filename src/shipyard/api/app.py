@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -74,6 +74,10 @@ class NewUser(BaseModel):
 
 class RoleBinding(BaseModel):
     role: str
+
+
+class StageChange(BaseModel):
+    stage: str = Field(max_length=16)
 
 
 class Submission(BaseModel):
@@ -307,6 +311,33 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
         ctx: Caller, name: Annotated[str | None, Query(max_length=64)] = None
     ) -> list[ModelVersionView]:
         return models.list_versions(ctx, _name(name) if name else None)
+
+    @app.post(
+        "/api/v1/models/{name}/versions/{version}/stage",
+        operation_id="promoteModel",
+        response_model=ModelVersionView,
+    )
+    def promote_model(name: str, version: int, body: StageChange, ctx: Caller) -> ModelVersionView:
+        return models.promote(ctx, f"{_name(name)}:{version}", body.stage)
+
+    @app.get(
+        "/api/v1/models/{name}/versions/{version}/files/{file:path}",
+        operation_id="downloadModelFile",
+        response_class=FileResponse,
+        responses={200: {"content": {"application/octet-stream": {}}}},
+    )
+    def download_model_file(name: str, version: int, file: str, ctx: Caller) -> FileResponse:
+        if file.startswith("/") or ".." in file.split("/"):
+            raise InvalidSpec(
+                f"{file!r} is not a file of a model", hint="give a path inside the model, e.g. config.json"
+            )
+        path = models.download(ctx, f"{_name(name)}:{version}", file)
+        return FileResponse(path, media_type="application/octet-stream", filename=path.name)
+
+    @app.delete("/api/v1/models/{name}/versions/{version}", operation_id="deleteModel", status_code=204)
+    def delete_model(name: str, version: int, ctx: Caller) -> Response:
+        models.delete(ctx, f"{_name(name)}:{version}")
+        return Response(status_code=204)
 
     @app.get("/api/v1/audit", operation_id="listAudit")
     def list_audit(

@@ -3,6 +3,7 @@ classes the service layer raises, so callers handle one error tree whether embed
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -94,6 +95,33 @@ class Client:
         return [
             ModelVersionView.model_validate(m) for m in self._call("GET", "/api/v1/models", params=params)
         ]
+
+    def promote_model(self, name: str, version: int, stage: str) -> ModelVersionView:
+        body = {"stage": stage}
+        return ModelVersionView.model_validate(
+            self._call("POST", f"/api/v1/models/{name}/versions/{version}/stage", json=body)
+        )
+
+    def download_model_file(self, name: str, version: int, file: str, out: Path) -> int:
+        """Stream one file of a model version to ``out`` (written atomically); returns its size."""
+        staged = out.with_name(f".{out.name}.partial")
+        try:
+            with self._http.stream(
+                "GET", f"/api/v1/models/{name}/versions/{version}/files/{file}"
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _error(response)
+                with open(staged, "wb") as handle:
+                    for chunk in response.iter_bytes(1 << 20):
+                        handle.write(chunk)
+            staged.replace(out)
+        finally:
+            staged.unlink(missing_ok=True)
+        return out.stat().st_size
+
+    def delete_model(self, name: str, version: int) -> None:
+        self._call("DELETE", f"/api/v1/models/{name}/versions/{version}")
 
     def audit(self, since: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
         params: dict[str, Any] = {"limit": limit, **({"since": since} if since else {})}

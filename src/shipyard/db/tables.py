@@ -148,6 +148,8 @@ class ModelVersion(Base):
     step: Mapped[int] = mapped_column(Integer)
     metrics: Mapped[dict[str, Any]]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    stage: Mapped[str] = mapped_column(String(16), default="none")
+    """``none``, ``staging``, ``production`` or ``archived``."""
 
     artifact: Mapped[Artifact] = relationship()
 

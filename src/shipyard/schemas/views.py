@@ -85,6 +85,7 @@ class ModelVersionView(_View):
     size_bytes: int
     metrics: dict[str, Any]
     created_at: datetime
+    stage: str = "none"
 
 
 class DeviceView(_View):

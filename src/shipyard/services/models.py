@@ -11,9 +11,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shipyard.db import ModelVersion
-from shipyard.errors import ExecutorError, InvalidSpec, NotFound
+from shipyard.errors import Conflict, ExecutorError, InvalidSpec, NotFound
 from shipyard.schemas.views import Completion, ModelVersionView
-from shipyard.services import rbac
+from shipyard.services import audit, rbac
 from shipyard.services.context import ServiceContext
 
 
@@ -38,6 +38,7 @@ def _view(version: ModelVersion) -> ModelVersionView:
         size_bytes=version.artifact.size_bytes,
         metrics=version.metrics,
         created_at=version.created_at,
+        stage=version.stage,
     )
 
 
@@ -115,3 +116,81 @@ def generate(
     if "error" in answer:
         raise InvalidSpec(answer["error"], hint=answer.get("hint"))
     return Completion(model=label, prompt=prompt, completion=answer["completion"], tokens=answer["tokens"])
+
+
+STAGES = ("none", "staging", "production", "archived")
+
+
+def promote(ctx: ServiceContext, ref: str, stage: str) -> ModelVersionView:
+    """Move a version to a stage; one version of a name is in production at a time (the one there
+    before goes to archived)."""
+    if stage not in STAGES:
+        raise InvalidSpec(f"unknown stage {stage!r}", hint=f"use one of: {', '.join(STAGES)}")
+    name, _, number = ref.partition(":")
+    with ctx.db.transaction() as session:
+        found = _find(session, name, number)
+        label = f"{found.name}:{found.version}"
+        rbac.require(ctx, session, "model.promote", f"model/{label}", found.project)
+        if stage == "production":
+            for other in session.scalars(
+                select(ModelVersion).where(
+                    ModelVersion.name == found.name, ModelVersion.stage == "production"
+                )
+            ):
+                other.stage = "archived"
+        previous, found.stage = found.stage, stage
+        audit.append(
+            session,
+            ctx.audit_key,
+            ctx.actor,
+            "model.promote",
+            f"model/{label}",
+            detail={"from": previous, "to": stage},
+        )
+        return _view(found)
+
+
+def download(ctx: ServiceContext, ref: str, file: str) -> Path:
+    """One file of a version's export, for streaming; permission-checked and audited."""
+    name, _, number = ref.partition(":")
+    with ctx.db.transaction() as session:
+        found = _find(session, name, number)
+        label = f"{found.name}:{found.version}"
+        rbac.require(ctx, session, "model.download", f"model/{label}", found.project)
+        folder = Path(found.artifact.path).resolve()
+        path = (folder / file).resolve()
+        if folder not in path.parents or not path.is_file():
+            raise NotFound(
+                f"model {label} has no file {file!r}", hint=f"its files: {', '.join(files(folder))}"
+            )
+        audit.append(
+            session,
+            ctx.audit_key,
+            ctx.actor,
+            "model.download",
+            f"model/{label}",
+            detail={"file": file, "bytes": path.stat().st_size},
+        )
+        return path
+
+
+def files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def delete(ctx: ServiceContext, ref: str) -> None:
+    """Forget a version (its files stay with the job that made them). Retention: a version in
+    production must be archived first."""
+    name, _, number = ref.partition(":")
+    if not number:
+        raise InvalidSpec("delete names one version: NAME:VERSION", hint="e.g. quickstart:2")
+    with ctx.db.transaction() as session:
+        found = _find(session, name, number)
+        label = f"{found.name}:{found.version}"
+        rbac.require(ctx, session, "model.delete", f"model/{label}", found.project)
+        if found.stage == "production":
+            raise Conflict(
+                f"model {label} is in production", hint=f"promote another version or archive {label} first"
+            )
+        session.delete(found)
+        audit.append(session, ctx.audit_key, ctx.actor, "model.delete", f"model/{label}")

@@ -1,4 +1,4 @@
-"""Accounts, tokens, project roles, job owners and the hash-chained audit log
+"""Accounts, tokens, project roles, job owners, model stages and the hash-chained audit log
 
 Revision ID: 0004
 Revises: 0003
@@ -20,6 +20,8 @@ def upgrade() -> None:
     with op.batch_alter_table("jobs") as batch:
         batch.add_column(sa.Column("owner", sa.String(64), nullable=True))
         batch.create_index("ix_jobs_owner", ["owner"])
+    with op.batch_alter_table("model_versions") as batch:
+        batch.add_column(sa.Column("stage", sa.String(16), nullable=False, server_default="none"))
     op.create_table(
         "users",
         sa.Column("name", sa.String(64), primary_key=True),
@@ -80,6 +82,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table in ("audit_head", "audit_log", "project_roles", "tokens", "users"):
         op.drop_table(table)
+    with op.batch_alter_table("model_versions") as batch:
+        batch.drop_column("stage")
     with op.batch_alter_table("jobs") as batch:
         batch.drop_index("ix_jobs_owner")
         batch.drop_column("owner")
