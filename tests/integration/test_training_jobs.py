@@ -37,6 +37,10 @@ def test_submit_wait_list_show_logs_models_generate(cli: Cli, tmp_path: Path) ->
     [version] = cli.json("models", "list")
     assert (version["name"], version["version"], version["job_id"]) == ("tiny", 1, job["id"])
     assert Path(version["path"], "model.safetensors").is_file()
+    assert "tiny:1 is now production" in cli.run("models", "promote", "tiny:1", "production").stdout
+    refused = cli.run("models", "delete", "tiny:1", check=False)
+    assert refused.returncode == 1 and "tiny:1 is in production" in refused.stderr
+    assert cli.json("models", "list")[0]["stage"] == "production"
 
     sample = cli.json("generate", "tiny", "--prompt", "import ", "--max-new-tokens", "8")
     assert sample["model"] == "tiny:1" and sample["prompt"] == "import "

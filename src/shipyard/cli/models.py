@@ -1,4 +1,4 @@
-"""``shipyard models list`` and ``shipyard generate``."""
+"""``shipyard models list | promote | delete`` and ``shipyard generate``."""
 
 from __future__ import annotations
 
@@ -25,11 +25,12 @@ def list_(
         return
     table(
         None,
-        ["model", "version", "job", "step", "eval loss", "size", "created", "path"],
+        ["model", "version", "stage", "job", "step", "eval loss", "size", "created", "path"],
         [
             (
                 v.name,
                 v.version,
+                v.stage,
                 v.job_id,
                 v.step,
                 v.metrics.get("eval_loss"),
@@ -40,6 +41,23 @@ def list_(
             for v in versions
         ],
     )
+
+
+@sub_app.command()
+def promote(
+    version: Annotated[str, typer.Argument(help="NAME:VERSION")],
+    stage: Annotated[str, typer.Argument(help="none, staging, production or archived")],
+) -> None:
+    """Move a version to a stage (the version in production before is archived)."""
+    moved = model_service.promote(open_context(), version, stage)
+    typer.echo(f"{moved.name}:{moved.version} is now {moved.stage}")
+
+
+@sub_app.command()
+def delete(version: Annotated[str, typer.Argument(help="NAME:VERSION")]) -> None:
+    """Forget a version (refused while it is in production; its files stay with its job)."""
+    model_service.delete(open_context(), version)
+    typer.echo(f"deleted {version}")
 
 
 def generate(
