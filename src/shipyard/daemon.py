@@ -19,6 +19,9 @@ from shipyard.services import agent
 from shipyard.services.context import local_actor, open_context
 from shipyard.settings import Settings
 
+BUSY_SHARE_INVERSE = 4.0
+"""Sleep at least this many times as long as the last pass took."""
+
 
 def run(settings: Settings) -> int:
     settings.home.mkdir(parents=True, exist_ok=True)
@@ -46,11 +49,13 @@ def run(settings: Settings) -> int:
     delay, last_fingerprint = settings.agent_poll_s, None
     try:
         while not stopping:
+            started = time.monotonic()
             try:
                 seen = agent.tick(ctx, agent_id)
             except Exception:  # keep serving: one bad record must not strand every job
                 traceback.print_exc()
                 seen = agent.Pass(active=True, fingerprint=())
+            spent = time.monotonic() - started
             if seen.active:
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > settings.agent_idle_exit_s:
@@ -59,7 +64,9 @@ def run(settings: Settings) -> int:
             changed = seen.fingerprint != last_fingerprint
             delay = settings.agent_poll_s if changed else min(delay * 2, settings.agent_max_poll_s)
             last_fingerprint = seen.fingerprint
-            time.sleep(delay)
+            # A pass grows with the queue: with thousands of jobs waiting, passes back to back
+            # would take a whole core from the jobs and the server; spend at most a fifth of it.
+            time.sleep(max(delay, BUSY_SHARE_INVERSE * spent))
     finally:
         ctx.close()
         print(f"agent {agent_id} stopped", flush=True)

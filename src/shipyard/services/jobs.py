@@ -72,7 +72,7 @@ def submit(
     with ctx.db.transaction() as session:
         rbac.require(ctx, session, "job.submit", f"project/{spec.project}", spec.project)
         checkpoint = _resume_point(session, spec, resume, resume_from)
-        job_id = f"{spec.name}-{secrets.token_hex(3)}"
+        job_id = _new_job_id(session, spec.name)
         run_dir = ctx.settings.runs_dir / job_id
         job = Job(
             id=job_id,
@@ -105,6 +105,14 @@ def submit(
     if ctx.autostart_agent:
         agent.ensure_running(ctx.settings)
     return view
+
+
+def _new_job_id(session: Session, name: str) -> str:
+    """NAME-8 hex digits, not yet taken (6 digits collided within a few thousand submissions)."""
+    while True:
+        candidate = f"{name}-{secrets.token_hex(4)}"
+        if session.get(Job, candidate) is None:
+            return candidate
 
 
 def _check_model(spec: JobSpec) -> None:
