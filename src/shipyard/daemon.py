@@ -44,6 +44,7 @@ def run(settings: Settings) -> int:
     signal.signal(signal.SIGINT, stop)
     ctx = open_context(settings, autostart_agent=False, actor=local_actor("agent"))
     agent_id = f"{os.uname().nodename}:{os.getpid()}"
+    ctx.executor  # noqa: B018 - discover devices before the first pass, so its time measures the queue
     print(f"agent {agent_id} serving {settings.home}", flush=True)
     idle_since = time.monotonic()
     delay, last_fingerprint = settings.agent_poll_s, None

@@ -59,7 +59,8 @@ def test_jobs_wait_fifo_for_cores_with_a_reason(cli: Cli, tmp_path: Path) -> Non
     )
     second = cli.json("jobs", "submit", str(write_spec(tmp_path, "second", resources=whole)))
     cli.wait_for(first["id"], lambda j: j["state"] == "running")
-    waiting = cli.json("jobs", "show", second["id"])
+    # The agent's next pass gives the second job its reason.
+    waiting = cli.wait_for(second["id"], lambda j: "nodes" in (j["pending_reason"] or ""))
     assert waiting["state"] == "queued"
     reason = f"0/1 nodes: 1 insufficient free cpu (cpu: 0 of {cores} free, needs {cores})"
     assert waiting["pending_reason"] == reason
