@@ -47,11 +47,9 @@ def resolve(ctx: ServiceContext, ref: str) -> tuple[str, Path]:
     path = Path(ref).expanduser()
     if path.is_dir():
         return str(path), path
-    name, _, version = ref.partition(":")
     with ctx.db.transaction() as session:
-        found = _find(session, name, version)
-        rbac.require(ctx, session, "model.download", f"model/{found.name}:{found.version}", found.project)
-        return f"{found.name}:{found.version}", Path(found.artifact.path)
+        found, label = _allowed(ctx, session, ref, "model.download")
+        return label, Path(found.artifact.path)
 
 
 def _find(session: Session, name: str, version: str) -> ModelVersion:
@@ -121,16 +119,22 @@ def generate(
 STAGES = ("none", "staging", "production", "archived")
 
 
+def _allowed(ctx: ServiceContext, session: Session, ref: str, permission: str) -> tuple[ModelVersion, str]:
+    """The version ``NAME[:VERSION]`` names, if the caller holds ``permission`` on its project."""
+    name, _, number = ref.partition(":")
+    found = _find(session, name, number)
+    label = f"{found.name}:{found.version}"
+    rbac.require(ctx, session, permission, f"model/{label}", found.project)
+    return found, label
+
+
 def promote(ctx: ServiceContext, ref: str, stage: str) -> ModelVersionView:
     """Move a version to a stage; one version of a name is in production at a time (the one there
     before goes to archived)."""
     if stage not in STAGES:
         raise InvalidSpec(f"unknown stage {stage!r}", hint=f"use one of: {', '.join(STAGES)}")
-    name, _, number = ref.partition(":")
     with ctx.db.transaction() as session:
-        found = _find(session, name, number)
-        label = f"{found.name}:{found.version}"
-        rbac.require(ctx, session, "model.promote", f"model/{label}", found.project)
+        found, label = _allowed(ctx, session, ref, "model.promote")
         if stage == "production":
             for other in session.scalars(
                 select(ModelVersion).where(
@@ -152,11 +156,8 @@ def promote(ctx: ServiceContext, ref: str, stage: str) -> ModelVersionView:
 
 def download(ctx: ServiceContext, ref: str, file: str) -> Path:
     """One file of a version's export, for streaming; permission-checked and audited."""
-    name, _, number = ref.partition(":")
     with ctx.db.transaction() as session:
-        found = _find(session, name, number)
-        label = f"{found.name}:{found.version}"
-        rbac.require(ctx, session, "model.download", f"model/{label}", found.project)
+        found, label = _allowed(ctx, session, ref, "model.download")
         folder = Path(found.artifact.path).resolve()
         path = (folder / file).resolve()
         if folder not in path.parents or not path.is_file():
@@ -181,13 +182,10 @@ def files(folder: Path) -> list[str]:
 def delete(ctx: ServiceContext, ref: str) -> None:
     """Forget a version (its files stay with the job that made them). Retention: a version in
     production must be archived first."""
-    name, _, number = ref.partition(":")
-    if not number:
+    if ":" not in ref:
         raise InvalidSpec("delete names one version: NAME:VERSION", hint="e.g. quickstart:2")
     with ctx.db.transaction() as session:
-        found = _find(session, name, number)
-        label = f"{found.name}:{found.version}"
-        rbac.require(ctx, session, "model.delete", f"model/{label}", found.project)
+        found, label = _allowed(ctx, session, ref, "model.delete")
         if found.stage == "production":
             raise Conflict(
                 f"model {label} is in production", hint=f"promote another version or archive {label} first"
