@@ -14,6 +14,8 @@ that says what to do. Boundaries translate: the CLI prints ``Error:``/``Hint:`` 
     ├── ExecutorError          a job could not be launched or controlled
     ├── CheckpointError        a checkpoint could not be written or read
     ├── AuditChainBroken       a record of the audit log was modified, deleted, inserted or moved
+    ├── StorageError           the artifact store could not write or reach a root or endpoint
+    │   └── IntegrityError     stored bytes fail their checksum or authentication tag (or a wrong key)
     └── DependencyMissing      an optional extra (torch, ...) is not installed
 """
 
@@ -27,9 +29,11 @@ __all__ = [
     "DependencyMissing",
     "ExecutorError",
     "Forbidden",
+    "IntegrityError",
     "InvalidSpec",
     "NotFound",
     "ShipyardError",
+    "StorageError",
     "Unauthenticated",
     "Unschedulable",
 ]
@@ -120,3 +124,17 @@ class Forbidden(ShipyardError):
 
     code = "forbidden"
     http_status = 403
+
+
+class StorageError(ShipyardError):
+    """Raised when the artifact store cannot write or reach a root or an S3 endpoint."""
+
+    code = "storage_error"
+    http_status = 507
+
+
+class IntegrityError(StorageError):
+    """Raised when stored bytes fail their checksum or tag: never returns wrong bytes."""
+
+    code = "integrity_error"
+    http_status = 500

@@ -26,6 +26,7 @@ COMMANDS = {
     "users": "shipyard.cli.accounts",
     "tokens": "shipyard.cli.accounts",
     "projects": "shipyard.cli.accounts",
+    "storage": "shipyard.cli.storage",
 }
 """Command -> the module that registers it. Only the module a command line needs is imported, so
 `shipyard plan` answers without loading the database layer (each module has ``register(app)``)."""

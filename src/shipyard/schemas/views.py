@@ -107,3 +107,59 @@ class Completion(_View):
     prompt: str
     completion: str
     tokens: int
+
+
+class StoredFileView(_View):
+    path: str
+    size_bytes: int
+    digest: str
+    """Block SHA-256 of the file's bytes (see ``shipyard.storage.digests``)."""
+
+
+class StoredArtifactView(_View):
+    project: str
+    name: str
+    kind: str
+    """``file`` or ``folder``."""
+    size_bytes: int
+    files: int
+    replicas: int
+    encrypted: bool
+    created_by: str
+    created_at: datetime
+    entries: list[StoredFileView] = []
+    warnings: list[str] = []
+    """Replicas a write could not place although its quorum was met (put only)."""
+
+
+class ScrubReport(_View):
+    checked: int
+    corrupt: int
+    missing: int
+    repaired: int
+    lost: int
+    bytes_verified: int
+    seconds: float
+    lost_artifacts: list[str] = []
+    """``project/name`` of every artifact holding a lost blob."""
+
+
+class GcReport(_View):
+    blobs_removed: int
+    bytes_freed: int
+    orphans_removed: int
+
+
+class StorageStatus(_View):
+    backend: str
+    roots: list[dict[str, Any]]
+    """Each root with its failure domains and free bytes (or the S3 endpoint and bucket)."""
+    default_replicas: int
+    artifacts: int
+    blobs: int
+    bytes: int
+    """Bytes of all artifacts as users see them (a blob shared by two counts twice)."""
+    stored_bytes: int
+    """Bytes of the distinct blobs, before replication."""
+    encrypted_blobs: int
+    active_key: str | None

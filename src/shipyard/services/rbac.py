@@ -19,8 +19,8 @@ from shipyard.services.context import ServiceContext
 ROLES = ("viewer", "member", "maintainer", "owner")
 
 _VIEWER = frozenset({"job.read", "job.logs", "model.read", "dataset.read"})
-_MEMBER = _VIEWER | {"job.submit", "job.cancel.own", "model.download", "artifact.read"}
-_MAINTAINER = _MEMBER | {"job.cancel.any", "model.publish", "model.promote"}
+_MEMBER = _VIEWER | {"job.submit", "job.cancel.own", "model.download", "artifact.read", "artifact.write"}
+_MAINTAINER = _MEMBER | {"job.cancel.any", "model.publish", "model.promote", "artifact.delete"}
 _OWNER = _MAINTAINER | {"model.delete", "project.roles"}
 
 PERMISSIONS: Mapping[str, frozenset[str]] = {
@@ -32,7 +32,17 @@ PERMISSIONS: Mapping[str, frozenset[str]] = {
 """Role -> permissions in its project. Cluster admins hold every permission everywhere, and the
 cluster-wide ones (users, queues and quotas, the audit log) only they hold."""
 
-ADMIN_ONLY = frozenset({"user.manage", "queue.manage", "audit.read"})
+ADMIN_ONLY = frozenset(
+    {
+        "user.manage",
+        "queue.manage",
+        "audit.read",
+        "storage.scrub",
+        "storage.gc",
+        "storage.roots",
+        "storage.rotate_key",
+    }
+)
 
 
 def role_of(session: Session, user: str, project: str) -> str | None:
@@ -46,7 +56,7 @@ def projects_of(session: Session, actor: audit.Actor) -> dict[str, str]:
     rows = session.execute(
         select(ProjectRole.project, ProjectRole.role).where(ProjectRole.user == actor.name)
     )
-    return dict(rows.tuples().all())
+    return dict(rows.all())
 
 
 def allowed(session: Session, actor: audit.Actor, permission: str, project: str | None = None) -> bool:

@@ -1,0 +1,303 @@
+"""``shipyard storage``: the artifact store (replicated local roots or an S3-compatible store)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+from shipyard.cli._output import JsonOpt, console, err_console, print_json, table
+from shipyard.services import storage as storage_service
+from shipyard.services.context import open_context
+
+sub_app = typer.Typer(
+    help="Checkpoints, datasets and models as replicated, verified (optionally encrypted) artifacts. "
+    "Configuration: $SHIPYARD_HOME/storage.yaml.",
+    no_args_is_help=True,
+)
+roots_app = typer.Typer(help="Local disks or mounts that hold the blobs, tagged with failure domains.")
+sub_app.add_typer(roots_app, name="roots")
+
+ProjectOpt = Annotated[str, typer.Option("--project", "-p", help="The project the artifact belongs to.")]
+
+ProgressFactory = Callable[[int], Callable[[int], None]]
+
+
+@contextmanager
+def _bar(label: str, *, quiet: bool, in_bytes: bool = True) -> Iterator[ProgressFactory | None]:
+    """A progress bar on stderr (none with --json or when stderr is not a terminal)."""
+    if quiet or not err_console.is_terminal:
+        yield None
+        return
+    columns = [DownloadColumn(), TransferSpeedColumn()] if in_bytes else []
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        *columns,
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+    ) as bar:
+
+        def start(total: int) -> Callable[[int], None]:
+            task = bar.add_task(label, total=total)
+            return lambda done: bar.advance(task, done)
+
+        yield start
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB" if size >= 2**30 else f"{size / 2**20:.1f} MiB"
+
+
+@sub_app.command()
+def put(
+    local_path: Annotated[Path, typer.Argument(help="A file or a folder.")],
+    name: Annotated[str, typer.Argument(help="Its name in the project, e.g. checkpoints/run-1/step-100.")],
+    project: ProjectOpt = storage_service.DEFAULT_PROJECT,
+    replicas: Annotated[
+        int | None, typer.Option(min=1, max=16, help="Copies (default: the project's, else 2).")
+    ] = None,
+    encrypt: Annotated[
+        bool | None,
+        typer.Option("--encrypt/--no-encrypt", help="AES-256-GCM at rest (default: the project's)."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Store a file or folder; it becomes visible only when every copy is durable."""
+    with _bar(f"put {name}", quiet=json_out) as progress:
+        stored = storage_service.put(
+            open_context(),
+            local_path,
+            name,
+            project=project,
+            replicas=replicas,
+            encrypt=encrypt,
+            progress=progress,
+        )
+    if json_out:
+        print_json(stored)
+        return
+    for warning in stored.warnings:
+        err_console.print(f"[yellow]Warning:[/] {warning}")
+    mode = "encrypted" if stored.encrypted else "plain"
+    console.print(
+        f"stored {stored.project}/{stored.name}: {stored.files} file(s), {_gib(stored.size_bytes)}, "
+        f"{stored.replicas} replica(s), {mode}"
+    )
+
+
+@sub_app.command()
+def get(
+    name: Annotated[str, typer.Argument(help="The artifact's name.")],
+    out_path: Annotated[
+        Path, typer.Argument(help="Where to write it (a folder artifact becomes a new folder).")
+    ],
+    project: ProjectOpt = storage_service.DEFAULT_PROJECT,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fetch an artifact; every byte is verified, a bad replica is skipped for a good one."""
+    with _bar(f"get {name}", quiet=json_out) as progress:
+        fetched = storage_service.get(open_context(), name, out_path, project=project, progress=progress)
+    if json_out:
+        print_json(fetched)
+    else:
+        console.print(f"wrote {fetched.project}/{fetched.name} to {out_path} ({_gib(fetched.size_bytes)})")
+
+
+@sub_app.command("ls")
+def ls(
+    prefix: Annotated[str, typer.Argument(help="Only names starting with this.")] = "",
+    project: Annotated[str | None, typer.Option("--project", "-p", help="Only this project.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Artifacts, by project and name."""
+    found = storage_service.list_artifacts(open_context(), project, prefix)
+    if json_out:
+        print_json(found)
+        return
+    table(
+        None,
+        ["project", "name", "kind", "files", "size", "replicas", "encrypted", "by", "created"],
+        [
+            (
+                a.project,
+                a.name,
+                a.kind,
+                a.files,
+                _gib(a.size_bytes),
+                a.replicas,
+                "yes" if a.encrypted else "no",
+                a.created_by,
+                a.created_at,
+            )
+            for a in found
+        ],
+    )
+
+
+@sub_app.command()
+def stat(
+    name: Annotated[str, typer.Argument(help="The artifact's name.")],
+    project: ProjectOpt = storage_service.DEFAULT_PROJECT,
+    json_out: JsonOpt = False,
+) -> None:
+    """One artifact with its files and their digests."""
+    found = storage_service.stat(open_context(), name, project)
+    if json_out:
+        print_json(found)
+        return
+    table(
+        f"{found.project}/{found.name} ({found.kind}, {found.replicas} replicas, "
+        f"{'encrypted' if found.encrypted else 'plain'})",
+        ["path", "size", "digest (block SHA-256)"],
+        [(e.path, _gib(e.size_bytes), e.digest) for e in found.entries],
+    )
+
+
+@sub_app.command("rm")
+def rm(
+    name: Annotated[str, typer.Argument(help="The artifact's name.")],
+    project: ProjectOpt = storage_service.DEFAULT_PROJECT,
+) -> None:
+    """Delete an artifact (its blobs are freed by `storage gc` after the grace period)."""
+    storage_service.delete(open_context(), name, project)
+    console.print(f"deleted {project}/{name}")
+
+
+@sub_app.command()
+def scrub(
+    repair: Annotated[
+        bool, typer.Option("--repair", help="Rewrite missing and corrupt replicas from healthy ones.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Read and verify every replica of every blob; exit 1 if any blob is lost."""
+    with _bar("scrub", quiet=json_out, in_bytes=False) as progress:
+        report = storage_service.scrub(open_context(), repair=repair, progress=progress)
+    if json_out:
+        print_json(report)
+    else:
+        rate = report.bytes_verified / report.seconds / 1e9 if report.seconds else 0.0
+        console.print(
+            f"checked {report.checked} blobs ({_gib(report.bytes_verified)} verified, {rate:.2f} GB/s): "
+            f"{report.corrupt} corrupt, {report.missing} missing, {report.repaired} repaired, "
+            f"{report.lost} lost"
+        )
+        for name in report.lost_artifacts:
+            err_console.print(f"[red]lost:[/] {name}")
+    if report.lost:
+        raise typer.Exit(1)
+
+
+@sub_app.command()
+def gc(
+    grace_s: Annotated[
+        float | None,
+        typer.Option(
+            "--grace-s", min=0, help="Keep unreferenced blobs younger than this (default: gc_grace_s)."
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Free blobs no artifact references and leftovers of interrupted writes."""
+    report = storage_service.gc(open_context(), grace_s=grace_s)
+    if json_out:
+        print_json(report)
+    else:
+        console.print(
+            f"removed {report.blobs_removed} blobs ({_gib(report.bytes_freed)}) "
+            f"and {report.orphans_removed} leftover objects"
+        )
+
+
+@sub_app.command()
+def status(json_out: JsonOpt = False) -> None:
+    """Roots with their failure domains and free space; artifacts, blobs and bytes."""
+    found = storage_service.status(open_context())
+    if json_out:
+        print_json(found)
+        return
+    columns = sorted(
+        {key for root in found.roots for key in root},
+        key=["path", "endpoint", "bucket", "rack", "node", "disk", "free_bytes", "reachable"].index,
+    )
+    table(
+        f"{found.backend} backend, {found.default_replicas} replicas by default",
+        columns,
+        [[_gib(root[c]) if c == "free_bytes" else root.get(c) for c in columns] for root in found.roots],
+    )
+    console.print(
+        f"{found.artifacts} artifacts ({_gib(found.bytes)}), "
+        f"{found.blobs} distinct blobs ({_gib(found.stored_bytes)}), "
+        f"{found.encrypted_blobs} encrypted; master key: {found.active_key or 'none yet'}"
+    )
+
+
+@sub_app.command("rotate-key")
+def rotate_key(json_out: JsonOpt = False) -> None:
+    """A new master key: every data key is re-wrapped, no data is rewritten."""
+    result = storage_service.rotate_key(open_context())
+    if json_out:
+        print_json(result)
+    else:
+        console.print(
+            f"master key {result['previous']} -> {result['key']}: {result['rewrapped']} data keys re-wrapped"
+        )
+
+
+@sub_app.command()
+def bench(
+    size_mib: Annotated[int, typer.Option(min=1, help="Bytes to write and read, in MiB.")] = 512,
+    json_out: JsonOpt = False,
+) -> None:
+    """Store throughput beside a plain fsync'd file on the same disk (GB/s and ratios)."""
+    results = storage_service.bench(open_context(), size_mib * 2**20)
+    if json_out:
+        print_json({"results": results})
+        return
+    table(
+        None,
+        ["case", "write GB/s", "read GB/s", "write ratio", "read ratio"],
+        [(r["case"], r["write_gbps"], r["read_gbps"], r["write_ratio"], r["read_ratio"]) for r in results],
+    )
+
+
+@roots_app.command("add")
+def roots_add(
+    path: Annotated[Path, typer.Argument(help="A folder on the disk or mount to use.")],
+    rack: Annotated[
+        str | None, typer.Option(help="Rack of the root's machine (widest failure domain).")
+    ] = None,
+    node: Annotated[str | None, typer.Option(help="Machine the disk is in (default: this host).")] = None,
+    disk: Annotated[str | None, typer.Option(help="The disk (default: the path).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Add a root and rebalance copies onto it where failure domains want them."""
+    moved = storage_service.add_root(open_context(), path, rack=rack, node=node, disk=disk)
+    if json_out:
+        print_json(moved)
+    else:
+        console.print(
+            f"added {path}; rebalanced: {moved.repaired} replicas written over {moved.checked} blobs"
+        )
+
+
+@roots_app.command("remove")
+def roots_remove(
+    path: Annotated[Path, typer.Argument(help="The root to take out of service.")], json_out: JsonOpt = False
+) -> None:
+    """Copy every blob off a root onto the others, then stop using it."""
+    moved = storage_service.remove_root(open_context(), path)
+    if json_out:
+        print_json(moved)
+    else:
+        console.print(f"removed {path}: {moved.repaired} replicas moved to other roots")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(sub_app, name="storage")

@@ -1,0 +1,556 @@
+"""The artifact store's use cases: put, get, list, delete, scrub, gc, roots, key rotation.
+
+Bytes go to the backend first, durably; the catalog rows that make an artifact visible are
+written after, in one transaction. A crash in between leaves unreferenced blobs, which garbage
+collection removes after its grace period, and never a partial artifact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import exists, func, select
+from sqlalchemy.orm import Session
+
+from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
+from shipyard.errors import Conflict, InvalidSpec, NotFound
+from shipyard.schemas.views import (
+    GcReport,
+    ScrubReport,
+    StorageStatus,
+    StoredArtifactView,
+    StoredFileView,
+)
+from shipyard.services import audit, rbac
+from shipyard.services.context import ServiceContext
+from shipyard.storage import config as storage_config
+from shipyard.storage.backend import Backend, ScrubTally
+from shipyard.storage.blobs import Blob, BlobStore, Progress
+from shipyard.storage.config import RootConfig, StorageConfig
+from shipyard.storage.crypto import Keyring, MasterKeys, load_keyring
+from shipyard.storage.files import fsync_dir
+from shipyard.storage.names import check_name
+from shipyard.storage.roots import ReplicatedRoots
+from shipyard.storage.s3 import S3Objects
+
+KEY_FILE = "storage.key"
+DEFAULT_PROJECT = "default"
+
+
+@dataclass
+class Store:
+    config: StorageConfig
+    blobs: BlobStore
+
+    @property
+    def backend(self) -> Backend:
+        return self.blobs.backend
+
+
+def open_store(
+    ctx: ServiceContext, config: StorageConfig | None = None, retiring: Sequence[RootConfig] = ()
+) -> Store:
+    config = config or storage_config.load(ctx.settings.home)
+    backend: Backend
+    if config.backend == "s3":
+        if config.s3 is None:
+            raise InvalidSpec(
+                "storage.yaml says backend: s3 but has no s3 section",
+                hint="add s3: {endpoint_url: ..., bucket: ..., access_key: ..., secret_key: ...}",
+            )
+        backend = S3Objects(config.s3)
+    else:
+        roots = config.roots or [storage_config.default_root(ctx.settings.home)]
+        for root in roots:
+            if root == storage_config.default_root(ctx.settings.home):
+                root.path.mkdir(parents=True, exist_ok=True)
+        backend = ReplicatedRoots(roots, retiring=list(retiring))
+    return Store(config, BlobStore(backend, lambda: master_keys(ctx, config)))
+
+
+def master_keys(ctx: ServiceContext, config: StorageConfig, *, create: bool = True) -> MasterKeys:
+    """The KMS hook of ``storage.yaml`` if set, else ``$SHIPYARD_STORAGE_KEY`` or the key file."""
+    if config.kms:
+        module, _, factory = config.kms.partition(":")
+        try:
+            return getattr(importlib.import_module(module), factory)(config)  # type: ignore[no-any-return]
+        except (ImportError, AttributeError) as exc:
+            raise InvalidSpec(
+                f"the KMS hook {config.kms!r} of storage.yaml cannot be loaded ({exc})",
+                hint="write it as package.module:factory, importable by this Python",
+            ) from exc
+    ring = load_keyring(ctx.settings.home / KEY_FILE, create=create)
+    if ring is None:
+        raise NotFound("no storage key exists yet", hint="it is made by the first `storage put --encrypt`")
+    return ring
+
+
+# -- put / get --------------------------------------------------------------------------------------
+
+
+def put(
+    ctx: ServiceContext,
+    source: Path,
+    name: str,
+    *,
+    project: str = DEFAULT_PROJECT,
+    replicas: int | None = None,
+    encrypt: bool | None = None,
+    progress: Callable[[int], Progress] | None = None,
+) -> StoredArtifactView:
+    """Store a file or a folder as artifact ``project/name``; visible only once every blob is
+    durable. ``progress(total_bytes)`` returns the per-chunk callback."""
+    check_name(name)
+    check_name(project, "project name")
+    source = source.expanduser()
+    files = _files_of(source)
+    total = sum(size for _, _, size in files)
+    store = open_store(ctx)
+    copies = store.config.replicas_for(project, replicas)
+    encrypted = store.config.project(project).encrypt if encrypt is None else encrypt
+    with ctx.db.transaction() as session:
+        rbac.require(ctx, session, "artifact.write", f"artifact/{project}/{name}", project)
+        _refuse_taken(session, project, name)
+        _check_quota(session, store.config, project, total)
+    report = progress(total) if progress else None
+    placed = [
+        (path, *store.blobs.put_file(file, replicas=copies, encrypt=encrypted, progress=report))
+        for path, file, _ in files
+    ]
+    with ctx.db.transaction() as session:
+        _refuse_taken(session, project, name)  # again: another writer may have committed meanwhile
+        artifact = StoredArtifact(
+            project=project,
+            name=name,
+            kind="folder" if source.is_dir() else "file",
+            size_bytes=total,
+            replicas=copies,
+            encrypted=encrypted,
+            created_by=ctx.actor.name,
+        )
+        for path, blob, _ in placed:
+            row = _catalog(session, store, blob, copies, project)
+            artifact.entries.append(StoredEntry(path=path, blob_name=row.name))
+        session.add(artifact)
+        session.flush()
+        audit.append(
+            session,
+            ctx.audit_key,
+            ctx.actor,
+            "artifact.put",
+            f"artifact/{project}/{name}",
+            detail={"bytes": total, "files": len(files), "replicas": copies, "encrypted": encrypted},
+        )
+        view = _view(artifact, with_entries=False)
+    warnings = [warning for _, _, written in placed for warning in written.warnings]
+    return view.model_copy(update={"warnings": warnings})
+
+
+def _files_of(source: Path) -> list[tuple[str, Path, int]]:
+    """(path inside the artifact, file, size) of a file or of every file under a folder."""
+    if source.is_file():
+        return [(source.name, source, source.stat().st_size)]
+    if not source.is_dir():
+        raise NotFound(f"{source} does not exist", hint="give the path of a file or a folder to store")
+    files = sorted(p for p in source.rglob("*") if p.is_file())
+    if not files:
+        raise InvalidSpec(f"{source} holds no file", hint="store a folder with at least one file in it")
+    return [(p.relative_to(source).as_posix(), p, p.stat().st_size) for p in files]
+
+
+def _refuse_taken(session: Session, project: str, name: str) -> None:
+    if _find(session, project, name) is not None:
+        raise Conflict(
+            f"artifact {project}/{name} exists already",
+            hint="artifacts are immutable: choose another name, or `shipyard storage rm` it first",
+        )
+
+
+def _check_quota(session: Session, config: StorageConfig, project: str, adding: int) -> None:
+    quota_gib = config.project(project).quota_gib
+    if quota_gib is None:
+        return
+    held = (
+        session.scalar(
+            select(func.coalesce(func.sum(StoredArtifact.size_bytes), 0)).where(
+                StoredArtifact.project == project
+            )
+        )
+        or 0
+    )
+    if held + adding > quota_gib * 2**30:
+        raise Conflict(
+            f"project {project!r} would hold {(held + adding) / 2**30:.2f} GiB of its {quota_gib:g} GiB "
+            f"storage quota ({held / 2**30:.2f} GiB held, {adding / 2**30:.2f} GiB to add)",
+            hint="delete artifacts it no longer needs (then `shipyard storage gc`), "
+            "or raise projects.<name>.quota_gib in storage.yaml",
+        )
+
+
+def _catalog(session: Session, store: Store, blob: Blob, replicas: int, project: str) -> StoredBlob:
+    """The catalog row for a freshly written blob; an equal blob already stored is reused and the
+    fresh copy dropped, so unchanged shards are kept once."""
+    existing = session.get(StoredBlob, blob.name)  # a content-addressed name: the same bytes
+    if existing is None:
+        same = select(StoredBlob).where(
+            StoredBlob.digest == blob.digest, StoredBlob.size_bytes == blob.size_bytes
+        )
+        if blob.encrypted:
+            same = same.where(StoredBlob.key_id.is_not(None), StoredBlob.project == project)
+        else:
+            same = same.where(StoredBlob.key_id.is_(None))
+        existing = session.scalars(same.limit(1)).first()
+    if existing is not None:
+        existing.replicas = max(existing.replicas, replicas)
+        if existing.name != blob.name:
+            store.backend.remove(blob.name)
+        # The fresh write may have put copies on other roots than the first: keep as many as asked.
+        store.backend.ensure(existing.name, existing.replicas)
+        return existing
+    row = StoredBlob(
+        name=blob.name,
+        digest=blob.digest,
+        size_bytes=blob.size_bytes,
+        replicas=replicas,
+        key_id=blob.key_id,
+        wrapped_key=blob.wrapped_key,
+        project=project if blob.encrypted else None,
+    )
+    session.add(row)
+    return row
+
+
+def get(
+    ctx: ServiceContext,
+    name: str,
+    out: Path,
+    *,
+    project: str = DEFAULT_PROJECT,
+    progress: Callable[[int], Progress] | None = None,
+) -> StoredArtifactView:
+    """Write artifact ``project/name`` to ``out``: a file, or a folder that appears whole."""
+    with ctx.db.transaction() as session:
+        artifact = _readable(ctx, session, project, name, "artifact.read")
+        audit.append(session, ctx.audit_key, ctx.actor, "artifact.get", f"artifact/{project}/{name}")
+        view = _view(artifact, with_entries=True)
+        blobs = [(entry.path, _blob(entry.blob)) for entry in artifact.entries]
+    store = open_store(ctx)
+    report = progress(view.size_bytes) if progress else None
+    out = out.expanduser()
+    if view.kind == "file":
+        target = out / blobs[0][0] if out.is_dir() else out
+        store.blobs.get_file(blobs[0][1], target, report)
+        return view
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise Conflict(f"{out} exists and is not an empty folder", hint="give a new path for the folder")
+    staging = out.with_name(f".{out.name}.{os.getpid()}.part")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for path, blob in blobs:
+            store.blobs.get_file(blob, staging / path, report)
+        if out.exists():
+            out.rmdir()
+        staging.replace(out)
+        fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return view
+
+
+def _blob(row: StoredBlob) -> Blob:
+    return Blob(row.name, row.digest, row.size_bytes, row.key_id, row.wrapped_key)
+
+
+def _find(session: Session, project: str, name: str) -> StoredArtifact | None:
+    return session.scalars(
+        select(StoredArtifact).where(StoredArtifact.project == project, StoredArtifact.name == name)
+    ).first()
+
+
+def _readable(
+    ctx: ServiceContext, session: Session, project: str, name: str, permission: str
+) -> StoredArtifact:
+    check_name(name)
+    rbac.require(ctx, session, permission, f"artifact/{project}/{name}", project)
+    artifact = _find(session, project, name)
+    if artifact is None:
+        raise NotFound(
+            f"no artifact {project}/{name}",
+            hint=f"`shipyard storage ls --project {project}` lists the artifacts of the project",
+        )
+    return artifact
+
+
+def stat(ctx: ServiceContext, name: str, project: str = DEFAULT_PROJECT) -> StoredArtifactView:
+    with ctx.db.transaction() as session:
+        return _view(_readable(ctx, session, project, name, "artifact.read"), with_entries=True)
+
+
+def list_artifacts(
+    ctx: ServiceContext, project: str | None = None, prefix: str = ""
+) -> list[StoredArtifactView]:
+    with ctx.db.transaction() as session:
+        query = select(StoredArtifact).order_by(StoredArtifact.project, StoredArtifact.name)
+        if project:
+            query = query.where(StoredArtifact.project == project)
+        if prefix:
+            query = query.where(StoredArtifact.name.startswith(prefix, autoescape=True))
+        if not ctx.actor.is_admin:
+            query = query.where(StoredArtifact.project.in_(list(rbac.projects_of(session, ctx.actor))))
+        return [_view(a, with_entries=False) for a in session.scalars(query)]
+
+
+def delete(ctx: ServiceContext, name: str, project: str = DEFAULT_PROJECT) -> None:
+    """Forget an artifact; its blobs are freed by the next ``gc`` after the grace period."""
+    with ctx.db.transaction() as session:
+        artifact = _readable(ctx, session, project, name, "artifact.delete")
+        session.delete(artifact)
+        audit.append(session, ctx.audit_key, ctx.actor, "artifact.delete", f"artifact/{project}/{name}")
+
+
+def _view(artifact: StoredArtifact, *, with_entries: bool) -> StoredArtifactView:
+    return StoredArtifactView(
+        project=artifact.project,
+        name=artifact.name,
+        kind=artifact.kind,
+        size_bytes=artifact.size_bytes,
+        files=len(artifact.entries),
+        replicas=artifact.replicas,
+        encrypted=artifact.encrypted,
+        created_by=artifact.created_by,
+        created_at=artifact.created_at,
+        entries=[
+            StoredFileView(path=e.path, size_bytes=e.blob.size_bytes, digest=e.blob.digest)
+            for e in artifact.entries
+        ]
+        if with_entries
+        else [],
+    )
+
+
+# -- upkeep ---------------------------------------------------------------------------------------
+
+
+def scrub(
+    ctx: ServiceContext,
+    *,
+    repair: bool,
+    verify: bool = True,
+    progress: Callable[[int], Progress] | None = None,
+    store: Store | None = None,
+) -> ScrubReport:
+    """Verify every replica of every blob; with ``repair``, rewrite the missing and corrupt ones
+    from healthy copies and move copies where failure domains want them. Without ``verify`` only
+    presence is checked (a rebalance after the roots changed)."""
+    _require_admin(ctx, "storage.scrub")
+    started = time.perf_counter()
+    with ctx.db.transaction() as session:
+        rows = [
+            (_blob(row), row.replicas)
+            for row in session.scalars(select(StoredBlob).order_by(StoredBlob.name))
+        ]
+    store = store or open_store(ctx)
+    report = progress(len(rows)) if progress else None
+    tally = ScrubTally()
+    for blob, replicas in rows:
+        tally.add(store.blobs.scrub(blob, replicas, repair=repair, verify=verify))
+        if report:
+            report(1)
+    lost_artifacts: list[str] = []
+    if tally.lost_names:
+        with ctx.db.transaction() as session:
+            lost_artifacts = [
+                f"{a.project}/{a.name}"
+                for a in session.scalars(
+                    select(StoredArtifact)
+                    .join(StoredEntry)
+                    .where(StoredEntry.blob_name.in_(tally.lost_names))
+                    .distinct()
+                )
+            ]
+    with ctx.db.transaction() as session:
+        audit.append(
+            session,
+            ctx.audit_key,
+            ctx.actor,
+            "storage.scrub",
+            "storage",
+            outcome="ok" if not tally.lost else "lost",
+            detail={"repair": repair, "corrupt": tally.corrupt, "missing": tally.missing, "lost": tally.lost},
+        )
+    return ScrubReport(
+        checked=tally.checked,
+        corrupt=tally.corrupt,
+        missing=tally.missing,
+        repaired=tally.repaired,
+        lost=tally.lost,
+        bytes_verified=tally.bytes_verified,
+        seconds=round(time.perf_counter() - started, 3),
+        lost_artifacts=lost_artifacts,
+    )
+
+
+def gc(ctx: ServiceContext, *, grace_s: float | None = None) -> GcReport:
+    """Remove blobs no artifact references and objects the catalog never recorded (a writer
+    that died), once older than the grace period (so writes in flight are never touched)."""
+    _require_admin(ctx, "storage.gc")
+    store = open_store(ctx)
+    grace = store.config.gc_grace_s if grace_s is None else grace_s
+    cutoff = time.time() - grace
+    referenced = exists().where(StoredEntry.blob_name == StoredBlob.name)
+    blobs_removed = bytes_freed = orphans = 0
+    with ctx.db.transaction() as session:
+        unreferenced = session.scalars(select(StoredBlob).where(~referenced)).all()
+        for row in unreferenced:
+            if row.created_at.timestamp() >= cutoff:
+                continue
+            session.delete(row)
+            store.backend.remove(row.name)
+            blobs_removed += 1
+            bytes_freed += row.size_bytes
+        known = set(session.scalars(select(StoredBlob.name)))
+    for name, mtime in list(store.backend.objects()):
+        if name not in known and mtime < cutoff and store.backend.remove_stale(name, cutoff):
+            orphans += 1
+    with ctx.db.transaction() as session:
+        audit.append(
+            session,
+            ctx.audit_key,
+            ctx.actor,
+            "storage.gc",
+            "storage",
+            detail={"blobs_removed": blobs_removed, "bytes_freed": bytes_freed, "orphans_removed": orphans},
+        )
+    return GcReport(blobs_removed=blobs_removed, bytes_freed=bytes_freed, orphans_removed=orphans)
+
+
+def status(ctx: ServiceContext) -> StorageStatus:
+    store = open_store(ctx)
+    with ctx.db.transaction() as session:
+        artifacts, logical = session.execute(
+            select(func.count(StoredArtifact.id), func.coalesce(func.sum(StoredArtifact.size_bytes), 0))
+        ).one()
+        blobs, stored, encrypted = session.execute(
+            select(
+                func.count(StoredBlob.name),
+                func.coalesce(func.sum(StoredBlob.size_bytes), 0),
+                func.count(StoredBlob.key_id),
+            )
+        ).one()
+    key: str | None = None
+    with contextlib.suppress(NotFound):  # no encrypted blob yet
+        key = master_keys(ctx, store.config, create=False).active_id
+    return StorageStatus(
+        backend=store.backend.kind,
+        roots=store.backend.describe(),
+        default_replicas=store.config.replicas,
+        artifacts=artifacts,
+        blobs=blobs,
+        bytes=logical,
+        stored_bytes=stored,
+        encrypted_blobs=encrypted,
+        active_key=key,
+    )
+
+
+def rotate_key(ctx: ServiceContext) -> dict[str, object]:
+    """A new master key; every data key is re-wrapped with it (the data is not rewritten), then
+    the old keys are dropped from the key file."""
+    _require_admin(ctx, "storage.rotate_key")
+    config = storage_config.load(ctx.settings.home)
+    old = master_keys(ctx, config)
+    if not isinstance(old, Keyring):
+        raise InvalidSpec("the master key lives in a KMS", hint="rotate it there; its key ids change with it")
+    ring = old.rotated()
+    with ctx.db.transaction() as session:
+        rows = session.scalars(select(StoredBlob).where(StoredBlob.key_id.is_not(None))).all()
+        for row in rows:
+            assert row.key_id is not None and row.wrapped_key is not None
+            data_key = ring.unwrap(row.key_id, row.wrapped_key, row.name)
+            row.key_id, row.wrapped_key = ring.wrap(data_key, row.name)
+        audit.append(
+            session,
+            ctx.audit_key,
+            ctx.actor,
+            "storage.rotate_key",
+            "storage",
+            detail={"key": ring.active_id, "rewrapped": len(rows)},
+        )
+    ring.retired()
+    return {"key": ring.active_id, "previous": old.active_id, "rewrapped": len(rows)}
+
+
+# -- roots ----------------------------------------------------------------------------------------
+
+
+def add_root(
+    ctx: ServiceContext, path: Path, *, rack: str | None, node: str | None, disk: str | None
+) -> ScrubReport:
+    """Add a root and rebalance: blobs whose copies share a failure domain the new root widens,
+    or that have fewer copies than asked, get them now."""
+    _require_admin(ctx, "storage.roots")
+    path = path.expanduser().resolve()
+    config = storage_config.load(ctx.settings.home)
+    if any(root.path == path for root in config.roots):
+        raise Conflict(f"{path} is a root already", hint="`shipyard storage status` lists the roots")
+    if not path.parent.is_dir():
+        raise NotFound(
+            f"{path.parent} does not exist", hint="mount the disk first, or give an existing folder"
+        )
+    path.mkdir(exist_ok=True)
+    if not os.access(path, os.W_OK):
+        raise InvalidSpec(
+            f"{path} is not writable by this user", hint="fix its owner or mode, then add it again"
+        )
+    root = RootConfig(path=path, **{k: v for k, v in {"rack": rack, "node": node, "disk": disk}.items() if v})
+    default = storage_config.default_root(ctx.settings.home)
+    if not config.roots and default.path.is_dir() and any(default.path.iterdir()):
+        config.roots.append(default)  # the built-in root becomes an explicit one: its blobs stay found
+    config.roots.append(root)
+    storage_config.save(ctx.settings.home, config)
+    return scrub(ctx, repair=True, verify=False)
+
+
+def remove_root(ctx: ServiceContext, path: Path) -> ScrubReport:
+    """Copy every blob off a root onto the others (as placement wants), then forget the root."""
+    _require_admin(ctx, "storage.roots")
+    path = path.expanduser().resolve()
+    config = storage_config.load(ctx.settings.home)
+    leaving = [root for root in config.roots if root.path == path]
+    if not leaving:
+        raise NotFound(f"{path} is not a root", hint="`shipyard storage status` lists the roots")
+    staying = config.model_copy(update={"roots": [root for root in config.roots if root.path != path]})
+    if not staying.roots:
+        raise Conflict(f"{path} is the last root", hint="add another root before removing this one")
+    moved = scrub(ctx, repair=True, verify=False, store=open_store(ctx, staying, retiring=leaving))
+    if moved.lost:
+        raise Conflict(
+            f"{moved.lost} blob(s) have no copy left to move off {path}; the root stays: "
+            + ", ".join(moved.lost_artifacts),
+            hint="restore those artifacts or delete them, then remove the root again",
+        )
+    storage_config.save(ctx.settings.home, staying)
+    return moved
+
+
+def _require_admin(ctx: ServiceContext, permission: str) -> None:
+    with ctx.db.transaction() as session:
+        rbac.require(ctx, session, permission, "storage")
+
+
+def bench(ctx: ServiceContext, size_bytes: int) -> list[dict[str, object]]:
+    """Throughput of the store beside a plain fsync'd file, on the disk of the first root."""
+    from shipyard.services import storage_bench
+
+    store = open_store(ctx)
+    described = store.backend.describe()
+    parent = Path(str(described[0]["path"])) if store.backend.kind == "local" else ctx.settings.home
+    return storage_bench.run(parent, size_bytes)

@@ -1,0 +1,130 @@
+"""Store throughput beside plain file copies on the same disk, measured in one run.
+
+Plain: copy the source with sequential writes and one fsync; read it back. Store: the same bytes
+through ``BlobStore`` (block hashing, replication, encryption) into scratch roots on the same
+disk, and read back with verification. Page caches are dropped for the files read, so reads come
+from the disk for both.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from shipyard.storage.backend import Backend
+from shipyard.storage.blobs import BlobStore
+from shipyard.storage.config import RootConfig
+from shipyard.storage.crypto import Keyring
+from shipyard.storage.roots import ReplicatedRoots
+
+_IO_BYTES = 4 << 20
+
+
+def run(
+    scratch_parent: Path, size_bytes: int, *, extra: dict[str, Backend] | None = None
+) -> list[dict[str, Any]]:
+    """Rows of {case, write_gbps, read_gbps, write_ratio, read_ratio}; ``extra`` adds cases on
+    other backends (an S3 endpoint), compared with the same plain figures."""
+    scratch = Path(tempfile.mkdtemp(prefix="shipyard-bench-", dir=scratch_parent))
+    try:
+        source = scratch / "source.bin"
+        _fill(source, size_bytes)
+        plain_write, plain_read = _plain(source, scratch / "plain.bin")
+        rows = [_row("plain file (fsync)", plain_write, plain_read, plain_write, plain_read)]
+        key = secrets.token_bytes(32)
+        ring = Keyring({"bench": key}, "bench")
+        cases: list[tuple[str, Backend, int, bool]] = [
+            ("store, 1 replica", _roots(scratch, "one", 1), 1, False),
+            ("store, 1 replica, encrypted", _roots(scratch, "enc", 1), 1, True),
+            ("store, 2 replicas, one disk", _roots(scratch, "two", 2), 2, False),
+        ]
+        cases += [(label, backend, 1, False) for label, backend in (extra or {}).items()]
+        for label, backend, replicas, encrypt in cases:
+            store = BlobStore(backend, lambda: ring)
+            started = time.perf_counter()
+            blob, _ = store.put_file(source, replicas=replicas, encrypt=encrypt)
+            write_s = time.perf_counter() - started
+            _drop_cache_under(scratch)
+            read_s = _timed(lambda: store.read(blob, store.verifier(blob)))  # noqa: B023
+            rows.append(_row(label, size_bytes / write_s, size_bytes / read_s, plain_write, plain_read))
+        return rows
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _row(case: str, write: float, read: float, plain_write: float, plain_read: float) -> dict[str, Any]:
+    return {
+        "case": case,
+        "write_gbps": round(write / 1e9, 3),
+        "read_gbps": round(read / 1e9, 3),
+        "write_ratio": round(write / plain_write, 3),
+        "read_ratio": round(read / plain_read, 3),
+    }
+
+
+def _roots(scratch: Path, label: str, count: int) -> ReplicatedRoots:
+    configs = [
+        RootConfig(path=scratch / f"{label}-{i}", rack="bench", disk=f"{label}-{i}") for i in range(count)
+    ]
+    for config in configs:
+        config.path.mkdir()
+    return ReplicatedRoots(configs)
+
+
+def _fill(path: Path, size: int) -> None:
+    block = secrets.token_bytes(_IO_BYTES)  # incompressible, like trained weights
+    with open(path, "wb") as handle:
+        for offset in range(0, size, _IO_BYTES):
+            handle.write(block[: min(_IO_BYTES, size - offset)])
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _plain(source: Path, target: Path) -> tuple[float, float]:
+    """Bytes/s of a sequential copy with fsync, and of reading the copy back from disk."""
+
+    def copy() -> None:
+        with open(source, "rb") as src, open(target, "wb") as dst:
+            shutil.copyfileobj(src, dst, _IO_BYTES)
+            dst.flush()
+            os.fsync(dst.fileno())
+
+    write_s = _timed(copy)
+    _drop_cache(target)
+
+    def read() -> None:
+        with open(target, "rb") as handle:
+            while handle.read(_IO_BYTES):
+                pass
+
+    read_s = _timed(read)
+    size = target.stat().st_size
+    target.unlink()
+    return size / write_s, size / read_s
+
+
+def _timed(action: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def _drop_cache(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+        os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(descriptor)
+
+
+def _drop_cache_under(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file() and path.name != "source.bin":
+            _drop_cache(path)

@@ -1,0 +1,163 @@
+"""Blobs: one file's bytes in a backend, plain or encrypted, verified on every read.
+
+A plain blob on local roots is named by its digest (``blobs/ab/abcd…``), so an operator can find
+and inspect it; an encrypted blob, or any blob on S3, gets a random name and the catalog maps
+digests to names. The catalog (the database) is the services' business; this module moves bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from shipyard.errors import IntegrityError, NotFound, StorageError
+from shipyard.storage.backend import Backend, Reader, ScrubTally, Verify, Written
+from shipyard.storage.crypto import MasterKeys, decrypt_chunks, encrypt_chunks, new_data_key
+from shipyard.storage.digests import BlockHasher, blocks, hashed
+
+Progress = Callable[[int], None]
+"""Called with the bytes done since the last call."""
+
+
+@dataclass(frozen=True)
+class Blob:
+    name: str
+    """The object's name in the backend."""
+    digest: str
+    """Block SHA-256 of the plaintext (see ``digests``)."""
+    size_bytes: int
+    key_id: str | None = None
+    wrapped_key: bytes | None = None
+
+    @property
+    def encrypted(self) -> bool:
+        return self.key_id is not None
+
+
+class BlobStore:
+    def __init__(self, backend: Backend, keys: Callable[[], MasterKeys]) -> None:
+        self.backend = backend
+        self._keys = keys
+        """Looked up only when a blob is encrypted or decrypted (it may create the key file)."""
+
+    def put_file(
+        self, path: Path, *, replicas: int, encrypt: bool, progress: Progress | None = None
+    ) -> tuple[Blob, Written]:
+        hasher = BlockHasher()
+        with open(path, "rb") as source:
+            plain = _reporting(hashed(blocks(source.read), hasher), progress)
+            if encrypt:
+                name = f"enc/{_random_name()}"
+                data_key = new_data_key()
+                written = self.backend.write(encrypt_chunks(plain, data_key), lambda: name, replicas)
+                key_id, wrapped = self._keys().wrap(data_key, name)
+                return Blob(name, hasher.hexdigest(), hasher.size, key_id, wrapped), written
+            fixed = f"objects/{_random_name()}"
+
+            def name_of() -> str:
+                if self.backend.kind != "local":
+                    return fixed
+                digest = hasher.hexdigest()
+                return f"blobs/{digest[:2]}/{digest}"
+
+            written = self.backend.write(plain, name_of, replicas)
+        return Blob(written.name, hasher.hexdigest(), hasher.size), written
+
+    def get_file(self, blob: Blob, out: Path, progress: Progress | None = None) -> None:
+        """Write the blob to ``out`` (atomically) from the first replica that verifies."""
+        data_key = self._data_key(blob)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staged = out.with_name(f".{out.name}.{os.getpid()}.part")
+        try:
+            with open(staged, "wb") as sink:
+
+                def deliver(read: Reader) -> None:
+                    sink.seek(0)
+                    sink.truncate()
+                    for piece in self._plaintext(blob, read, data_key):
+                        sink.write(piece)
+                        if progress:
+                            progress(len(piece))
+
+                self.read(blob, deliver)
+                sink.flush()
+                os.fsync(sink.fileno())
+            staged.replace(out)
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
+
+    def read(self, blob: Blob, consume: Verify) -> None:
+        """Run ``consume`` over replicas until one reads to its end without an integrity or
+        transport error; raise naming the blob and every replica's failure otherwise."""
+        copies = self.backend.replicas(blob.name)
+        if not copies:
+            raise NotFound(
+                f"blob {blob.name} ({blob.digest[:12]}…) is missing from every root",
+                hint="`shipyard storage scrub` lists what is lost; restore the root that held it",
+            )
+        failures: list[tuple[str, Exception]] = []
+        for copy in copies:
+            try:
+                with copy.open() as handle:
+                    consume(handle.read)
+                return
+            except (IntegrityError, StorageError, OSError) as exc:
+                failures.append((copy.where, exc))
+        causes = "; ".join(f"{where}: {exc}" for where, exc in failures)
+        if all(isinstance(exc, IntegrityError) for _, exc in failures):
+            raise IntegrityError(
+                f"blob {blob.name}: no replica holds the right bytes ({causes})",
+                hint="nothing wrong was returned; restore a root that held it, then run "
+                "`shipyard storage scrub --repair`",
+            )
+        raise StorageError(f"blob {blob.name} could not be read: {causes}")
+
+    def _data_key(self, blob: Blob) -> bytes | None:
+        """Unwrapped once per read, so a wrong master key is reported as such, not as damage."""
+        if not blob.encrypted:
+            return None
+        assert blob.key_id is not None and blob.wrapped_key is not None
+        return self._keys().unwrap(blob.key_id, blob.wrapped_key, blob.name)
+
+    def _plaintext(self, blob: Blob, read: Reader, data_key: bytes | None) -> Iterator[bytes]:
+        hasher = BlockHasher()
+        if data_key is not None:
+            pieces: Iterable[bytes] = decrypt_chunks(read, data_key, f"blob {blob.name}")
+        else:
+            pieces = blocks(read)
+        for piece in pieces:
+            hasher.update(piece)
+            yield piece
+        if hasher.hexdigest() != blob.digest or hasher.size != blob.size_bytes:
+            raise IntegrityError(
+                f"blob {blob.name}: content does not match its digest {blob.digest[:12]}… "
+                f"({hasher.size} bytes read, {blob.size_bytes} expected)"
+            )
+
+    def verifier(self, blob: Blob) -> Verify:
+        data_key = self._data_key(blob)
+
+        def verify(read: Reader) -> None:
+            for _ in self._plaintext(blob, read, data_key):
+                pass
+
+        return verify
+
+    def scrub(self, blob: Blob, replicas: int, *, repair: bool, verify: bool = True) -> ScrubTally:
+        return self.backend.scrub(blob.name, replicas, self.verifier(blob) if verify else None, repair)
+
+
+def _random_name() -> str:
+    name = uuid.uuid4().hex
+    return f"{name[:2]}/{name}"
+
+
+def _reporting(pieces: Iterable[bytes], progress: Progress | None) -> Iterator[bytes]:
+    for piece in pieces:
+        yield piece
+        if progress:
+            progress(len(piece))

@@ -1,0 +1,76 @@
+"""Content addresses: block SHA-256, hashed on two cores while the bytes stream.
+
+A blob's digest is the SHA-256 of the concatenated SHA-256 digests of its 4 MiB blocks (the
+scheme of Dropbox's content hash). One SHA-256 stream runs at about 1.8 GB/s on this class of
+CPU, slower than a disk reads; blocks hash in parallel, so verifying every read costs almost
+nothing beside the read itself. ``hashlib`` releases the GIL on large buffers, so threads do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+
+BLOCK_BYTES = 4 << 20
+_WINDOW = 8
+"""Blocks in flight at once: bounds memory (8 × 4 MiB) while keeping both cores busy."""
+
+_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="shipyard-hash")
+
+
+def _block_digest(block: bytes) -> bytes:
+    return hashlib.sha256(block).digest()
+
+
+class BlockHasher:
+    """Feed blocks of ``BLOCK_BYTES`` (the last may be shorter) in order; ``hexdigest()`` at the end."""
+
+    def __init__(self) -> None:
+        self._pending: deque[Future[bytes]] = deque()
+        self._outer = hashlib.sha256()
+        self.size = 0
+
+    def update(self, block: bytes) -> None:
+        if not block:  # an empty file has no block (its digest is that of no block digests)
+            return
+        self.size += len(block)
+        self._pending.append(_pool.submit(_block_digest, block))
+        while len(self._pending) > _WINDOW:
+            self._outer.update(self._pending.popleft().result())
+
+    def hexdigest(self) -> str:
+        while self._pending:
+            self._outer.update(self._pending.popleft().result())
+        return self._outer.hexdigest()
+
+
+def blocks(read: Callable[[int], bytes], size: int = BLOCK_BYTES) -> Iterator[bytes]:
+    """Full blocks of ``size`` from a reader (short reads joined), the last one shorter."""
+    while True:
+        block = read(size)
+        while 0 < len(block) < size:
+            more = read(size - len(block))
+            if not more:
+                break
+            block += more
+        if not block:
+            return
+        yield block
+        if len(block) < size:
+            return
+
+
+def hashed(pieces: Iterable[bytes], hasher: BlockHasher) -> Iterator[bytes]:
+    """Pass ``pieces`` (whole blocks) through, hashing them on the way."""
+    for piece in pieces:
+        hasher.update(piece)
+        yield piece
+
+
+def digest_of(read: Callable[[int], bytes]) -> str:
+    hasher = BlockHasher()
+    for block in blocks(read):
+        hasher.update(block)
+    return hasher.hexdigest()

