@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.builders import write_spec
+from tests.builders import SMALL_CORPUS, write_spec
 from tests.conftest import Cli
 
 pytestmark = pytest.mark.integration
@@ -45,6 +46,24 @@ def test_submit_wait_list_show_logs_models_generate(cli: Cli, tmp_path: Path) ->
     sample = cli.json("generate", "tiny", "--prompt", "import ", "--max-new-tokens", "8")
     assert sample["model"] == "tiny:1" and sample["prompt"] == "import "
     assert 0 < sample["tokens"] <= 8
+
+    # The checkpoint and the export went into the artifact store; with the job's folder gone (the
+    # model is served on another node) the version is fetched from there, verified.
+    stored = _wait_stored(cli, f"jobs/{job['id']}/", 2)
+    assert {s["name"].split("/")[2] for s in stored} == {"checkpoint", "export"}
+    shutil.rmtree(version["path"])
+    again = cli.json("generate", "tiny", "--prompt", "import ", "--max-new-tokens", "8")
+    assert again["completion"] == sample["completion"]
+
+
+def _wait_stored(cli: Cli, prefix: str, count: int, timeout: float = 60) -> list[dict[str, object]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        stored = cli.json("storage", "ls", prefix, "--project", "default")
+        if len(stored) >= count or time.monotonic() > deadline:
+            assert len(stored) >= count, stored
+            return stored  # type: ignore[no-any-return]
+        time.sleep(0.3)
 
 
 def test_jobs_wait_fifo_for_cores_with_a_reason(cli: Cli, tmp_path: Path) -> None:
@@ -180,9 +199,13 @@ def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(cli: Cli, 
     high = cli.json(
         "jobs",
         "submit",
-        str(write_spec(tmp_path, "high", resources=whole, priority=5, training={"steps": 6})),
+        str(write_spec(tmp_path, "high", resources=whole, priority=5, training={"steps": 20})),
     )
     requeued = cli.wait_for(low["id"], lambda j: j["state"] == "queued")
+    # Its checkpoint reached the artifact store; drop the local copy, as if the next attempt
+    # landed on another node: it must resume from the store, not from step 0.
+    [checkpoint] = _wait_stored(cli, f"jobs/{low['id']}/checkpoint/", 1)
+    shutil.rmtree(Path(cli.json("jobs", "show", low["id"])["run_dir"]) / "checkpoints")
     # Preempted, then waiting while the higher-priority job holds every core.
     assert requeued["pending_reason"].startswith(
         ("preempted by the scheduler at step", "0/1 nodes: 1 insufficient")
@@ -194,4 +217,26 @@ def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(cli: Cli, 
     assert done_high["state"] == done_low["state"] == "succeeded"
     attempts = cli.json("jobs", "show", low["id"])["attempts"]
     assert [a["exit_reason"] for a in attempts] == ["preempted", "completed"]
+    resumed_at = int(checkpoint["name"].rsplit("-", 1)[1])
+    assert f"at step {resumed_at}" in cli.run("jobs", "logs", low["id"]).stdout
     assert done_low["step"] == 100 and done_high["finished_at"] <= done_low["finished_at"]
+
+
+def test_a_dataset_in_the_artifact_store_trains_like_a_local_one(cli: Cli, tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for n, pattern in enumerate(SMALL_CORPUS):
+        for path in sorted(Path(pattern).parent.glob(Path(pattern).name)):
+            shutil.copy(path, corpus / f"{n}-{path.name}")
+    cli.run("storage", "put", str(corpus), "datasets/code", "--project", "default")
+    missing = cli.run(
+        "jobs", "submit", str(write_spec(tmp_path, data={"paths": ["store:datasets/nope"]})), check=False
+    )
+    assert missing.returncode == 1 and "no artifact default/datasets/nope" in missing.stderr
+    spec = write_spec(tmp_path, data={"paths": ["store:datasets/code"], "tokenizer": {"vocab_size": 512}})
+    job = json.loads(cli.run("jobs", "submit", str(spec), "--wait", "--json").stdout)
+    assert job["state"] == "succeeded", job
+    cached = list((cli.home / "cache" / "artifacts").iterdir())
+    assert len(cached) == 1 and sorted(p.name for p in cached[0].iterdir()) == sorted(
+        p.name for p in corpus.iterdir()
+    )

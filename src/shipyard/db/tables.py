@@ -145,6 +145,9 @@ class Artifact(Base):
     step: Mapped[int] = mapped_column(Integer)
     size_bytes: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    stored_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    """Its name in the artifact store (project: the job's) once committed there; ``""`` when the
+    folder was gone before it could be; None while not yet committed."""
 
 
 class ModelVersion(Base):

@@ -56,9 +56,19 @@ class TokenizerSection(_Section):
     """A local Hugging Face tokenizer directory (holding tokenizer.json) instead of training one."""
 
 
+STORE_SCHEME = "store:"
+"""A data path ``store:NAME`` names an artifact of the job's project in the artifact store."""
+
+
 class DataSection(_Section):
     paths: list[str] = Field(min_length=1)
-    """Files, directories or globs (``corpus/**/*.txt``); ``.jsonl`` files are read as JSON lines."""
+    """Files, directories or globs (``corpus/**/*.txt``), or ``store:NAME`` artifacts (fetched,
+    verified, into the node's cache before launch); ``.jsonl`` files are read as JSON lines."""
+
+    def stored(self) -> list[str]:
+        """Names of the artifacts among the paths."""
+        return [p.removeprefix(STORE_SCHEME) for p in self.paths if p.startswith(STORE_SCHEME)]
+
     text_field: str = "text"
     """The field holding the text in JSONL records."""
     tokenizer: TokenizerSection = TokenizerSection()
@@ -69,6 +79,8 @@ class DataSection(_Section):
         """Expand files, directories and globs into a sorted list of files with some content."""
         found: set[Path] = set()
         for entry in self.paths:
+            if entry.startswith(STORE_SCHEME):
+                continue  # checked against the store's catalog at submit, fetched at launch
             matches = [Path(m) for m in glob.glob(os.path.expanduser(entry), recursive=True)]
             if not matches:
                 raise DatasetError(
@@ -81,6 +93,8 @@ class DataSection(_Section):
                 elif match.is_file():
                     found.add(match)
         files = sorted(found)
+        if self.stored():
+            return files
         if not any(f.stat().st_size for f in files):
             raise DatasetError(
                 f"dataset {self.paths} is empty ({len(files)} files, 0 bytes)",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -22,8 +23,9 @@ from sqlalchemy.orm import Session, object_session
 
 from shipyard.db import Artifact, Attempt, Job, Metric, ModelVersion, rows_changed
 from shipyard.domain import ExitReason, JobState
+from shipyard.errors import Conflict, NotFound, ShipyardError
 from shipyard.executors.base import Placement, Request, Unplaceable
-from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, validate_job_spec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     METRICS_FILE,
@@ -32,13 +34,16 @@ from shipyard.schemas.launch import (
     LaunchPlan,
     latest_checkpoint,
 )
-from shipyard.services import audit
+from shipyard.services import audit, storage
 from shipyard.services.context import ServiceContext
 from shipyard.services.scheduler import plan_round
 from shipyard.settings import Settings
 
 AGENT_LOCK = "agent.lock"
 AGENT_LOG = "agent.log"
+
+
+_log = logging.getLogger("shipyard.agent")
 
 
 def utcnow() -> datetime:
@@ -118,7 +123,70 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
             .where(Job.state.in_([JobState.QUEUED, JobState.RUNNING]))
             .order_by(Job.id)
         ).all()
-        return Pass(active=bool(live), fingerprint=tuple((i, s, c) for i, s, c in live))
+    _commit_outputs(ctx)
+    return Pass(active=bool(live), fingerprint=tuple((i, s, c) for i, s, c in live))
+
+
+def _commit_outputs(ctx: ServiceContext, at_most: int = 4) -> None:
+    """Copy finished checkpoints and exports into the artifact store (outside the pass's
+    transaction: writing gigabytes must not hold the database). A relaunch on another node, and
+    every model download, then read them from there."""
+    with ctx.db.transaction() as session:
+        pending = session.execute(
+            select(Artifact.id, Artifact.path, Artifact.kind, Artifact.step, Job.id, Job.project, Job.owner)
+            .join(Job, Job.id == Artifact.job_id)
+            .where(Artifact.stored_name.is_(None))
+            .order_by(Artifact.id)
+            .limit(at_most)
+        ).all()
+    for artifact_id, path, kind, step, job_id, project, owner in pending:
+        name = f"jobs/{job_id}/{kind}/step-{step}"
+        try:
+            storage.put(ctx, Path(path), name, project=project, owner=owner)
+        except Conflict:
+            pass  # committed by an earlier pass that died before recording it
+        except NotFound:
+            name = ""  # pruned before it could be committed; nothing to retry
+        except ShipyardError as exc:  # a full or unreachable store: the job's outcome stands
+            _log.warning("could not commit %s to the artifact store: %s", path, exc)
+            name = ""
+        with ctx.db.transaction() as session:
+            session.execute(update(Artifact).where(Artifact.id == artifact_id).values(stored_name=name))
+
+
+def _with_fetched_data(ctx: ServiceContext, job: Job) -> JobSpec:
+    """The job's spec with each ``store:NAME`` dataset replaced by its verified local copy."""
+    spec = validate_job_spec(job.spec)
+    if not spec.data.stored():
+        return spec
+    session = object_session(job)
+    assert session is not None
+    document = spec.model_dump(mode="json", by_alias=True)
+    document["data"]["paths"] = [
+        str(storage.materialize(ctx, p.removeprefix(STORE_SCHEME), project=job.project, session=session))
+        if p.startswith(STORE_SCHEME)
+        else p
+        for p in spec.data.paths
+    ]
+    return validate_job_spec(document)
+
+
+def _fetch_checkpoint(ctx: ServiceContext, session: Session, job: Job, into: Path) -> Path | None:
+    """The job's newest checkpoint from the artifact store, when this node has none of its own
+    (the job ran elsewhere before)."""
+    stored = session.scalars(
+        select(Artifact)
+        .where(Artifact.job_id == job.id, Artifact.kind == "checkpoint", Artifact.stored_name != "")
+        .where(Artifact.stored_name.is_not(None))
+        .order_by(Artifact.step.desc())
+        .limit(1)
+    ).first()
+    if stored is None or stored.stored_name is None:
+        return None
+    target = into / Path(stored.path).name
+    if not target.exists():
+        storage.get(ctx, stored.stored_name, target, project=job.project, session=session)
+    return target
 
 
 def _running(session: Session) -> list[Attempt]:
@@ -203,12 +271,16 @@ def _launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
     (run_dir / RESULT_FILE).unlink(missing_ok=True)  # a stale result would be read as this attempt's
     resume_from = job.resume_from
     if number > 1:  # a relaunch continues from the job's own newest checkpoint
-        own = latest_checkpoint(run_dir / CHECKPOINT_DIR)
+        session = object_session(job)
+        assert session is not None
+        own = latest_checkpoint(run_dir / CHECKPOINT_DIR) or _fetch_checkpoint(
+            ctx, session, job, run_dir / CHECKPOINT_DIR
+        )
         resume_from = str(own) if own else resume_from
     LaunchPlan(
         job_id=job.id,
         attempt=number,
-        spec=validate_job_spec(job.spec),
+        spec=_with_fetched_data(ctx, job),
         run_dir=str(run_dir),
         cache_dir=str(ctx.settings.cache_dir),
         accelerator_type=placed.accelerator_type,
@@ -310,6 +382,8 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
     now = utcnow()
     attempt.exit_code = exit_code
     attempt.finished_at = job.finished_at = now
+    if result is not None and result.checkpoint and result.status != "completed":
+        _record_checkpoint(session, job, result)  # the next attempt, here or elsewhere, resumes from it
     if result is not None and result.status == "completed":
         attempt.state, attempt.exit_reason = JobState.SUCCEEDED, ExitReason.COMPLETED
         job.state, job.exit_reason = JobState.SUCCEEDED, ExitReason.COMPLETED
@@ -366,18 +440,23 @@ def _describe_exit(code: int) -> str:
     return f"the training process exited with code {code} without reporting a result"
 
 
+def _record_checkpoint(session: Session, job: Job, result: AttemptResult) -> None:
+    assert result.checkpoint is not None
+    session.add(
+        Artifact(
+            job_id=job.id,
+            kind="checkpoint",
+            path=result.checkpoint,
+            step=result.step,
+            size_bytes=_size(Path(result.checkpoint)),
+        )
+    )
+
+
 def _register_outputs(ctx: ServiceContext, session: Session, job: Job, result: AttemptResult) -> None:
     """Record the final checkpoint and export, and publish the export as a new model version."""
     if result.checkpoint:
-        session.add(
-            Artifact(
-                job_id=job.id,
-                kind="checkpoint",
-                path=result.checkpoint,
-                step=result.step,
-                size_bytes=_size(Path(result.checkpoint)),
-            )
-        )
+        _record_checkpoint(session, job, result)
     if not result.export_dir:
         return
     export = Artifact(

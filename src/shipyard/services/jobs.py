@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session
 
 from shipyard.db import Artifact, Job, Metric, rows_changed
 from shipyard.domain import ExitReason, JobState
-from shipyard.errors import Conflict, InvalidSpec, NotFound, Unschedulable
+from shipyard.errors import Conflict, DatasetError, InvalidSpec, NotFound, Unschedulable
 from shipyard.executors.base import Request
-from shipyard.schemas.jobspec import JobSpec, parse_job_spec, validate_job_spec
+from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, parse_job_spec, validate_job_spec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     CHECKPOINT_POINTER,
@@ -24,7 +24,7 @@ from shipyard.schemas.launch import (
 )
 from shipyard.schemas.presets import PRESETS
 from shipyard.schemas.views import ArtifactView, AttemptView, JobDetail, JobView
-from shipyard.services import agent, audit, rbac
+from shipyard.services import agent, audit, rbac, storage
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import estimate_job
 from shipyard.services.planning import hardware_catalog
@@ -44,7 +44,7 @@ def absolutize(spec: JobSpec, base: Path) -> JobSpec:
         return str(expanded if expanded.is_absolute() else base / expanded)
 
     document = spec.model_dump(mode="json", by_alias=True)
-    document["data"]["paths"] = [resolve(p) for p in spec.data.paths]
+    document["data"]["paths"] = [p if p.startswith(STORE_SCHEME) else resolve(p) for p in spec.data.paths]
     if spec.data.tokenizer.path:
         document["data"]["tokenizer"]["path"] = resolve(spec.data.tokenizer.path)
     if spec.model.path:
@@ -57,6 +57,9 @@ def submit(
 ) -> JobView:
     """Validate everything that can be known before launch, then queue the job."""
     spec.data.files()  # missing or empty dataset: fail now, not in the job's log
+    for name in spec.data.stored():  # present, readable by the submitter, not empty
+        if storage.stat(ctx, name, spec.project).size_bytes == 0:
+            raise DatasetError(f"dataset store:{name} is empty", hint="store text or JSONL files in it")
     _check_model(spec)
     request = Request.of(spec.resources)
     unplaceable = ctx.executor.check_feasible(request)

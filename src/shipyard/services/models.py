@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from shipyard.db import ModelVersion
 from shipyard.errors import Conflict, ExecutorError, InvalidSpec, NotFound
 from shipyard.schemas.views import Completion, ModelVersionView
-from shipyard.services import audit, rbac
+from shipyard.services import audit, rbac, storage
 from shipyard.services.context import ServiceContext
 
 
@@ -49,7 +49,19 @@ def resolve(ctx: ServiceContext, ref: str) -> tuple[str, Path]:
         return str(path), path
     with ctx.db.transaction() as session:
         found, label = _allowed(ctx, session, ref, "model.download")
-        return label, Path(found.artifact.path)
+        return label, _export_folder(ctx, session, found)
+
+
+def _export_folder(ctx: ServiceContext, session: Session, version: ModelVersion) -> Path:
+    """The version's export: the job's folder on this node, else a copy fetched (once, verified)
+    from the artifact store into the cache."""
+    folder = Path(version.artifact.path)
+    if folder.is_dir() or not version.artifact.stored_name:
+        return folder
+    cached = ctx.settings.cache_dir / "models" / version.job_id / f"step-{version.step}"
+    if not cached.is_dir():
+        storage.get(ctx, version.artifact.stored_name, cached, project=version.project, session=session)
+    return cached
 
 
 def _find(session: Session, name: str, version: str) -> ModelVersion:
@@ -158,7 +170,7 @@ def download(ctx: ServiceContext, ref: str, file: str) -> Path:
     """One file of a version's export, for streaming; permission-checked and audited."""
     with ctx.db.transaction() as session:
         found, label = _allowed(ctx, session, ref, "model.download")
-        folder = Path(found.artifact.path).resolve()
+        folder = _export_folder(ctx, session, found).resolve()
         path = (folder / file).resolve()
         if folder not in path.parents or not path.is_file():
             raise NotFound(

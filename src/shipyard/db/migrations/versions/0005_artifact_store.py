@@ -1,4 +1,4 @@
-"""Artifact store catalog: blobs, artifacts (manifests) and their entries
+"""Artifact store catalog: blobs, artifacts (manifests) and their entries; job outputs' store names
 
 Revision ID: 0005
 Revises: 0004
@@ -17,6 +17,8 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    with op.batch_alter_table("artifacts") as batch:
+        batch.add_column(sa.Column("stored_name", sa.String(255), nullable=True))
     op.create_table(
         "stored_blobs",
         sa.Column("name", sa.String(128), primary_key=True),
@@ -60,3 +62,5 @@ def downgrade() -> None:
     op.drop_table("stored_entries")
     op.drop_table("stored_artifacts")
     op.drop_table("stored_blobs")
+    with op.batch_alter_table("artifacts") as batch:
+        batch.drop_column("stored_name")
