@@ -110,7 +110,14 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 class Server:
     """A real ``shipyard server`` (uvicorn) on a free loopback port, with its own home."""
 
-    def __init__(self, home: Path, db_url: str, admin_password: str, queues_yaml: str | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        db_url: str,
+        admin_password: str,
+        queues_yaml: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         import socket
 
         if queues_yaml is not None:
@@ -127,6 +134,7 @@ class Server:
             **Cli(home).env,
             "SHIPYARD_DB_URL": db_url,
             "SHIPYARD_INIT_ADMIN": f"admin:{admin_password}",
+            **(env or {}),
         }
         self.process = subprocess.Popen(
             [*SHIPYARD, "server", "--port", str(self.port)],

@@ -10,6 +10,7 @@ that says what to do. Boundaries translate: the CLI prints ``Error:``/``Hint:`` 
     ├── Unauthenticated        no valid credentials: wrong password, bad/expired/revoked token
     ├── Forbidden              authenticated, but the role does not allow the action
     ├── Conflict               the resource is in a state that forbids the request
+    ├── PayloadTooLarge        an upload is larger than the server accepts
     ├── Unschedulable          no device set of this machine can ever run the job
     ├── ExecutorError          a job could not be launched or controlled
     ├── CheckpointError        a checkpoint could not be written or read
@@ -32,6 +33,7 @@ __all__ = [
     "IntegrityError",
     "InvalidSpec",
     "NotFound",
+    "PayloadTooLarge",
     "ShipyardError",
     "StorageError",
     "Unauthenticated",
@@ -138,3 +140,10 @@ class IntegrityError(StorageError):
 
     code = "integrity_error"
     http_status = 500
+
+
+class PayloadTooLarge(ShipyardError):
+    """Raised when an upload exceeds the configured limit; the message names the limit."""
+
+    code = "payload_too_large"
+    http_status = 413

@@ -25,6 +25,8 @@ class Settings:
     """The scheduling policy the agent runs (`shipyard sim policies` lists them)."""
     audit_key: str | None = None
     """Key of the audit log's MACs; default: a key file made once in ``home``."""
+    max_upload_bytes: int = 2 << 30
+    """Largest artifact the API server accepts in one upload (``SHIPYARD_MAX_UPLOAD_MB``)."""
 
     @property
     def runs_dir(self) -> Path:
@@ -48,4 +50,5 @@ class Settings:
             round_s=float(os.environ.get("SHIPYARD_ROUND_S", "300")),
             policy=os.environ.get("SHIPYARD_POLICY", "shipyard"),
             audit_key=os.environ.get("SHIPYARD_AUDIT_KEY") or None,
+            max_upload_bytes=int(float(os.environ.get("SHIPYARD_MAX_UPLOAD_MB", "2048")) * 2**20),
         )

@@ -190,3 +190,57 @@ def test_model_registry_stages_downloads_and_retention(server: Server, tmp_path:
         assert ("model.promote", f"model/chat:{second}", "admin") in actions
         assert ("model.delete", f"model/chat:{first}", "admin") in actions
         assert root.verify_audit()["ok"]
+
+
+def test_artifacts_upload_download_limits_and_names(tmp_path: Path) -> None:
+    server = Server(
+        tmp_path / "home", f"sqlite:///{tmp_path / 'db'}", PASSWORD, env={"SHIPYARD_MAX_UPLOAD_MB": "1"}
+    )
+    try:
+        with admin(server) as root:
+            payload = bytes(range(256)) * 2000  # 512,000 bytes
+            (tmp_path / "w.bin").write_bytes(payload)
+            stored = root.upload_artifact(tmp_path / "w.bin", "nlp", "ckpt/run-1/w.bin", replicas=1)
+            assert (stored.project, stored.name, stored.size_bytes) == (
+                "nlp",
+                "ckpt/run-1/w.bin",
+                len(payload),
+            )
+            assert root.download_artifact("nlp", "ckpt/run-1/w.bin", tmp_path / "back.bin") == len(payload)
+            assert (tmp_path / "back.bin").read_bytes() == payload
+            odd = "q'; DROP TABLE stored_artifacts; --"
+            root.upload_artifact(tmp_path / "w.bin", "nlp", odd)
+            assert {a.name for a in root.list_artifacts("nlp")} == {"ckpt/run-1/w.bin", odd}  # verbatim
+
+            (tmp_path / "big.bin").write_bytes(b"\0" * (2 << 20))
+            headers = {"Authorization": f"Bearer {root._http.headers['Authorization'].split()[1]}"}
+            too_big = httpx.put(
+                f"{server.url}/api/v1/artifacts/nlp/big.bin",
+                content=(tmp_path / "big.bin").read_bytes(),
+                headers=headers,
+            )
+            assert too_big.status_code == 413
+            assert "at most 1 MiB" in problem_of(too_big)["detail"]
+
+            def chunks() -> Any:  # no Content-Length: the limit is enforced while streaming
+                for _ in range(3):
+                    yield b"\0" * (1 << 19)
+
+            streamed = httpx.put(
+                f"{server.url}/api/v1/artifacts/nlp/big2.bin", content=chunks(), headers=headers
+            )
+            assert streamed.status_code == 413
+            for bad in (
+                "..%2F..%2Fetc%2Fpasswd",
+                "a/%2E%2E/%2E%2E/b",
+                "a%00b",
+            ):  # encoded: httpx normalizes ..
+                response = httpx.put(
+                    f"{server.url}/api/v1/artifacts/nlp/{bad}", content=b"x", headers=headers
+                )
+                assert response.status_code == 400, (bad, response.text)
+                assert problem_of(response)["code"] == "invalid_spec"
+            assert {a.name for a in root.list_artifacts("nlp")} == {"ckpt/run-1/w.bin", odd}
+            assert not list((tmp_path / "home" / "uploads").iterdir())
+    finally:
+        server.stop()

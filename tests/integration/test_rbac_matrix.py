@@ -50,6 +50,13 @@ class World:
         """A version of model ``m`` in the project, as a finished job of the member's leaves it."""
         return seed_model_version(self.server, "m", PROJECT, "member")
 
+    def fresh_artifact(self) -> str:
+        """An artifact of the project, uploaded by the member."""
+        name = f"data/a{next(self.counter)}.bin"
+        with self.as_("member") as member:
+            member._call("PUT", f"/api/v1/artifacts/{PROJECT}/{name}", content=b"payload")
+        return name
+
     def fresh_token(self) -> str:
         with self.as_("admin") as root:
             return str(root.issue_token(f"t{next(self.counter)}", ["read"])["id"])
@@ -111,6 +118,23 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
     ("DELETE", "/api/v1/models/{name}/versions/{version}"): (
         frozenset({"owner", "admin"}),
         lambda w: (f"/api/v1/models/m/versions/{w.fresh_model()}", {}),
+    ),
+    ("GET", "/api/v1/artifacts"): (AUTHENTICATED, lambda w: ("/api/v1/artifacts", {})),
+    ("PUT", "/api/v1/artifacts/{project}/{name}"): (
+        PROJECT_WRITE,
+        lambda w: (f"/api/v1/artifacts/{PROJECT}/data/u{next(w.counter)}.bin", {"content": b"bytes"}),
+    ),
+    ("GET", "/api/v1/artifacts/{project}/{name}"): (
+        PROJECT_WRITE,  # artifact contents and digests: members and up, as model weights
+        lambda w: (f"/api/v1/artifacts/{PROJECT}/{w.fresh_artifact()}", {}),
+    ),
+    ("GET", "/api/v1/downloads/{project}/{name}"): (
+        PROJECT_WRITE,
+        lambda w: (f"/api/v1/downloads/{PROJECT}/{w.fresh_artifact()}", {}),
+    ),
+    ("DELETE", "/api/v1/artifacts/{project}/{name}"): (
+        frozenset({"maintainer", "owner", "admin"}),
+        lambda w: (f"/api/v1/artifacts/{PROJECT}/{w.fresh_artifact()}", {}),
     ),
     ("GET", "/api/v1/audit"): (frozenset({"admin"}), lambda w: ("/api/v1/audit", {})),
     ("GET", "/api/v1/audit/verify"): (frozenset({"admin"}), lambda w: ("/api/v1/audit/verify", {})),

@@ -7,9 +7,12 @@ module only turns a bearer token into the caller, and errors into problem JSON
 
 import logging
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -25,17 +28,20 @@ from prometheus_client import (
 )
 from pydantic import BaseModel, Field
 from sqlalchemy import func, select
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from shipyard import __version__
 from shipyard.db import Job
-from shipyard.errors import InvalidSpec, ShipyardError, Unauthenticated
+from shipyard.errors import InvalidSpec, PayloadTooLarge, ShipyardError, Unauthenticated
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.schemas.views import JobDetail, JobView, ModelVersionView
-from shipyard.services import accounts, audit, auditing, models, rbac
+from shipyard.schemas.views import JobDetail, JobView, ModelVersionView, StoredArtifactView
+from shipyard.services import accounts, audit, auditing, models, rbac, storage
 from shipyard.services import jobs as job_service
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
+from shipyard.storage.names import check_name
 
 log = logging.getLogger("shipyard.api")
 PROBLEM = "application/problem+json"
@@ -187,7 +193,7 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
                 "model": Problem,
                 "content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}},
             }
-            for status in (400, 401, 403, 404, 409, 413, 422)
+            for status in (400, 401, 403, 404, 409, 413, 422, 507)
         },
     )
     _install_error_handlers(app)
@@ -339,6 +345,99 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
         models.delete(ctx, f"{_name(name)}:{version}")
         return Response(status_code=204)
 
+    @app.get("/api/v1/artifacts", operation_id="listArtifacts", response_model=list[StoredArtifactView])
+    def list_artifacts(
+        ctx: Caller,
+        project: Annotated[str | None, Query(max_length=64)] = None,
+        prefix: Annotated[str, Query(max_length=255)] = "",
+    ) -> list[StoredArtifactView]:
+        return storage.list_artifacts(ctx, _name(project) if project else None, prefix)
+
+    @app.put(
+        "/api/v1/artifacts/{project}/{name:path}",
+        operation_id="uploadArtifact",
+        response_model=StoredArtifactView,
+        status_code=201,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+            }
+        },
+    )
+    async def upload_artifact(
+        project: str,
+        name: str,
+        request: Request,
+        ctx: Caller,
+        replicas: Annotated[int | None, Query(ge=1, le=16)] = None,
+        encrypt: bool | None = None,
+    ) -> StoredArtifactView:
+        """The body is the file; it is streamed to disk and refused past the upload limit."""
+        check_name(name)
+        limit = ctx.settings.max_upload_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise _too_large(int(declared), limit)
+        uploads = ctx.settings.home / "uploads"
+        uploads.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=uploads) as staging:
+            path = Path(staging) / "body"
+            size = 0
+            with open(path, "wb") as sink:
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise _too_large(size, limit)
+                    sink.write(chunk)
+            return await run_in_threadpool(
+                storage.put,
+                ctx,
+                path,
+                name,
+                project=_name(project),
+                replicas=replicas,
+                encrypt=encrypt,
+                file_name=name.rsplit("/", 1)[-1],
+            )
+
+    @app.get(
+        "/api/v1/artifacts/{project}/{name:path}",
+        operation_id="getArtifact",
+        response_model=StoredArtifactView,
+    )
+    def get_artifact(project: str, name: str, ctx: Caller) -> StoredArtifactView:
+        return storage.stat(ctx, name, _name(project))
+
+    @app.delete("/api/v1/artifacts/{project}/{name:path}", operation_id="deleteArtifact", status_code=204)
+    def delete_artifact(project: str, name: str, ctx: Caller) -> Response:
+        storage.delete(ctx, name, _name(project))
+        return Response(status_code=204)
+
+    @app.get(
+        "/api/v1/downloads/{project}/{name:path}",
+        operation_id="downloadArtifact",
+        response_class=FileResponse,
+        responses={200: {"content": {"application/octet-stream": {}}}},
+    )
+    def download_artifact(
+        project: str, name: str, ctx: Caller, file: Annotated[str | None, Query(max_length=4096)] = None
+    ) -> FileResponse:
+        """A file of an artifact (``file``: its path inside a folder artifact), verified before
+        the first byte is sent."""
+        staging = Path(tempfile.mkdtemp(dir=ctx.settings.home))
+        try:
+            inside = storage.get_file(ctx, name, file, staging / "file", project=_name(project))
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return FileResponse(
+            staging / "file",
+            media_type="application/octet-stream",
+            filename=inside.rsplit("/", 1)[-1],
+            background=BackgroundTask(shutil.rmtree, staging, ignore_errors=True),
+        )
+
     @app.get("/api/v1/audit", operation_id="listAudit")
     def list_audit(
         ctx: Caller,
@@ -352,6 +451,14 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
         return auditing.verify(ctx).to_dict()
 
     return app
+
+
+def _too_large(size: int, limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"the upload is {size / 2**20:.1f} MiB or more; this server accepts at most {limit / 2**20:.0f} MiB",
+        hint="store large checkpoints from the training node (`shipyard storage put`), "
+        "or raise SHIPYARD_MAX_UPLOAD_MB",
+    )
 
 
 def _name(value: str) -> str:

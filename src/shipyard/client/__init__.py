@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from shipyard import errors
-from shipyard.schemas.views import JobDetail, JobView, ModelVersionView
+from shipyard.schemas.views import JobDetail, JobView, ModelVersionView, StoredArtifactView
 
 _BY_CODE: dict[str, type[errors.ShipyardError]] = {
     cls.code: cls
@@ -104,11 +104,41 @@ class Client:
 
     def download_model_file(self, name: str, version: int, file: str, out: Path) -> int:
         """Stream one file of a model version to ``out`` (written atomically); returns its size."""
+        return self._download(f"/api/v1/models/{name}/versions/{version}/files/{file}", out)
+
+    def list_artifacts(self, project: str | None = None, prefix: str = "") -> list[StoredArtifactView]:
+        params = {"prefix": prefix, **({"project": project} if project else {})}
+        return [
+            StoredArtifactView.model_validate(a)
+            for a in self._call("GET", "/api/v1/artifacts", params=params)
+        ]
+
+    def upload_artifact(
+        self, path: Path, project: str, name: str, *, replicas: int | None = None, encrypt: bool | None = None
+    ) -> StoredArtifactView:
+        """Store one file as artifact ``project/name`` (streamed, not read into memory)."""
+        params = {k: v for k, v in {"replicas": replicas, "encrypt": encrypt}.items() if v is not None}
+        with open(path, "rb") as body:
+            stored = self._call(
+                "PUT",
+                f"/api/v1/artifacts/{project}/{name}",
+                params=params,
+                content=body,
+                headers={
+                    "Content-Type": "application/octet-stream",
+                    "Content-Length": str(path.stat().st_size),
+                },
+            )
+        return StoredArtifactView.model_validate(stored)
+
+    def download_artifact(self, project: str, name: str, out: Path, file: str | None = None) -> int:
+        params = f"?file={file}" if file else ""
+        return self._download(f"/api/v1/downloads/{project}/{name}{params}", out)
+
+    def _download(self, path: str, out: Path) -> int:
         staged = out.with_name(f".{out.name}.partial")
         try:
-            with self._http.stream(
-                "GET", f"/api/v1/models/{name}/versions/{version}/files/{file}"
-            ) as response:
+            with self._http.stream("GET", path) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise _error(response)

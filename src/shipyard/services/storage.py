@@ -8,11 +8,12 @@ collection removes after its grace period, and never a partial artifact.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,16 +105,29 @@ def put(
     replicas: int | None = None,
     encrypt: bool | None = None,
     progress: Callable[[int], Progress] | None = None,
+    owner: str | None = None,
+    file_name: str | None = None,
 ) -> StoredArtifactView:
     """Store a file or a folder as artifact ``project/name``; visible only once every blob is
-    durable. ``progress(total_bytes)`` returns the per-chunk callback."""
+    durable. ``progress(total_bytes)`` returns the per-chunk callback; ``owner`` is recorded as
+    the creator when the caller acts for someone (the agent for a job's owner)."""
     check_name(name)
     check_name(project, "project name")
     source = source.expanduser()
     files = _files_of(source)
+    if file_name is not None and source.is_file():  # an upload's temporary file, by the name given
+        files = [(check_name(file_name, "file name"), source, files[0][2])]
     total = sum(size for _, _, size in files)
     store = open_store(ctx)
     copies = store.config.replicas_for(project, replicas)
+    notes = []
+    roots = len(store.backend.describe()) if store.backend.kind == "local" else copies
+    if replicas is None and copies > roots:
+        # A default the store cannot meet yet (one built-in root) must not fail every checkpoint.
+        notes.append(
+            f"{copies} replicas by default but only {roots} root(s): stored {roots}; add roots for more"
+        )
+        copies = roots
     encrypted = store.config.project(project).encrypt if encrypt is None else encrypt
     with ctx.db.transaction() as session:
         rbac.require(ctx, session, "artifact.write", f"artifact/{project}/{name}", project)
@@ -133,7 +147,7 @@ def put(
             size_bytes=total,
             replicas=copies,
             encrypted=encrypted,
-            created_by=ctx.actor.name,
+            created_by=owner or ctx.actor.name,
         )
         for path, blob, _ in placed:
             row = _catalog(session, store, blob, copies, project)
@@ -149,7 +163,7 @@ def put(
             detail={"bytes": total, "files": len(files), "replicas": copies, "encrypted": encrypted},
         )
         view = _view(artifact, with_entries=False)
-    warnings = [warning for _, _, written in placed for warning in written.warnings]
+    warnings = notes + [warning for _, _, written in placed for warning in written.warnings]
     return view.model_copy(update={"warnings": warnings})
 
 
@@ -234,9 +248,11 @@ def get(
     *,
     project: str = DEFAULT_PROJECT,
     progress: Callable[[int], Progress] | None = None,
+    session: Session | None = None,
 ) -> StoredArtifactView:
-    """Write artifact ``project/name`` to ``out``: a file, or a folder that appears whole."""
-    with ctx.db.transaction() as session:
+    """Write artifact ``project/name`` to ``out``: a file, or a folder that appears whole.
+    ``session``: the caller's open transaction, when it holds one (the agent launching a job)."""
+    with _within(ctx, session) as session:
         artifact = _readable(ctx, session, project, name, "artifact.read")
         audit.append(session, ctx.audit_key, ctx.actor, "artifact.get", f"artifact/{project}/{name}")
         view = _view(artifact, with_entries=True)
@@ -248,6 +264,7 @@ def get(
         target = out / blobs[0][0] if out.is_dir() else out
         store.blobs.get_file(blobs[0][1], target, report)
         return view
+    out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise Conflict(f"{out} exists and is not an empty folder", hint="give a new path for the folder")
     staging = out.with_name(f".{out.name}.{os.getpid()}.part")
@@ -263,6 +280,58 @@ def get(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return view
+
+
+@contextlib.contextmanager
+def _within(ctx: ServiceContext, session: Session | None) -> Iterator[Session]:
+    if session is not None:
+        yield session
+    else:
+        with ctx.db.transaction() as own:
+            yield own
+
+
+def get_file(
+    ctx: ServiceContext, name: str, file: str | None, out: Path, *, project: str = DEFAULT_PROJECT
+) -> str:
+    """One file of an artifact (the only one when ``file`` is None) to ``out``; -> its path in
+    the artifact."""
+    with ctx.db.transaction() as session:
+        artifact = _readable(ctx, session, project, name, "artifact.read")
+        entries = {entry.path: entry for entry in artifact.entries}
+        if file is None and len(entries) == 1:
+            file = next(iter(entries))
+        if file not in entries:
+            shown = ", ".join(list(entries)[:10])
+            raise NotFound(f"artifact {project}/{name} has no file {file!r}", hint=f"its files: {shown}")
+        audit.append(
+            session,
+            ctx.audit_key,
+            ctx.actor,
+            "artifact.get",
+            f"artifact/{project}/{name}",
+            detail={"file": file},
+        )
+        blob = _blob(entries[file].blob)
+    open_store(ctx).blobs.get_file(blob, out)
+    return file
+
+
+def materialize(ctx: ServiceContext, name: str, *, project: str, session: Session | None = None) -> Path:
+    """A verified copy of an artifact in this node's cache, fetched once per content (a dataset
+    that several jobs read, or a job that runs again)."""
+    with _within(ctx, session) as within:
+        artifact = _readable(ctx, within, project, name, "artifact.read")
+        content = hashlib.sha256(
+            "\n".join(f"{e.path}\0{e.blob.digest}" for e in artifact.entries).encode()
+        ).hexdigest()
+        target = ctx.settings.cache_dir / "artifacts" / content[:24]
+        final = target if artifact.kind == "folder" else target / artifact.entries[0].path
+        if not final.exists():  # both kinds appear whole or not at all
+            if artifact.kind == "file":
+                target.mkdir(parents=True, exist_ok=True)
+            get(ctx, name, target, project=project, session=within)
+    return final
 
 
 def _blob(row: StoredBlob) -> Blob:
