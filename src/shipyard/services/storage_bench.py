@@ -29,14 +29,14 @@ _IO_BYTES = 4 << 20
 def run(
     scratch_parent: Path, size_bytes: int, *, extra: dict[str, Backend] | None = None
 ) -> list[dict[str, Any]]:
-    """Rows of {case, write_gbps, read_gbps, write_ratio, read_ratio}; ``extra`` adds cases on
-    other backends (an S3 endpoint), compared with the same plain figures."""
+    """Rows of {case, write_gbps, read_gbps, write_ratio, read_ratio, scrub_gbps}; ``extra`` adds
+    cases on other backends (an S3 endpoint). Each case is paired with a plain copy measured just
+    before it: a VM's disk speed drifts by 2-3x within minutes, a ratio of neighbours does not."""
     scratch = Path(tempfile.mkdtemp(prefix="shipyard-bench-", dir=scratch_parent))
     try:
         source = scratch / "source.bin"
         _fill(source, size_bytes)
-        plain_write, plain_read = _plain(source, scratch / "plain.bin")
-        rows = [_row("plain file (fsync)", plain_write, plain_read, plain_write, plain_read)]
+        rows: list[dict[str, Any]] = []
         key = secrets.token_bytes(32)
         ring = Keyring({"bench": key}, "bench")
         cases: list[tuple[str, Backend, int, bool]] = [
@@ -46,13 +46,22 @@ def run(
         ]
         cases += [(label, backend, 1, False) for label, backend in (extra or {}).items()]
         for label, backend, replicas, encrypt in cases:
+            plain_write, plain_read = _plain(source, scratch / "plain.bin")
+            if not rows:
+                rows.append(_row("plain file (fsync)", plain_write, plain_read, plain_write, plain_read))
             store = BlobStore(backend, lambda: ring)
             started = time.perf_counter()
             blob, _ = store.put_file(source, replicas=replicas, encrypt=encrypt)
             write_s = time.perf_counter() - started
             _drop_cache_under(scratch)
             read_s = _timed(lambda: store.read(blob, store.verifier(blob)))  # noqa: B023
-            rows.append(_row(label, size_bytes / write_s, size_bytes / read_s, plain_write, plain_read))
+            row = _row(label, size_bytes / write_s, size_bytes / read_s, plain_write, plain_read)
+            _drop_cache_under(scratch)
+            started = time.perf_counter()
+            verified = store.scrub(blob, replicas, repair=False).bytes_verified
+            row["scrub_gbps"] = round(verified / (time.perf_counter() - started) / 1e9, 3)
+            rows.append(row)
+            backend.remove(blob.name)  # the next case starts from the same free space
         return rows
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -58,6 +58,8 @@ def _free_port_pair() -> int:
 class SeaweedCluster:
     data: Path
     volume_servers: int = 3
+    max_volumes: int = 30
+    """Volume slots per server (64 MB each, two copies per volume): bounds what the cluster holds."""
     weed: str = field(default_factory=weed_binary)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
@@ -126,7 +128,7 @@ class SeaweedCluster:
             "volume",
             f"-port={self.ports[f'volume{i}']}",
             f"-dir={folder}",
-            "-max=30",
+            f"-max={self.max_volumes}",
             f"-mserver={self.master}",
             "-dataCenter=dc1",
             f"-rack=rack{i}",

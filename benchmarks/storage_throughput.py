@@ -1,0 +1,89 @@
+"""Artifact store throughput beside plain file copies on the same disk, in one run.
+
+Writes a checkpoint-sized file (2 GiB of random bytes by default) through the store: one replica,
+one replica encrypted, two replicas on one disk, and one object on a loopback SeaweedFS cluster
+through its S3 gateway; and, in the same rounds, copies the same bytes with a plain sequential
+write + fsync and reads the copy back. Page caches of the files read are dropped first, so reads
+come from the disk. Reports GB/s, the ratio to the plain figures, and scrub speed (GB/s
+verified), as medians over rounds (this machine is noisy).
+
+    .venv/bin/python benchmarks/storage_throughput.py [--size-gib 2] [--rounds 3] [--no-s3] [--json]
+
+Targets of the issue: one replica >= 0.8x plain write and >= 0.9x plain read; encrypted >= 0.6x;
+two replicas on one disk >= 0.45x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from shipyard.services import storage_bench
+from shipyard.storage.s3 import S3Objects
+from shipyard.storage.seaweedfs import SeaweedCluster
+
+FIGURES = ("write_gbps", "read_gbps", "write_ratio", "read_ratio", "scrub_gbps")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-gib", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-s3", action="store_true", help="skip the SeaweedFS case")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    size = int(args.size_gib * 2**30)
+    scratch = Path(tempfile.mkdtemp(prefix="storage-bench-"))
+    # Each round stores the file twice over (replication 010) in 64 MB volumes: room for all rounds.
+    slots = int(args.rounds * args.size_gib * 1024 / 64) + 20
+    cluster = None if args.no_s3 else SeaweedCluster(scratch / "seaweedfs", max_volumes=slots).start()
+    try:
+        rounds: list[list[dict[str, Any]]] = []
+        for n in range(args.rounds):
+            extra = {}
+            if cluster is not None:
+                prefix = f"round{n}/"
+                extra["SeaweedFS S3, replication 010"] = S3Objects(
+                    cluster.s3.model_copy(update={"prefix": prefix})
+                )
+            rounds.append(storage_bench.run(scratch, size, extra=extra))
+    finally:
+        if cluster is not None:
+            cluster.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+    medians = [
+        {
+            "case": case_rows[0]["case"],
+            **{f: statistics.median(r[f] for r in case_rows) for f in FIGURES if f in case_rows[0]},
+        }
+        for case_rows in zip(*rounds, strict=True)
+    ]
+    result = {
+        "machine": f"{platform.machine()}, {platform.python_version()}",
+        "size_gib": args.size_gib,
+        "rounds": args.rounds,
+        "medians": medians,
+        "per_round": rounds,
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"{args.size_gib:g} GiB, median of {args.rounds} rounds")
+    header = ("write GB/s", "read GB/s", "write x", "read x", "scrub GB/s")
+    print(f"{'case':34s} " + " ".join(f"{h:>10s}" for h in header))
+    for row in medians:
+        print(
+            f"{row['case']:34s} {row['write_gbps']:10.3f} {row['read_gbps']:10.3f} "
+            f"{row['write_ratio']:10.2f} {row['read_ratio']:10.2f} "
+            f"{row.get('scrub_gbps', float('nan')):10.3f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
