@@ -74,6 +74,8 @@ def _row(case: str, write: float, read: float, plain_write: float, plain_read: f
         "read_gbps": round(read / 1e9, 3),
         "write_ratio": round(write / plain_write, 3),
         "read_ratio": round(read / plain_read, 3),
+        "plain_write_gbps": round(plain_write / 1e9, 3),
+        "plain_read_gbps": round(plain_read / 1e9, 3),
     }
 
 
