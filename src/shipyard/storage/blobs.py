@@ -16,7 +16,7 @@ from pathlib import Path
 from shipyard.errors import IntegrityError, NotFound, StorageError
 from shipyard.storage.backend import Backend, Reader, ScrubTally, Verify, Written
 from shipyard.storage.crypto import MasterKeys, decrypt_chunks, encrypt_chunks, new_data_key
-from shipyard.storage.digests import BlockHasher, blocks, hashed
+from shipyard.storage.digests import BlockHasher, blocks, hashed, prefetched
 
 Progress = Callable[[int], None]
 """Called with the bytes done since the last call."""
@@ -135,7 +135,7 @@ class BlobStore:
                 raise IntegrityError(f"blob {blob.name}: {size} bytes decrypted, {blob.size_bytes} expected")
             return
         hasher = BlockHasher()
-        for piece in blocks(read):
+        for piece in prefetched(blocks(read)):
             hasher.update(piece)
             yield piece
         if hasher.hexdigest() != blob.digest or hasher.size != blob.size_bytes:

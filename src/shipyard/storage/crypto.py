@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from shipyard.errors import DependencyMissing, IntegrityError, InvalidSpec
+from shipyard.storage.digests import blocks, prefetched
 from shipyard.storage.files import write_atomically
 
 MAGIC = b"SHYENC1\n"
@@ -78,11 +79,11 @@ def decrypt_chunks(read: Callable[[int], bytes], data_key: bytes, what: str) -> 
         raise IntegrityError(f"{what}: not an encrypted Shipyard blob (bad or truncated header)")
     chunk_bytes, prefix = _HEADER.unpack(header[len(MAGIC) :])
     cipher = _aesgcm(data_key)
-    sealed = chunk_bytes + _TAG_BYTES
+    chunks = prefetched(blocks(read, chunk_bytes + _TAG_BYTES))
     index = 0
-    current = read(sealed)
+    current = next(chunks, b"")
     while True:
-        following = read(sealed) if len(current) == sealed else b""
+        following = next(chunks, b"")
         final = not following
         nonce = prefix + struct.pack(">I", index)
         try:

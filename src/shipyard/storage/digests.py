@@ -9,6 +9,8 @@ nothing beside the read itself. ``hashlib`` releases the GIL on large buffers, s
 from __future__ import annotations
 
 import hashlib
+import queue
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -60,6 +62,42 @@ def blocks(read: Callable[[int], bytes], size: int = BLOCK_BYTES) -> Iterator[by
         yield block
         if len(block) < size:
             return
+
+
+def prefetched(pieces: Iterator[bytes], depth: int = 4) -> Iterator[bytes]:
+    """``pieces``, produced by a background thread up to ``depth`` ahead: the next read from
+    disk or network overlaps the hashing or decryption of the current one (reads release the GIL)."""
+    ready: queue.Queue[tuple[bytes | None, BaseException | None]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for piece in pieces:
+                while not stop.is_set():
+                    try:
+                        ready.put((piece, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            ready.put((None, None))
+        except BaseException as exc:  # handed to the consumer, raised there
+            ready.put((None, exc))
+
+    producer = threading.Thread(target=produce, name="shipyard-readahead", daemon=True)
+    producer.start()
+    try:
+        while True:
+            piece, error = ready.get()
+            if error is not None:
+                raise error
+            if piece is None:
+                return
+            yield piece
+    finally:
+        stop.set()  # the consumer stopped early (a bad replica): let the producer end
+        producer.join()
 
 
 def hashed(pieces: Iterable[bytes], hasher: BlockHasher) -> Iterator[bytes]:
