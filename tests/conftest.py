@@ -190,6 +190,7 @@ def seed_model_version(server: Server, name: str, project: str, owner: str) -> i
     from shipyard.db import Artifact, Job, ModelVersion
     from shipyard.services.context import open_context
     from shipyard.settings import Settings
+    from tests.builders import spec_dict
 
     tag = secrets.token_hex(3)
     export = server.home / "exports" / tag
@@ -202,8 +203,9 @@ def seed_model_version(server: Server, name: str, project: str, owner: str) -> i
         with ctx.db.transaction() as session:
             job_id = f"{name}-{tag}"
             session.add(
-                Job(id=job_id, name=name, project=project, queue="default", state="succeeded", spec={},
-                    devices=1, accelerator_types=["cpu"], run_dir=str(export), owner=owner)
+                Job(id=job_id, name=name, project=project, queue="default", state="succeeded",
+                    spec=spec_dict(name, project=project), devices=1, accelerator_types=["cpu"],
+                    run_dir=str(export), owner=owner)
             )  # fmt: skip
             session.flush()
             artifact = Artifact(job_id=job_id, kind="export", path=str(export), step=1, size_bytes=23)

@@ -175,6 +175,15 @@ def test_model_registry_stages_downloads_and_retention(server: Server, tmp_path:
             headers={"Authorization": f"Bearer {token}"},
         )
         assert traversal.status_code == 400 and "is not a file of a model" in problem_of(traversal)["detail"]
+        lineage = bob.model_lineage("chat", first)
+        assert (lineage["model"], lineage["base_model"], lineage["checkpoint_step"]) == (
+            f"chat:{first}",
+            "llama-tiny",
+            1,
+        )
+        assert [d["digest"] for d in lineage["dataset"]] == [None, None]  # local files: no content digest
+        differences = bob.compare_models("chat", first, second)["differences"]
+        assert set(differences) == {"job"}  # same spec, data and metrics; another job
         with pytest.raises(Forbidden):
             bob.promote_model("chat", first, "production")  # members do not promote
         assert root.promote_model("chat", first, "production").stage == "production"
@@ -242,5 +251,23 @@ def test_artifacts_upload_download_limits_and_names(tmp_path: Path) -> None:
                 assert problem_of(response)["code"] == "invalid_spec"
             assert {a.name for a in root.list_artifacts("nlp")} == {"ckpt/run-1/w.bin", odd}
             assert not list((tmp_path / "home" / "uploads").iterdir())
+    finally:
+        server.stop()
+
+
+def test_queues_and_nodes_show_what_waits_and_why_to_those_who_may_read_it(tmp_path: Path) -> None:
+    hold = "clusterQueues: [{name: hold, nominal: {cpu: 0}}]\nlocalQueues: {default: hold}\n"
+    server = Server(tmp_path / "home", f"sqlite:///{tmp_path / 'db'}", PASSWORD, queues_yaml=hold)
+    try:
+        with user(server, "ana", "vision", "member") as ana, user(server, "bo", "audio", "member") as bo:
+            job = ana.submit_job(spec_dict(project="vision"))
+            deadline = time.monotonic() + 30
+            while not (pending := ana.queues()["pending"]) or "quota" not in pending[0]["reason"]:
+                assert time.monotonic() < deadline, pending
+                time.sleep(0.3)
+            assert [(p["id"], p["project"]) for p in pending] == [(job.id, "vision")]
+            assert bo.queues()["pending"] == []  # another project's job is not shown
+            assert [q["name"] for q in bo.queues()["queues"]] == ["hold"]
+            assert {d.accelerator_type for d in bo.nodes()} >= {"cpu"}
     finally:
         server.stop()

@@ -106,6 +106,8 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
         PROJECT_READ,
         lambda w: (f"/api/v1/jobs/{w.fresh_job()}/logs", {}),
     ),
+    ("GET", "/api/v1/queues"): (AUTHENTICATED, lambda w: ("/api/v1/queues", {})),
+    ("GET", "/api/v1/nodes"): (AUTHENTICATED, lambda w: ("/api/v1/nodes", {})),
     ("GET", "/api/v1/models"): (AUTHENTICATED, lambda w: ("/api/v1/models", {})),
     ("POST", "/api/v1/models/{name}/versions/{version}/stage"): (
         frozenset({"maintainer", "owner", "admin"}),
@@ -114,6 +116,14 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
     ("GET", "/api/v1/models/{name}/versions/{version}/files/{file}"): (
         PROJECT_WRITE,  # downloading weights: members and up, not viewers
         lambda w: (f"/api/v1/models/m/versions/{w.fresh_model()}/files/config.json", {}),
+    ),
+    ("GET", "/api/v1/models/{name}/versions/{version}/lineage"): (
+        PROJECT_READ,
+        lambda w: (f"/api/v1/models/m/versions/{w.fresh_model()}/lineage", {}),
+    ),
+    ("GET", "/api/v1/models/{name}/compare"): (
+        PROJECT_READ,
+        lambda w: ("/api/v1/models/m/compare", {"params": {"a": w.fresh_model(), "b": w.fresh_model()}}),
     ),
     ("DELETE", "/api/v1/models/{name}/versions/{version}"): (
         frozenset({"owner", "admin"}),

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from prometheus_client import (
@@ -36,10 +37,12 @@ from shipyard import __version__
 from shipyard.db import Job
 from shipyard.errors import InvalidSpec, PayloadTooLarge, ShipyardError, Unauthenticated
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.schemas.views import JobDetail, JobView, ModelVersionView, StoredArtifactView
+from shipyard.schemas.views import DeviceView, JobDetail, JobView, ModelVersionView, StoredArtifactView
 from shipyard.services import accounts, audit, auditing, models, rbac, storage
 from shipyard.services import jobs as job_service
 from shipyard.services.context import ServiceContext, open_context
+from shipyard.services.devices import list_devices
+from shipyard.services.scheduler import queue_status
 from shipyard.settings import Settings
 from shipyard.storage.names import check_name
 
@@ -47,6 +50,9 @@ log = logging.getLogger("shipyard.api")
 PROBLEM = "application/problem+json"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 """Ids and names in paths: no slashes, no dots first, so nothing can walk out of a folder."""
+MAX_VERSION = 2**31 - 1
+"""Version numbers are 32-bit integers in the database; a larger one is a 422, not an overflow."""
+Version = Annotated[int, PathParam(ge=1, le=MAX_VERSION)]
 
 
 # --- request and response bodies ----------------------------------------------------------------
@@ -312,6 +318,16 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
             job_ended=chunk.job_ended,
         )
 
+    @app.get("/api/v1/queues", operation_id="queueStatus")
+    def queue_state(ctx: Caller) -> dict[str, Any]:
+        """Pending jobs with why each waits, and every queue's quota, usage and borrowing."""
+        return queue_status(ctx)
+
+    @app.get("/api/v1/nodes", operation_id="listDevices", response_model=list[DeviceView])
+    def list_nodes(ctx: Caller) -> list[DeviceView]:
+        """The devices of the node this server runs on, each with its accelerator type."""
+        return list_devices(ctx)
+
     @app.get("/api/v1/models", operation_id="listModels", response_model=list[ModelVersionView])
     def list_models(
         ctx: Caller, name: Annotated[str | None, Query(max_length=64)] = None
@@ -323,7 +339,7 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
         operation_id="promoteModel",
         response_model=ModelVersionView,
     )
-    def promote_model(name: str, version: int, body: StageChange, ctx: Caller) -> ModelVersionView:
+    def promote_model(name: str, version: Version, body: StageChange, ctx: Caller) -> ModelVersionView:
         return models.promote(ctx, f"{_name(name)}:{version}", body.stage)
 
     @app.get(
@@ -332,7 +348,7 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
         response_class=FileResponse,
         responses={200: {"content": {"application/octet-stream": {}}}},
     )
-    def download_model_file(name: str, version: int, file: str, ctx: Caller) -> FileResponse:
+    def download_model_file(name: str, version: Version, file: str, ctx: Caller) -> FileResponse:
         if file.startswith("/") or ".." in file.split("/"):
             raise InvalidSpec(
                 f"{file!r} is not a file of a model", hint="give a path inside the model, e.g. config.json"
@@ -340,8 +356,22 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
         path = models.download(ctx, f"{_name(name)}:{version}", file)
         return FileResponse(path, media_type="application/octet-stream", filename=path.name)
 
+    @app.get("/api/v1/models/{name}/versions/{version}/lineage", operation_id="modelLineage")
+    def model_lineage(name: str, version: Version, ctx: Caller) -> dict[str, Any]:
+        return models.lineage(ctx, f"{_name(name)}:{version}")
+
+    @app.get("/api/v1/models/{name}/compare", operation_id="compareModels")
+    def compare_models(
+        name: str,
+        ctx: Caller,
+        a: Annotated[int, Query(ge=1, le=MAX_VERSION)],
+        b: Annotated[int, Query(ge=1, le=MAX_VERSION)],
+    ) -> dict[str, Any]:
+        """Two versions' lineage side by side, and the fields that differ."""
+        return models.compare(ctx, f"{_name(name)}:{a}", f"{_name(name)}:{b}")
+
     @app.delete("/api/v1/models/{name}/versions/{version}", operation_id="deleteModel", status_code=204)
-    def delete_model(name: str, version: int, ctx: Caller) -> Response:
+    def delete_model(name: str, version: Version, ctx: Caller) -> Response:
         models.delete(ctx, f"{_name(name)}:{version}")
         return Response(status_code=204)
 

@@ -60,6 +60,31 @@ def delete(version: Annotated[str, typer.Argument(help="NAME:VERSION")]) -> None
     typer.echo(f"deleted {version}")
 
 
+@sub_app.command()
+def show(version: Annotated[str, typer.Argument(help="NAME:VERSION")], json_out: JsonOpt = False) -> None:
+    """Where a version comes from: job, attempts, dataset and its digest, base model, checkpoint
+    step, measured metrics beside the planner's estimate."""
+    found = model_service.lineage(open_context(), version)
+    if json_out:
+        print_json(found)
+        return
+    table(None, ["field", "value"], sorted(model_service.flatten(found).items()))
+
+
+@sub_app.command()
+def compare(
+    first: Annotated[str, typer.Argument(help="NAME:VERSION")],
+    second: Annotated[str, typer.Argument(help="NAME:VERSION")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Two versions side by side: only the fields that differ."""
+    found = model_service.compare(open_context(), first, second)
+    if json_out:
+        print_json(found)
+        return
+    table(None, ["field", first, second], [(key, a, b) for key, (a, b) in found["differences"].items()])
+
+
 def generate(
     model: Annotated[str, typer.Argument(help="NAME (newest version), NAME:VERSION, or a model folder.")],
     prompt: Annotated[str, typer.Option("--prompt", "-p", help="Text to complete.")],

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 
 from shipyard import errors
-from shipyard.schemas.views import JobDetail, JobView, ModelVersionView, StoredArtifactView
+from shipyard.schemas.views import DeviceView, JobDetail, JobView, ModelVersionView, StoredArtifactView
 
 _BY_CODE: dict[str, type[errors.ShipyardError]] = {
     cls.code: cls
@@ -90,6 +90,13 @@ class Client:
     def job_logs(self, job_id: str, offset: int = 0) -> dict[str, Any]:
         return dict(self._call("GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset}))
 
+    def queues(self) -> dict[str, Any]:
+        """Pending jobs (of the projects the caller reads) with reasons; quota and usage per queue."""
+        return dict(self._call("GET", "/api/v1/queues"))
+
+    def nodes(self) -> list[DeviceView]:
+        return [DeviceView.model_validate(d) for d in self._call("GET", "/api/v1/nodes")]
+
     def list_models(self, name: str | None = None) -> list[ModelVersionView]:
         params = {"name": name} if name else {}
         return [
@@ -149,6 +156,12 @@ class Client:
         finally:
             staged.unlink(missing_ok=True)
         return out.stat().st_size
+
+    def model_lineage(self, name: str, version: int) -> dict[str, Any]:
+        return dict(self._call("GET", f"/api/v1/models/{name}/versions/{version}/lineage"))
+
+    def compare_models(self, name: str, a: int, b: int) -> dict[str, Any]:
+        return dict(self._call("GET", f"/api/v1/models/{name}/compare", params={"a": a, "b": b}))
 
     def delete_model(self, name: str, version: int) -> None:
         self._call("DELETE", f"/api/v1/models/{name}/versions/{version}")

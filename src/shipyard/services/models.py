@@ -6,11 +6,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from shipyard.db import ModelVersion
+from shipyard.db import Job, ModelVersion
 from shipyard.errors import Conflict, ExecutorError, InvalidSpec, NotFound
 from shipyard.schemas.views import Completion, ModelVersionView
 from shipyard.services import audit, rbac, storage
@@ -129,6 +130,57 @@ def generate(
 
 
 STAGES = ("none", "staging", "production", "archived")
+
+
+def lineage(ctx: ServiceContext, ref: str) -> dict[str, Any]:
+    """Where a version comes from: its job and attempts, dataset (with its content digest when
+    stored), base model, checkpoint step, and the planner's estimate beside what was measured."""
+    with ctx.db.transaction() as session:
+        found, label = _allowed(ctx, session, ref, "model.read")
+        job = session.get(Job, found.job_id)
+        assert job is not None
+        spec = job.spec
+        last = job.attempts[-1] if job.attempts else None
+        return {
+            "model": label,
+            "project": found.project,
+            "stage": found.stage,
+            "created_at": found.created_at.isoformat(),
+            "job": job.id,
+            "owner": job.owner,
+            "attempts": len(job.attempts),
+            "accelerator_type": last.accelerator_type if last else None,
+            "checkpoint_step": found.step,
+            "base_model": spec.get("model", {}).get("path") or spec.get("model", {}).get("preset"),
+            "dataset": [
+                storage.dataset_lineage(session, job.project, p)
+                for p in spec.get("data", {}).get("paths", [])
+            ],
+            "stored_as": found.artifact.stored_name or None,
+            "metrics": found.metrics,
+            "estimate": job.estimate or {},
+        }
+
+
+def compare(ctx: ServiceContext, first: str, second: str) -> dict[str, Any]:
+    """Two versions' lineage side by side, with the fields that differ."""
+    a, b = lineage(ctx, first), lineage(ctx, second)
+    flat_a, flat_b = flatten(a), flatten(b)
+    differing = {
+        key: [flat_a.get(key), flat_b.get(key)]
+        for key in sorted(flat_a.keys() | flat_b.keys())
+        if flat_a.get(key) != flat_b.get(key) and key not in ("model", "created_at")
+    }
+    return {"a": a, "b": b, "differences": differing}
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts and lists as one level of dotted keys (``metrics.eval_loss``, ``dataset.0.path``)."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in flatten(item, f"{prefix}{key}.").items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in flatten(item, f"{prefix}{i}.").items()}
+    return {prefix.rstrip("."): value}
 
 
 def _allowed(ctx: ServiceContext, session: Session, ref: str, permission: str) -> tuple[ModelVersion, str]:

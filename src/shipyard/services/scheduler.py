@@ -32,6 +32,7 @@ from shipyard.scheduling.model import RoundPlan
 from shipyard.scheduling.policies import STRICT_ORDER_POLICIES, policy_named
 from shipyard.scheduling.quota import Admission, ClusterQueue, Queues
 from shipyard.schemas.jobspec import JobSpec, validate_job_spec
+from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
 
 QUEUES_FILE = "queues.yaml"
@@ -254,12 +255,15 @@ def plan_round(
 
 
 def queue_status(ctx: ServiceContext) -> dict[str, Any]:
-    """Pending jobs with the scheduler's reason, and quota, usage and borrowing per queue."""
+    """Pending jobs with the scheduler's reason (those of projects the caller reads), and quota,
+    usage and borrowing per queue."""
     with ctx.db.transaction() as session:
         plan, admission, rows = plan_round(ctx, session, datetime.now(UTC))
+        readable = None if ctx.actor.is_admin else set(rbac.projects_of(session, ctx.actor))
         pending = [
             {
                 "id": row.id,
+                "project": row.project,
                 "queue": row.queue,
                 "priority": row.priority,
                 "devices": row.devices,
@@ -268,7 +272,7 @@ def queue_status(ctx: ServiceContext) -> dict[str, Any]:
                 "reason": row.pending_reason or plan.pending_reasons.get(row.id, ""),
             }
             for row in sorted(rows.values(), key=lambda r: (r.submitted_at, r.id))
-            if row.state == JobState.QUEUED
+            if row.state == JobState.QUEUED and (readable is None or row.project in readable)
         ]
     queues = load_queues(ctx.settings.home, _capacity(ctx.executor.devices))
     usage = admission.usage

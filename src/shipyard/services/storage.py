@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 
 from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
 from shipyard.errors import Conflict, InvalidSpec, NotFound
+from shipyard.schemas.jobspec import STORE_SCHEME
 from shipyard.schemas.views import (
     GcReport,
     ScrubReport,
@@ -322,16 +323,33 @@ def materialize(ctx: ServiceContext, name: str, *, project: str, session: Sessio
     that several jobs read, or a job that runs again)."""
     with _within(ctx, session) as within:
         artifact = _readable(ctx, within, project, name, "artifact.read")
-        content = hashlib.sha256(
-            "\n".join(f"{e.path}\0{e.blob.digest}" for e in artifact.entries).encode()
-        ).hexdigest()
-        target = ctx.settings.cache_dir / "artifacts" / content[:24]
+        target = ctx.settings.cache_dir / "artifacts" / content_digest(artifact)[:24]
         final = target if artifact.kind == "folder" else target / artifact.entries[0].path
         if not final.exists():  # both kinds appear whole or not at all
             if artifact.kind == "file":
                 target.mkdir(parents=True, exist_ok=True)
             get(ctx, name, target, project=project, session=within)
     return final
+
+
+def content_digest(artifact: StoredArtifact) -> str:
+    """One digest for an artifact's whole content: its files' paths and block digests."""
+    listing = "\n".join(f"{e.path}\0{e.blob.digest}" for e in artifact.entries)
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def dataset_lineage(session: Session, project: str, path: str) -> dict[str, object]:
+    """What a job's data path was: a stored dataset with its content digest, or a local path
+    (not content-addressed: the files may have changed since)."""
+    if not path.startswith(STORE_SCHEME):
+        return {"path": path, "digest": None}
+    name = path.removeprefix(STORE_SCHEME)
+    artifact = _find(session, project, name)
+    return {
+        "path": path,
+        "digest": content_digest(artifact) if artifact else None,
+        "artifact": f"{project}/{name}",
+    }
 
 
 def _blob(row: StoredBlob) -> Blob:
