@@ -11,8 +11,8 @@ import pytest
 
 from shipyard.client import Client
 from shipyard.errors import Conflict, Forbidden, InvalidSpec, NotFound, Unauthenticated
-from tests.builders import spec_dict
-from tests.conftest import Server, seed_model_version
+from tests.builders import spec_dict, write_spec
+from tests.conftest import Cli, Server, seed_model_version
 
 PASSWORD = "a long enough passphrase"
 
@@ -269,5 +269,26 @@ def test_queues_and_nodes_show_what_waits_and_why_to_those_who_may_read_it(tmp_p
             assert bo.queues()["pending"] == []  # another project's job is not shown
             assert [q["name"] for q in bo.queues()["queues"]] == ["hold"]
             assert {d.accelerator_type for d in bo.nodes()} >= {"cpu"}
+    finally:
+        server.stop()
+
+
+def test_the_jobs_commands_work_against_a_server(tmp_path: Path) -> None:
+    hold = "clusterQueues: [{name: hold, nominal: {cpu: 0}}]\nlocalQueues: {default: hold}\n"
+    server = Server(tmp_path / "server", f"sqlite:///{tmp_path / 'db'}", PASSWORD, queues_yaml=hold)
+    try:
+        with admin(server) as root:
+            token = root.issue_token("cli", ["read", "write", "admin"])["token"]
+        cli = Cli(tmp_path / "laptop")  # a machine with no platform of its own
+        cli.env.update({"SHIPYARD_URL": server.url, "SHIPYARD_TOKEN": token})
+        job = cli.json("jobs", "submit", str(write_spec(tmp_path)))
+        assert [j["id"] for j in cli.json("jobs", "list")] == [job["id"]]
+        assert cli.json("jobs", "show", job["id"])["spec"]["name"] == "tiny"
+        assert cli.run("jobs", "logs", job["id"]).stdout == ""  # queued: nothing logged yet
+        assert cli.json("jobs", "cancel", job["id"])["state"] == "cancelled"
+        assert not (tmp_path / "laptop" / "shipyard.db").exists()  # everything happened on the server
+        cli.env["SHIPYARD_TOKEN"] = token[:-2] + "xx"
+        refused = cli.run("jobs", "list", check=False)
+        assert refused.returncode == 1 and "invalid, expired or revoked token" in refused.stderr
     finally:
         server.stop()

@@ -13,19 +13,18 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from shipyard.cli._jobs_backend import Jobs
 from shipyard.cli._output import err_console
 from shipyard.domain import JobState
 from shipyard.schemas.views import JobView
-from shipyard.services import jobs as job_service
-from shipyard.services.context import ServiceContext
 
 POLL_S = 1.0
 """Seconds between looks at the job: slow enough not to slow training on a small machine."""
 
 
-def follow(ctx: ServiceContext, job_id: str) -> JobView:
+def follow(platform: Jobs, job_id: str) -> JobView:
     """Show progress on stderr until the job reaches a final state; returns its last view."""
-    view = job_service.status(ctx, job_id)
+    view = platform.status(job_id)
     columns = (
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -40,7 +39,7 @@ def follow(ctx: ServiceContext, job_id: str) -> JobView:
         while not JobState(view.state).is_final:
             progress.update(task, completed=view.step, stats=_stats(view))
             time.sleep(POLL_S)
-            view = job_service.status(ctx, job_id)
+            view = platform.status(job_id)
         progress.update(task, completed=view.step, stats=_stats(view))
     return view
 

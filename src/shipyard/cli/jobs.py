@@ -9,11 +9,10 @@ from typing import Annotated, Any
 import typer
 
 from shipyard.cli._follow import follow
+from shipyard.cli._jobs_backend import jobs as jobs_backend
 from shipyard.cli._output import JsonOpt, console, duration, fmt, print_json, table
 from shipyard.domain import JobState
 from shipyard.schemas.views import JobDetail, JobView
-from shipyard.services import jobs as job_service
-from shipyard.services.context import open_context
 
 sub_app = typer.Typer(help="Submit and watch training jobs.", no_args_is_help=True)
 
@@ -37,14 +36,14 @@ def submit(
     json_out: JsonOpt = False,
 ) -> None:
     """Queue a training job; the local agent starts it when its devices are free."""
-    ctx = open_context()
-    view = job_service.submit(ctx, job_service.load_spec_file(spec), resume=resume, resume_from=resume_from)
+    platform = jobs_backend()
+    view = platform.submit(spec, resume=resume, resume_from=resume_from)
     if not json_out:
         console.print(
             f"submitted [bold]{view.id}[/]" + (f" (resuming {view.resume_from})" if view.resume_from else "")
         )
     if wait:
-        view = follow(ctx, view.id)
+        view = follow(platform, view.id)
     if json_out:
         print_json(view)
     elif wait:
@@ -69,7 +68,7 @@ def list_(
     json_out: JsonOpt = False,
 ) -> None:
     """Jobs, newest first, with progress and why queued ones wait."""
-    views = job_service.list_jobs(open_context(), state=state, limit=limit)
+    views = jobs_backend().list(state, limit)
     if json_out:
         print_json(views)
         return
@@ -95,7 +94,7 @@ def list_(
 @sub_app.command()
 def show(job_id: JobIdArg, json_out: JsonOpt = False) -> None:
     """One job: state, attempts, summary figures and artifacts."""
-    detail = job_service.get(open_context(), job_id)
+    detail = jobs_backend().get(job_id)
     if json_out:
         print_json(detail)
         return
@@ -185,10 +184,10 @@ def logs(
     ] = False,
 ) -> None:
     """The job's training log (its newest attempt)."""
-    ctx = open_context()
+    platform = jobs_backend()
     offset = 0
     while True:
-        chunk = job_service.read_log(ctx, job_id, offset, must_exist=not follow_)
+        chunk = platform.log(job_id, offset, must_exist=not follow_)
         if chunk.data:
             typer.echo(chunk.data.decode(errors="replace"), nl=False)
         offset = chunk.next_offset
@@ -203,7 +202,7 @@ def logs(
 @sub_app.command()
 def cancel(job_id: JobIdArg, json_out: JsonOpt = False) -> None:
     """Cancel a job: a running one checkpoints first (SIGTERM), and is killed after a grace period."""
-    view = job_service.cancel(open_context(), job_id)
+    view = jobs_backend().cancel(job_id)
     if json_out:
         print_json(view)
     elif view.state == JobState.CANCELLED:

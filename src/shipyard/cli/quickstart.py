@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from shipyard.cli._follow import follow
+from shipyard.cli._jobs_backend import Embedded
 from shipyard.cli._output import console, duration, table
 from shipyard.domain import JobState
 from shipyard.errors import ShipyardError
@@ -40,7 +41,7 @@ def quickstart(
     )
     submitted = job_service.submit(ctx, spec)
     console.print(f"job [bold]{submitted.id}[/] submitted; logs: shipyard jobs logs {submitted.id}")
-    view = follow(ctx, submitted.id)
+    view = follow(Embedded(ctx), submitted.id)
     if view.state != JobState.SUCCEEDED:
         raise ShipyardError(
             f"quickstart job {view.id} {view.state}: {view.message or 'see its log'}",

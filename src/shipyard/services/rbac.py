@@ -85,9 +85,9 @@ def require(
             own, ctx.audit_key, actor, permission, resource, outcome="denied", detail={"project": project}
         )
     where = f" in project {project!r}" if project else ""
-    held = f"its role {role!r}" if role else "no role"
+    held = f"its role {role!r}{where} does not allow it" if role else f"it has no role{where}"
     raise Forbidden(
-        f"{actor.name} may not {permission} {resource}: {held}{where} does not allow it",
+        f"{actor.name} may not {permission} {resource}: {held}",
         hint="ask an owner of the project (or a cluster admin) for a role that does",
     )
 

@@ -1,0 +1,82 @@
+"""Where ``shipyard jobs`` sends its work: the embedded platform, or the server at
+``SHIPYARD_URL`` (after ``shipyard login``) through the Python client. One interface, so each
+command is written once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from shipyard.cli._remote import client, server_url
+from shipyard.schemas.views import JobDetail, JobView
+from shipyard.services import jobs as job_service
+from shipyard.services.context import ServiceContext
+
+
+class Jobs(Protocol):
+    def submit(self, spec: Path, *, resume: bool, resume_from: str | None) -> JobView: ...
+    def list(self, state: str | None, limit: int) -> list[JobView]: ...
+    def get(self, job_id: str) -> JobDetail: ...
+    def status(self, job_id: str) -> JobView: ...
+    def cancel(self, job_id: str) -> JobView: ...
+    def log(self, job_id: str, offset: int, *, must_exist: bool) -> job_service.LogChunk: ...
+
+
+class Embedded:
+    def __init__(self, ctx: ServiceContext | None = None) -> None:
+        from shipyard.services.context import open_context
+
+        self.ctx = ctx or open_context()
+
+    def submit(self, spec: Path, *, resume: bool, resume_from: str | None) -> JobView:
+        return job_service.submit(
+            self.ctx, job_service.load_spec_file(spec), resume=resume, resume_from=resume_from
+        )
+
+    def list(self, state: str | None, limit: int) -> list[JobView]:
+        return job_service.list_jobs(self.ctx, state=state, limit=limit)
+
+    def get(self, job_id: str) -> JobDetail:
+        return job_service.get(self.ctx, job_id)
+
+    def status(self, job_id: str) -> JobView:
+        return job_service.status(self.ctx, job_id)
+
+    def cancel(self, job_id: str) -> JobView:
+        return job_service.cancel(self.ctx, job_id)
+
+    def log(self, job_id: str, offset: int, *, must_exist: bool) -> job_service.LogChunk:
+        return job_service.read_log(self.ctx, job_id, offset, must_exist=must_exist)
+
+
+class Remote:
+    """The server checks and runs everything; paths in a spec must exist where it runs (a shared
+    filesystem), or name ``store:`` datasets."""
+
+    def __init__(self) -> None:
+        self.client: Any = client()
+
+    def submit(self, spec: Path, *, resume: bool, resume_from: str | None) -> JobView:
+        document = job_service.load_spec_file(spec).model_dump(mode="json", by_alias=True)
+        return self.client.submit_job(document, resume=resume, resume_from=resume_from)  # type: ignore[no-any-return]
+
+    def list(self, state: str | None, limit: int) -> list[JobView]:
+        return self.client.list_jobs(state, limit)  # type: ignore[no-any-return]
+
+    def get(self, job_id: str) -> JobDetail:
+        return self.client.get_job(job_id)  # type: ignore[no-any-return]
+
+    def status(self, job_id: str) -> JobView:
+        return self.get(job_id)
+
+    def cancel(self, job_id: str) -> JobView:
+        return self.client.cancel_job(job_id)  # type: ignore[no-any-return]
+
+    def log(self, job_id: str, offset: int, *, must_exist: bool) -> job_service.LogChunk:
+        del must_exist  # the server answers an empty chunk for a job that has not started
+        chunk = self.client.job_logs(job_id, offset)
+        return job_service.LogChunk(chunk["data"].encode(), chunk["next_offset"], chunk["job_ended"])
+
+
+def jobs() -> Jobs:
+    return Remote() if server_url() else Embedded()
