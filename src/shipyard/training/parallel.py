@@ -47,7 +47,10 @@ def init(torch_device: TorchDevice) -> Dist:
 
 
 def shutdown(d: Dist) -> None:
-    if d.enabled and dist.is_initialized():
+    """Leave the process group. A gloo group is left as it is: destroying it races the peers'
+    teardown and can abort the process after a complete run ("terminate called without an
+    active exception"); the entry point ends such processes with ``os._exit`` instead."""
+    if d.enabled and dist.is_initialized() and dist.get_backend() != "gloo":
         dist.destroy_process_group()
 
 
