@@ -13,6 +13,7 @@ from shipyard.client import Client
 from shipyard.errors import Conflict, Forbidden, InvalidSpec, NotFound, Unauthenticated
 from tests.builders import spec_dict, write_spec
 from tests.conftest import Cli, Server, seed_model_version
+from tests.integration.test_rbac_matrix import HOLD
 
 PASSWORD = "a long enough passphrase"
 
@@ -255,9 +256,13 @@ def test_artifacts_upload_download_limits_and_names(tmp_path: Path) -> None:
         server.stop()
 
 
+def held_server(tmp_path: Path) -> Server:
+    """A server whose only queue has no quota: submitted jobs stay queued, nothing trains."""
+    return Server(tmp_path / "server", f"sqlite:///{tmp_path / 'db'}", PASSWORD, queues_yaml=HOLD)
+
+
 def test_queues_and_nodes_show_what_waits_and_why_to_those_who_may_read_it(tmp_path: Path) -> None:
-    hold = "clusterQueues: [{name: hold, nominal: {cpu: 0}}]\nlocalQueues: {default: hold}\n"
-    server = Server(tmp_path / "home", f"sqlite:///{tmp_path / 'db'}", PASSWORD, queues_yaml=hold)
+    server = held_server(tmp_path)
     try:
         with user(server, "ana", "vision", "member") as ana, user(server, "bo", "audio", "member") as bo:
             job = ana.submit_job(spec_dict(project="vision"))
@@ -274,8 +279,7 @@ def test_queues_and_nodes_show_what_waits_and_why_to_those_who_may_read_it(tmp_p
 
 
 def test_the_jobs_commands_work_against_a_server(tmp_path: Path) -> None:
-    hold = "clusterQueues: [{name: hold, nominal: {cpu: 0}}]\nlocalQueues: {default: hold}\n"
-    server = Server(tmp_path / "server", f"sqlite:///{tmp_path / 'db'}", PASSWORD, queues_yaml=hold)
+    server = held_server(tmp_path)
     try:
         with admin(server) as root:
             token = root.issue_token("cli", ["read", "write", "admin"])["token"]

@@ -10,6 +10,7 @@ from typing import Any
 
 from shipyard.errors import Unauthenticated
 from shipyard.settings import Settings
+from shipyard.storage.files import write_atomically
 
 CREDENTIALS = "credentials.json"
 
@@ -34,14 +35,7 @@ def _saved() -> dict[str, Any] | None:
 def save_credentials(url: str, user: str, token: str) -> Path:
     """Kept with mode 0600, written atomically."""
     path = credentials_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staged = path.with_name(f".{path.name}.{os.getpid()}")
-    descriptor = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        json.dump({"url": url, "user": user, "token": token}, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    staged.replace(path)
+    write_atomically(path, json.dumps({"url": url, "user": user, "token": token}).encode(), mode=0o600)
     return path
 
 
