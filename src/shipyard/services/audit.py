@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from sqlalchemy import ScalarResult, select
+from sqlalchemy import ScalarResult, select, update
 from sqlalchemy.orm import Session
 
 from shipyard.db import AuditHead, AuditRecord, Database
@@ -113,8 +113,12 @@ def append(
     at: datetime | None = None,
 ) -> AuditRecord:
     """Add one record in the caller's transaction (so it commits, or not, with what it records)."""
-    # The migration made the head row; locking it serializes appenders on PostgreSQL.
-    head = session.get(AuditHead, 1, with_for_update=True)
+    # The migration made the head row. Writing it first takes the write lock before the head is
+    # read: SQLite runs reads that precede a transaction's first write outside it, so two
+    # processes (server workers, the agent) could otherwise both extend the same head.
+    # PostgreSQL locks the row either way.
+    session.execute(update(AuditHead).where(AuditHead.id == 1).values(seq=AuditHead.seq))
+    head = session.get(AuditHead, 1, with_for_update=True, populate_existing=True)
     assert head is not None, "migration 0004 creates the audit head"
     record = AuditRecord(
         seq=head.seq + 1,
