@@ -10,7 +10,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,6 +32,7 @@ from sqlalchemy import func, select
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shipyard import __version__
 from shipyard.db import Job
@@ -172,6 +173,32 @@ class Metrics:
         )
 
 
+class MeasureRequests:
+    """Counts and times every request by route template. A plain ASGI middleware: Starlette's
+    ``BaseHTTPMiddleware`` runs each request through an extra task and memory stream."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start, status = time.perf_counter(), [500]
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            path = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.requests.labels(scope["method"], path, str(status[0])).inc()
+            self.metrics.latency.labels(path).observe(time.perf_counter() - start)
+
+
 # --- the app ------------------------------------------------------------------------------------
 
 
@@ -204,15 +231,7 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
     )
     _install_error_handlers(app)
 
-    @app.middleware("http")
-    async def measure(request: Request, call_next: Callable[[Request], Any]) -> Response:
-        start = time.perf_counter()
-        response: Response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        metrics.requests.labels(request.method, path, str(response.status_code)).inc()
-        metrics.latency.labels(path).observe(time.perf_counter() - start)
-        return response
+    app.add_middleware(MeasureRequests, metrics=metrics)
 
     def caller(request: Request) -> ServiceContext:
         header = request.headers.get("authorization", "")

@@ -250,14 +250,17 @@ def authenticate(ctx: ServiceContext, bearer: str, source: str) -> audit.Actor:
     if prefix != TOKEN_PREFIX or not token_id or not secret:
         raise invalid
     with ctx.db.transaction() as session:
-        token = session.get(Token, token_id)
-        if token is None or not hmac.compare_digest(token.secret_hash, _digest(secret)):
+        found = session.execute(
+            select(Token, User).join(User, User.name == Token.user).where(Token.id == token_id)
+        ).first()
+        if found is None:
             raise invalid
-        now = utcnow()
-        if token.revoked_at is not None or (token.expires_at is not None and token.expires_at <= now):
+        token, user = found.tuple()
+        if not hmac.compare_digest(token.secret_hash, _digest(secret)):
             raise invalid
-        user = session.get(User, token.user)
-        if user is None or user.disabled:
+        if token.revoked_at is not None or (token.expires_at is not None and token.expires_at <= utcnow()):
+            raise invalid
+        if user.disabled:
             raise invalid
         return audit.Actor(
             name=user.name,

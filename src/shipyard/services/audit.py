@@ -112,16 +112,21 @@ def append(
     detail: dict[str, Any] | None = None,
     at: datetime | None = None,
 ) -> AuditRecord:
-    """Add one record in the caller's transaction (so it commits, or not, with what it records)."""
-    # The migration made the head row. Writing it first takes the write lock before the head is
-    # read: SQLite runs reads that precede a transaction's first write outside it, so two
-    # processes (server workers, the agent) could otherwise both extend the same head.
-    # PostgreSQL locks the row either way.
-    session.execute(update(AuditHead).where(AuditHead.id == 1).values(seq=AuditHead.seq))
-    head = session.get(AuditHead, 1, with_for_update=True, populate_existing=True)
-    assert head is not None, "migration 0004 creates the audit head"
+    """Add one record in the caller's transaction (so it commits, or not, with what it records).
+
+    The head row is advanced first, in one statement that also returns the previous hash: that
+    takes the write lock before anything is read (SQLite runs reads that precede a transaction's
+    first write outside it, so two processes could otherwise extend the same head), and costs one
+    round trip while every other append waits on the lock."""
+    seq, prev_hash = session.execute(
+        update(AuditHead)
+        .where(AuditHead.id == 1)
+        .values(seq=AuditHead.seq + 1)
+        .returning(AuditHead.seq, AuditHead.hash)
+        .execution_options(synchronize_session=False)
+    ).one()
     record = AuditRecord(
-        seq=head.seq + 1,
+        seq=seq,
         at=at or utcnow(),
         actor=actor.name,
         action=action,
@@ -129,12 +134,17 @@ def append(
         source=actor.source,
         outcome=outcome,
         detail=detail or {},
-        prev_hash=head.hash,
+        prev_hash=prev_hash,
     )
-    record.hash = _hash(head.hash, record)
+    record.hash = _hash(prev_hash, record)
     record.mac = _mac(key, record.hash)
     session.add(record)
-    head.seq, head.hash, head.mac = record.seq, record.hash, _mac(key, record.seq, record.hash)
+    session.execute(
+        update(AuditHead)
+        .where(AuditHead.id == 1)
+        .values(hash=record.hash, mac=_mac(key, seq, record.hash))
+        .execution_options(synchronize_session=False)
+    )
     session.flush()
     return record
 

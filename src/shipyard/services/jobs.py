@@ -12,6 +12,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
 from shipyard.db import Artifact, Job, Metric, rows_changed
+from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
 from shipyard.errors import Conflict, DatasetError, InvalidSpec, NotFound, Unschedulable
 from shipyard.executors.base import Request
@@ -92,9 +93,11 @@ def submit(
             pending_reason="waiting for the local agent to pick it up",
             estimate=estimate or None,
             owner=ctx.actor.name,
+            submitted_at=utcnow(),
         )
         session.add(job)
-        session.flush()
+        view = _view(session, job, spec)
+        # Last, so the audit head (which every append locks) is held only until the commit.
         audit.append(
             session,
             ctx.audit_key,
@@ -103,7 +106,6 @@ def submit(
             f"job/{job_id}",
             detail={"project": spec.project, "queue": spec.queue, "devices": request.devices},
         )
-        view = _view(session, job)
     run_dir.mkdir(parents=True, exist_ok=True)
     if ctx.autostart_agent:
         agent.ensure_running(ctx.settings)
@@ -231,7 +233,7 @@ def cancel(ctx: ServiceContext, job_id: str) -> JobView:
                 state=JobState.CANCELLED,
                 exit_reason=ExitReason.CANCELLED,
                 pending_reason=None,
-                finished_at=agent.utcnow(),
+                finished_at=utcnow(),
             )
         )
         if not rows_changed(queued):
@@ -278,9 +280,12 @@ def read_log(ctx: ServiceContext, job_id: str, offset: int = 0, *, must_exist: b
     return LogChunk(data, offset + len(data), ended)
 
 
-def _view(session: Session, job: Job) -> JobView:
-    last_train = _last_metric(session, job.id, "train")
-    last_eval = _last_metric(session, job.id, "eval")
+def _view(session: Session, job: Job, spec: JobSpec | None = None) -> JobView:
+    """The job as callers see it; ``spec`` is given for a job made just now, which has no
+    metrics yet (the submit path skips those queries and the spec's re-validation)."""
+    last_train = _last_metric(session, job.id, "train") if spec is None else None
+    last_eval = _last_metric(session, job.id, "eval") if spec is None else None
+    spec = spec or validate_job_spec(job.spec)
     return JobView(
         id=job.id,
         name=job.name,
@@ -292,7 +297,7 @@ def _view(session: Session, job: Job) -> JobView:
         devices=job.devices,
         accelerator_types=job.accelerator_types,
         step=last_train.step if last_train else 0,
-        total_steps=validate_job_spec(job.spec).training.total_steps,
+        total_steps=spec.training.total_steps,
         loss=last_train.loss if last_train else None,
         eval_loss=last_eval.loss if last_eval else None,
         tokens_per_s=last_train.tokens_per_s if last_train else None,
