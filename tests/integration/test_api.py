@@ -11,6 +11,7 @@ import pytest
 
 from shipyard.client import Client
 from shipyard.errors import Conflict, Forbidden, InvalidSpec, NotFound, Unauthenticated
+from shipyard.schemas.queues import ClusterQueueSpec
 from tests.builders import spec_dict, write_spec
 from tests.conftest import Cli, Server, seed_model_version
 from tests.integration.test_rbac_matrix import HOLD
@@ -278,6 +279,51 @@ def test_queues_and_nodes_show_what_waits_and_why_to_those_who_may_read_it(tmp_p
         server.stop()
 
 
+def test_quota_changes_are_admin_only_audited_and_drive_the_scheduler(tmp_path: Path, db_url: str) -> None:
+    server = Server(tmp_path / "server", db_url, PASSWORD, queues_yaml=HOLD)
+    try:
+        with admin(server) as root, user(server, "ana", "vision", "member") as ana:
+            assert root.queue_config()["source"].endswith("queues.yaml")  # never applied: the file
+            job = ana.submit_job(spec_dict(project="vision"))
+            with pytest.raises(Forbidden, match=r"may not queue\.manage"):
+                ana.set_queue(ClusterQueueSpec(name="hold", nominal={"cpu": 8}), [])
+
+            changed = root.set_queue(ClusterQueueSpec(name="hold", nominal={"cpu": 0}, cohort="lab"), [])
+            assert changed["version"] == 1 and changed["changes"]["changed"] == {
+                "hold": {"before": {"name": "hold", "nominal": {"cpu": 0}},
+                         "after": {"name": "hold", "nominal": {"cpu": 0}, "cohort": "lab"}}
+            }  # fmt: skip
+            deadline = time.monotonic() + 30  # the agent's next pass reads the applied configuration
+            while "in cohort lab" not in (reason := ana.queues()["pending"][0]["reason"]):
+                assert time.monotonic() < deadline, reason
+                time.sleep(0.3)
+            assert ana.queues()["pending"][0]["id"] == job.id
+
+            for bad, field in (
+                ({"clusterQueues": [{"name": "a", "nominal": {"cpu": -1}}]}, "clusterQueues.0.nominal.cpu"),
+                ({"clusterQueues": [{"name": "a"}], "localQueues": {"t": "nope"}}, "unknown cluster queues"),
+                ({"clusterQueues": [{"name": "../a"}]}, "clusterQueues.0.name"),
+            ):
+                response = httpx.put(
+                    f"{server.url}/api/v1/queue-config", json=bad, headers=root._http.headers
+                )
+                assert response.status_code == 422 and field in problem_of(response)["detail"], response.text
+            with pytest.raises(NotFound, match="no cluster queue named 'nope'"):
+                root.remove_queue("nope")
+            current = root.queue_config()
+            assert (current["version"], current["source"]) == (1, "database")  # refusals changed nothing
+
+            records = [r for r in root.audit() if r["resource"] == "queues"]
+            assert [(r["actor"], r["action"], r["outcome"]) for r in records] == [
+                ("ana", "queue.manage", "denied"),
+                ("admin", "quota.change", "ok"),
+            ]
+            assert records[1]["detail"]["replaces"].endswith("queues.yaml")
+            assert root.verify_audit()["ok"]
+    finally:
+        server.stop()
+
+
 def test_the_jobs_commands_work_against_a_server(tmp_path: Path) -> None:
     server = held_server(tmp_path)
     try:
@@ -290,6 +336,10 @@ def test_the_jobs_commands_work_against_a_server(tmp_path: Path) -> None:
         assert cli.json("jobs", "show", job["id"])["spec"]["name"] == "tiny"
         assert cli.run("jobs", "logs", job["id"]).stdout == ""  # queued: nothing logged yet
         assert cli.json("jobs", "cancel", job["id"])["state"] == "cancelled"
+        changed = cli.run("queues", "set", "hold", "--nominal", "cpu=0", "--cohort", "lab").stdout
+        assert changed.startswith("queue configuration version 1 in force: changed hold"), changed
+        assert cli.json("queues", "config")["config"]["clusterQueues"][0]["cohort"] == "lab"
+        assert [q["name"] for q in cli.json("queues")] == ["hold"]
         assert not (tmp_path / "laptop" / "shipyard.db").exists()  # everything happened on the server
         cli.env["SHIPYARD_TOKEN"] = token[:-2] + "xx"
         refused = cli.run("jobs", "list", check=False)

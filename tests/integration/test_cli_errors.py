@@ -162,3 +162,34 @@ def test_the_cli_imports_without_torch() -> None:
 
     code = "import sys, shipyard.cli.main; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_bad_queue_configurations_change_nothing(cli: Cli, tmp_path: Path) -> None:
+    bad = tmp_path / "queues.yaml"
+    bad.write_text("clusterQueues: [{name: a, nominal: {cpu: 2}}]\nlocalQueues: {team: b}\n")
+    expect_error(
+        cli,
+        "queues",
+        "apply",
+        str(bad),
+        message="local queues point at unknown cluster queues (team -> b)",
+        hint="write clusterQueues",
+    )
+    bad.write_text("clusterQueues: [{name: a, nominal: {cpu: many}}]\n")
+    expect_error(
+        cli, "queues", "apply", str(bad), message="`clusterQueues.0.nominal.cpu`", hint="write clusterQueues"
+    )
+    expect_error(
+        cli,
+        "queues",
+        "set",
+        "a",
+        "--nominal",
+        "cpu",
+        message="--nominal 'cpu' is not TYPE=DEVICES",
+        hint="e.g.",
+    )
+    expect_error(
+        cli, "queues", "remove", "a", message="no cluster queue named 'a'", hint="cluster queues: none"
+    )
+    assert cli.json("queues", "config")["config"] is None  # nothing was applied

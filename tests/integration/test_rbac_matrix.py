@@ -14,8 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from shipyard.client import Client
+from shipyard.schemas.queues import ClusterQueueSpec
 from tests.builders import spec_dict
 from tests.conftest import Server, seed_model_version
 
@@ -55,6 +57,13 @@ class World:
         name = f"data/a{next(self.counter)}.bin"
         with self.as_("member") as member:
             member._call("PUT", f"/api/v1/artifacts/{PROJECT}/{name}", content=b"payload")
+        return name
+
+    def fresh_queue(self) -> str:
+        """A cluster queue without quota (the admin adds it)."""
+        name = f"q{next(self.counter)}"
+        with self.as_("admin") as root:
+            root.set_queue(ClusterQueueSpec(name=name, nominal={"cpu": 0}), [])
         return name
 
     def fresh_token(self) -> str:
@@ -107,6 +116,19 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
         lambda w: (f"/api/v1/jobs/{w.fresh_job()}/logs", {}),
     ),
     ("GET", "/api/v1/queues"): (AUTHENTICATED, lambda w: ("/api/v1/queues", {})),
+    ("GET", "/api/v1/queue-config"): (AUTHENTICATED, lambda w: ("/api/v1/queue-config", {})),
+    ("PUT", "/api/v1/queue-config"): (
+        frozenset({"admin"}),
+        lambda w: ("/api/v1/queue-config", {"json": yaml.safe_load(HOLD)}),
+    ),
+    ("PUT", "/api/v1/queues/{name}"): (
+        frozenset({"admin"}),
+        lambda w: (f"/api/v1/queues/q{next(w.counter)}", {"json": {"nominal": {"cpu": 0}}}),
+    ),
+    ("DELETE", "/api/v1/queues/{name}"): (
+        frozenset({"admin"}),
+        lambda w: (f"/api/v1/queues/{w.fresh_queue()}", {}),
+    ),
     ("GET", "/api/v1/nodes"): (AUTHENTICATED, lambda w: ("/api/v1/nodes", {})),
     ("GET", "/api/v1/models"): (AUTHENTICATED, lambda w: ("/api/v1/models", {})),
     ("POST", "/api/v1/models/{name}/versions/{version}/stage"): (

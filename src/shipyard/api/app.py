@@ -27,7 +27,7 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
@@ -38,9 +38,11 @@ from shipyard import __version__
 from shipyard.db import Job
 from shipyard.errors import InvalidSpec, PayloadTooLarge, ShipyardError, Unauthenticated
 from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.schemas.queues import QUEUE_NAME_PATTERN, ClusterQueueSpec, Devices, QueueConfig, QueueName
 from shipyard.schemas.views import DeviceView, JobDetail, JobView, ModelVersionView, StoredArtifactView
 from shipyard.services import accounts, audit, auditing, models, rbac, storage
 from shipyard.services import jobs as job_service
+from shipyard.services import queues as queue_settings
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.services.devices import list_devices
 from shipyard.services.scheduler import queue_status
@@ -97,6 +99,20 @@ class Submission(BaseModel):
     spec: dict[str, Any]
     resume: bool = False
     resume_from: str | None = Field(default=None, max_length=4096)
+
+
+class QueueUpdate(BaseModel):
+    """One cluster queue's quota; its name is in the path."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    nominal: dict[QueueName, Devices] = Field(default_factory=dict)
+    cohort: QueueName | None = None
+    borrowing_limit: dict[QueueName, Devices] | None = Field(default=None, alias="borrowingLimit")
+    local_queues: list[QueueName] = Field(default_factory=list, alias="localQueues", max_length=100)
+    """Local queues (the names jobs give) to point at this queue."""
+
+
+QueuePath = Annotated[str, PathParam(pattern=QUEUE_NAME_PATTERN)]
 
 
 class LogChunkView(BaseModel):
@@ -341,6 +357,29 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
     def queue_state(ctx: Caller) -> dict[str, Any]:
         """Pending jobs with why each waits, and every queue's quota, usage and borrowing."""
         return queue_status(ctx)
+
+    @app.get("/api/v1/queue-config", operation_id="getQueueConfig")
+    def get_queue_config(ctx: Caller) -> dict[str, Any]:
+        """The queue configuration in force (cluster queues, quotas, local queues) and its source."""
+        return queue_settings.show(ctx)
+
+    @app.put("/api/v1/queue-config", operation_id="applyQueueConfig")
+    def apply_queue_config(config: QueueConfig, ctx: Caller) -> dict[str, Any]:
+        """Replace the whole configuration (cluster admins); audited as ``quota.change``."""
+        return queue_settings.apply(ctx, config)
+
+    @app.put("/api/v1/queues/{name}", operation_id="setQueue")
+    def set_queue(name: QueuePath, body: QueueUpdate, ctx: Caller) -> dict[str, Any]:
+        """Add one cluster queue or replace its quota (cluster admins); audited."""
+        queue = ClusterQueueSpec(
+            name=name, nominal=body.nominal, cohort=body.cohort, borrowing_limit=body.borrowing_limit
+        )
+        return queue_settings.set_queue(ctx, queue, body.local_queues)
+
+    @app.delete("/api/v1/queues/{name}", operation_id="removeQueue")
+    def remove_queue(name: QueuePath, ctx: Caller) -> dict[str, Any]:
+        """Remove a cluster queue and the local queues naming it (cluster admins); audited."""
+        return queue_settings.remove_queue(ctx, name)
 
     @app.get("/api/v1/nodes", operation_id="listDevices", response_model=list[DeviceView])
     def list_nodes(ctx: Caller) -> list[DeviceView]:

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from shipyard.errors import Unauthenticated
 from shipyard.settings import Settings
 from shipyard.storage.files import write_atomically
 
 CREDENTIALS = "credentials.json"
+T = TypeVar("T")
 
 
 def credentials_path() -> Path:
@@ -49,3 +51,17 @@ def client() -> Any:
     if not token:
         raise Unauthenticated(f"no token for {url}", hint=f"run `shipyard login {url}` or set SHIPYARD_TOKEN")
     return Client(url, token)
+
+
+def either(remote: Callable[[Any], T], embedded: Callable[[Any], T]) -> T:
+    """Run on the configured server, else on the embedded platform as the local admin."""
+    if server_url():
+        with client() as remote_client:
+            return remote(remote_client)
+    from shipyard.services.context import open_context
+
+    ctx = open_context(autostart_agent=False)
+    try:
+        return embedded(ctx)
+    finally:
+        ctx.close()

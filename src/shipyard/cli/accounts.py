@@ -6,35 +6,18 @@ from __future__ import annotations
 import getpass
 import json
 import os
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
 from shipyard.cli._output import JsonOpt, table
-from shipyard.cli._remote import client, server_url
-
-T = TypeVar("T")
+from shipyard.cli._remote import either
 
 users_app = typer.Typer(help="People and service accounts.", no_args_is_help=True)
 tokens_app = typer.Typer(
     help="API tokens: shown once, stored hashed, scoped, expiring.", no_args_is_help=True
 )
 projects_app = typer.Typer(help="Roles in projects: owner, maintainer, member, viewer.", no_args_is_help=True)
-
-
-def _either(remote: Callable[[Any], T], embedded: Callable[[Any], T]) -> T:
-    """Run on the configured server, else on the embedded platform as the local admin."""
-    if server_url():
-        with client() as remote_client:
-            return remote(remote_client)
-    from shipyard.services.context import open_context
-
-    ctx = open_context(autostart_agent=False)
-    try:
-        return embedded(ctx)
-    finally:
-        ctx.close()
 
 
 def _show(rows: list[dict[str, Any]], columns: list[str], json_out: bool) -> None:
@@ -56,7 +39,7 @@ def add_user(
     password = None
     if not service:
         password = os.environ.get("SHIPYARD_NEW_PASSWORD") or getpass.getpass(f"password for {name}: ")
-    _either(
+    either(
         lambda c: c.create_user(name, password, admin=admin, service=service),
         lambda ctx: accounts.create_user(ctx, name, password, admin=admin, service=service),
     )
@@ -68,7 +51,7 @@ def list_users(json_out: JsonOpt = False) -> None:
     """Every account (admins only)."""
     from shipyard.services import accounts
 
-    rows = _either(lambda c: c.list_users(), accounts.list_users)
+    rows = either(lambda c: c.list_users(), accounts.list_users)
     _show(rows, ["name", "admin", "service", "disabled"], json_out)
 
 
@@ -83,7 +66,7 @@ def create_token(
     """Issue a token; its secret is printed this once."""
     from shipyard.services import accounts
 
-    issued = _either(
+    issued = either(
         lambda c: c.issue_token(name, scope, days, user),
         lambda ctx: accounts.issue_token(ctx, user or ctx.actor.name, name, scope, days=days).to_dict(),
     )
@@ -99,7 +82,7 @@ def list_tokens(json_out: JsonOpt = False) -> None:
     """Your tokens (all tokens for an admin), without their secrets."""
     from shipyard.services import accounts
 
-    rows = _either(lambda c: c.list_tokens(), accounts.list_tokens)
+    rows = either(lambda c: c.list_tokens(), accounts.list_tokens)
     _show(rows, ["id", "user", "name", "scopes", "expires_at", "revoked"], json_out)
 
 
@@ -108,7 +91,7 @@ def revoke_token(token_id: str) -> None:
     """Revoke a token at once."""
     from shipyard.services import accounts
 
-    _either(lambda c: c.revoke_token(token_id), lambda ctx: accounts.revoke_token(ctx, token_id))
+    either(lambda c: c.revoke_token(token_id), lambda ctx: accounts.revoke_token(ctx, token_id))
     typer.echo(f"revoked token {token_id}")
 
 
@@ -117,7 +100,7 @@ def grant(project: str, user: str, role: str) -> None:
     """Give USER the ROLE (owner, maintainer, member, viewer) in PROJECT."""
     from shipyard.services import rbac
 
-    _either(lambda c: c.set_role(project, user, role), lambda ctx: rbac.grant(ctx, project, user, role))
+    either(lambda c: c.set_role(project, user, role), lambda ctx: rbac.grant(ctx, project, user, role))
     typer.echo(f"{user} is {role} of {project}")
 
 
@@ -126,7 +109,7 @@ def revoke_role(project: str, user: str) -> None:
     """Take USER's role in PROJECT away."""
     from shipyard.services import rbac
 
-    _either(lambda c: c.set_role(project, user, None), lambda ctx: rbac.grant(ctx, project, user, None))
+    either(lambda c: c.set_role(project, user, None), lambda ctx: rbac.grant(ctx, project, user, None))
     typer.echo(f"{user} has no role in {project} any more")
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from shipyard import errors
+from shipyard.schemas.queues import ClusterQueueSpec, QueueConfig
 from shipyard.schemas.views import DeviceView, JobDetail, JobView, ModelVersionView, StoredArtifactView
 
 _BY_CODE: dict[str, type[errors.ShipyardError]] = {
@@ -93,6 +94,21 @@ class Client:
     def queues(self) -> dict[str, Any]:
         """Pending jobs (of the projects the caller reads) with reasons; quota and usage per queue."""
         return dict(self._call("GET", "/api/v1/queues"))
+
+    def queue_config(self) -> dict[str, Any]:
+        """The queue configuration in force: ``{version, source, config}``."""
+        return dict(self._call("GET", "/api/v1/queue-config"))
+
+    def apply_queue_config(self, config: QueueConfig) -> dict[str, Any]:
+        return dict(self._call("PUT", "/api/v1/queue-config", json=config.document()))
+
+    def set_queue(self, queue: ClusterQueueSpec, local_queues: list[str]) -> dict[str, Any]:
+        body = {**queue.model_dump(by_alias=True, exclude_none=True), "localQueues": local_queues}
+        del body["name"]
+        return dict(self._call("PUT", f"/api/v1/queues/{queue.name}", json=body))
+
+    def remove_queue(self, name: str) -> dict[str, Any]:
+        return dict(self._call("DELETE", f"/api/v1/queues/{name}"))
 
     def nodes(self) -> list[DeviceView]:
         return [DeviceView.model_validate(d) for d in self._call("GET", "/api/v1/nodes")]

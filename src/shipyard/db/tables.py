@@ -293,3 +293,15 @@ class StoredEntry(Base):
     blob_name: Mapped[str] = mapped_column(ForeignKey("stored_blobs.name"), index=True)
 
     blob: Mapped[StoredBlob] = relationship(lazy="joined")
+
+
+class QueueConfigVersion(Base):
+    """One applied queue configuration (``schemas/queues.py``); the newest is in force. Kept, not
+    overwritten, so each quota change can be read back beside its audit record."""
+
+    __tablename__ = "queue_configs"
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    document: Mapped[dict[str, Any]]
+    applied_by: Mapped[str] = mapped_column(String(64))
+    applied_at: Mapped[datetime]

@@ -12,11 +12,11 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shipyard.errors import DatasetError, InvalidSpec
 from shipyard.hardware.catalog import catalog
+from shipyard.schemas.documents import load_mapping, validate_document
 from shipyard.schemas.presets import PRESETS
 
 API_VERSION = "shipyard/v1"
@@ -228,63 +228,19 @@ class JobSpec(_Section):
 
 def parse_job_spec(text: str, *, source: str = "job spec") -> JobSpec:
     """Parse YAML text into a ``JobSpec``; every problem becomes one ``InvalidSpec``."""
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        where = ""
-        mark = getattr(exc, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1}, column {mark.column + 1}"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise InvalidSpec(
-            f"{source} is not valid YAML{where}: {problem}",
-            hint="check the indentation and the `key: value` syntax around that line",
-        ) from None
-    if not isinstance(document, dict):
-        raise InvalidSpec(
-            f"{source} must be a YAML mapping with `name`, `model`, `data` and `training`, "
-            f"got {type(document).__name__}",
-            hint="see examples/ for a complete job spec",
-        )
+    document = load_mapping(
+        text,
+        source=source,
+        expected="a YAML mapping with `name`, `model`, `data` and `training`",
+        hint="see examples/ for a complete job spec",
+    )
     return validate_job_spec(document, source=source)
 
 
 def validate_job_spec(document: dict[str, Any], *, source: str = "job spec") -> JobSpec:
-    try:
-        return JobSpec.model_validate(document)
-    except ValidationError as exc:
-        problems = [_describe(error) for error in exc.errors()]
-        raise InvalidSpec(
-            f"{source} is invalid:\n  " + "\n  ".join(problems),
-            hint="fix the fields named above (`shipyard jobs submit --help` explains the spec)",
-        ) from None
-
-
-def _describe(error: Any) -> str:
-    loc = tuple(error["loc"])
-    field = ".".join(str(p) for p in loc) or "(top level)"
-    given = error.get("input")
-    if error["type"] == "extra_forbidden":
-        valid = _valid_fields(loc[:-1])
-        return f"unknown field `{field}` (value {given!r}); valid fields here: {', '.join(valid)}"
-    if error["type"] == "missing":
-        return f"missing required field `{field}`"
-    message = str(error["msg"]).removeprefix("Value error, ")
-    if isinstance(given, dict):
-        return f"`{field}`: {message}"
-    return f"`{field}`: {message} (got {given!r})"
-
-
-def _valid_fields(parent: tuple[Any, ...]) -> list[str]:
-    model: type[BaseModel] = JobSpec
-    for part in parent:
-        if not isinstance(part, str):
-            continue  # list index: same model
-        field = model.model_fields.get(part) or next(
-            (f for f in model.model_fields.values() if f.alias == part), None
-        )
-        annotation = getattr(field, "annotation", None)
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return []
-        model = annotation
-    return [f.alias or name for name, f in model.model_fields.items()]
+    return validate_document(
+        JobSpec,
+        document,
+        source=source,
+        hint="fix the fields named above (`shipyard jobs submit --help` explains the spec)",
+    )

@@ -3,11 +3,7 @@ handed to the same ``schedule``/``run_cycle`` the simulator drives.
 
 Throughputs come from the planner's estimate stored at submit (steps/s on the accelerator type it
 planned for, scaled by peak FLOPS to the other types), replaced by the measured median once a job
-has run on a type. Quotas come from ``$SHIPYARD_HOME/queues.yaml`` when it exists:
-
-    clusterQueues:
-      - {name: research, cohort: lab, nominal: {cpu: 2, h100-sxm: 8}, borrowingLimit: {h100-sxm: 4}}
-    localQueues: {team-a: research}
+has run on a type. Quotas are the queue configuration in force (``services/queues.py``).
 """
 
 from __future__ import annotations
@@ -15,62 +11,25 @@ from __future__ import annotations
 import statistics
 from collections import OrderedDict
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-import yaml
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from shipyard.db import Attempt, Job, Metric
 from shipyard.domain import JobState
-from shipyard.errors import InvalidSpec
 from shipyard.hardware import Device
 from shipyard.scheduling import model
 from shipyard.scheduling.cycle import schedule
 from shipyard.scheduling.model import RoundPlan
 from shipyard.scheduling.policies import STRICT_ORDER_POLICIES, policy_named
-from shipyard.scheduling.quota import Admission, ClusterQueue, Queues
+from shipyard.scheduling.quota import Admission
 from shipyard.schemas.jobspec import JobSpec, validate_job_spec
 from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
+from shipyard.services.queues import load_queues
 
-QUEUES_FILE = "queues.yaml"
 NODE = "local"
-
-
-def load_queues(home: Path, capacity: dict[str, int]) -> Queues:
-    path = home / QUEUES_FILE
-    if not path.is_file():
-        return Queues.unlimited(capacity)
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-        cluster_queues = {
-            row["name"]: ClusterQueue(
-                name=str(row["name"]),
-                nominal={str(k): int(v) for k, v in (row.get("nominal") or {}).items()},
-                cohort=row.get("cohort"),
-                borrowing_limit=(
-                    {str(k): int(v) for k, v in row["borrowingLimit"].items()}
-                    if "borrowingLimit" in row
-                    else None
-                ),
-            )
-            for row in document.get("clusterQueues") or []
-        }
-        local = {str(k): str(v) for k, v in (document.get("localQueues") or {}).items()}
-    except (yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise InvalidSpec(
-            f"{path} is not a valid queue file ({type(exc).__name__}: {exc})",
-            hint="write clusterQueues: [{name: ..., nominal: {cpu: 2}}] and localQueues: {team: name}",
-        ) from None
-    for name, target in local.items():
-        if target not in cluster_queues:
-            raise InvalidSpec(f"{path}: local queue {name!r} points at unknown cluster queue {target!r}",
-                              hint=f"cluster queues: {', '.join(cluster_queues)}")  # fmt: skip
-    if "default" not in local and "default" not in cluster_queues and cluster_queues:
-        local["default"] = next(iter(cluster_queues))
-    return Queues(cluster_queues=cluster_queues, local_queues=local)
 
 
 def _capacity(devices: list[Device]) -> dict[str, int]:
@@ -240,7 +199,7 @@ def plan_round(
     """The scheduler's decision for this node now."""
     devices = ctx.executor.devices
     jobs, nodes, throughputs, rows = snapshot(session, devices, now)
-    queues = load_queues(ctx.settings.home, _capacity(devices))
+    queues = load_queues(session, ctx.settings.home, _capacity(devices))
     plan, admission = schedule(
         jobs,
         nodes,
@@ -274,7 +233,7 @@ def queue_status(ctx: ServiceContext) -> dict[str, Any]:
             for row in sorted(rows.values(), key=lambda r: (r.submitted_at, r.id))
             if row.state == JobState.QUEUED and (readable is None or row.project in readable)
         ]
-    queues = load_queues(ctx.settings.home, _capacity(ctx.executor.devices))
+        queues = load_queues(session, ctx.settings.home, _capacity(ctx.executor.devices))
     usage = admission.usage
     cluster_queues = [
         {
