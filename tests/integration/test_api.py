@@ -142,12 +142,37 @@ def test_bad_input_is_a_clear_problem_and_changes_nothing(server: Server) -> Non
     assert response.status_code == 422
 
 
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """``/metrics`` as {(series name, labels): value}, read with Prometheus' own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics").text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def test_metrics_and_openapi(server: Server) -> None:
     with admin(server) as root:
-        root.submit_job(spec_dict())
-    text = httpx.get(f"{server.url}/metrics").text
-    assert 'shipyard_jobs{state="queued"}' in text or 'shipyard_jobs{state="running"}' in text
-    assert "shipyard_http_request_seconds_bucket" in text
+        job = root.submit_job(spec_dict())
+        deadline = time.monotonic() + 120
+        while root.get_job(job.id).started_at is None:
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.3)
+    metrics = scrape(server.url)
+    by_state = {dict(labels)["state"]: v for (name, labels), v in metrics.items() if name == "shipyard_jobs"}
+    assert set(by_state) == {"queued", "running", "succeeded", "failed", "cancelled"}  # zeros too
+    assert sum(by_state.values()) == 1
+    waits = {dict(labels)["quantile"] for (name, labels), _ in metrics.items()
+             if name == "shipyard_queue_wait_seconds"}  # fmt: skip
+    assert waits == {"0.5", "0.9", "0.99"}
+    cores = {v for (name, labels), v in metrics.items()
+             if name == "shipyard_devices" and dict(labels)["type"] == "cpu"}  # fmt: skip
+    assert cores and min(cores) >= 1
+    assert any(name == "shipyard_scheduling_seconds" and v >= 0 for (name, _), v in metrics.items())
+    assert any(name == "shipyard_http_request_seconds_bucket" for name, _ in metrics)
     schema = httpx.get(f"{server.url}/openapi.json").json()
     operations = {op["operationId"] for path in schema["paths"].values() for op in path.values()}
     assert {

@@ -3,6 +3,7 @@ and a fake vendor query standing in for a node with two cores."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from shipyard.errors import Conflict, NotFound, Unschedulable
 from shipyard.hardware import VendorQueries
 from shipyard.hardware.discovery import CpuInfo
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.services import agent, jobs
+from shipyard.services import agent, jobs, telemetry
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
 from tests.builders import spec_dict
@@ -127,3 +128,22 @@ def test_a_fitting_job_keeps_the_planners_estimate(ctx: ServiceContext) -> None:
     assert estimate["accelerator"] == "cpu" and estimate["devices"] == 1
     assert 0 < estimate["memory_gib_per_device"] < 2
     assert estimate["tokens_per_s"] > 0 and estimate["wall_time_s"] > 0
+
+
+def test_each_agent_pass_reports_devices_utilization_and_its_duration(tmp_path: Path) -> None:
+    """The vendor's utilization counters are faked (this machine has no GPU)."""
+    settings = Settings(home=tmp_path, db_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    node = dataclasses.replace(h200_node(2), utilization=lambda: {0: 0.35, 1: 0.0})
+    ctx = open_context(settings, vendor_queries=node, autostart_agent=False)
+    before = telemetry.cluster_metrics(ctx)
+    assert before.agents == [] and before.queue_wait_s == {}
+    assert before.jobs_by_state == dict.fromkeys(["queued", "running", "succeeded", "failed", "cancelled"], 0)
+
+    jobs.submit(ctx, validate_job_spec(spec_dict(resources={"accelerator": "h200", "devices": 1})))
+    telemetry.record_pass(ctx, "agent-1", pass_s=0.25, schedule_s=0.125)
+    [status] = telemetry.cluster_metrics(ctx).agents
+    assert status["devices"] == {"h200": {"total": 2, "in_use": 0}, "cpu": {"total": 2, "in_use": 0}}
+    assert status["utilization"] == {"0": 0.35, "1": 0.0}
+    assert (status["pass_s"], status["schedule_s"]) == (0.25, 0.125) and 0 <= status["age_s"] < 60
+    assert telemetry.cluster_metrics(ctx).jobs_by_state["queued"] == 1
+    ctx.close()

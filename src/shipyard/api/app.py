@@ -28,19 +28,17 @@ from prometheus_client import (
     generate_latest,
 )
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import func, select
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shipyard import __version__
-from shipyard.db import Job
 from shipyard.errors import InvalidSpec, PayloadTooLarge, ShipyardError, Unauthenticated
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.queues import QUEUE_NAME_PATTERN, ClusterQueueSpec, Devices, QueueConfig, QueueName
 from shipyard.schemas.views import DeviceView, JobDetail, JobView, ModelVersionView, StoredArtifactView
-from shipyard.services import accounts, audit, auditing, models, rbac, storage
+from shipyard.services import accounts, audit, auditing, models, rbac, storage, telemetry
 from shipyard.services import jobs as job_service
 from shipyard.services import queues as queue_settings
 from shipyard.services.context import ServiceContext, open_context
@@ -175,18 +173,60 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 class Metrics:
+    """Prometheus series: requests of this server process, and the platform's state read from the
+    database at each scrape (so every server of a cluster reports the same figures)."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+
+        def gauge(name: str, text: str, labels: tuple[str, ...] = ()) -> Gauge:
+            return Gauge(name, text, labels, registry=self.registry)
+
         self.requests = Counter(
             "shipyard_http_requests", "HTTP requests", ["method", "route", "status"], registry=self.registry
         )
         self.latency = Histogram(
             "shipyard_http_request_seconds", "HTTP request latency", ["route"], registry=self.registry
         )
-        self.jobs = Gauge("shipyard_jobs", "Jobs by state", ["state"], registry=self.registry)
-        self.queue_wait = Gauge(
-            "shipyard_queue_wait_seconds_max", "Longest wait of a queued job", registry=self.registry
+        self.jobs = gauge("shipyard_jobs", "Jobs by state", ("state",))
+        self.queue_wait = gauge("shipyard_queue_wait_seconds_max", "Longest wait of a queued job")
+        self.wait_quantiles = gauge(
+            "shipyard_queue_wait_seconds", "Submission to start, jobs started in the last hour", ("quantile",)
         )
+        self.pass_s = gauge("shipyard_agent_pass_seconds", "Duration of the agent's last pass", ("node",))
+        self.schedule_s = gauge(
+            "shipyard_scheduling_seconds", "Scheduling decision and launches in the last pass", ("node",)
+        )
+        self.pass_age = gauge(
+            "shipyard_agent_last_pass_age_seconds", "Since the agent's last pass", ("node",)
+        )
+        self.devices = gauge("shipyard_devices", "Devices (cpu: cores) per type", ("node", "type"))
+        self.in_use = gauge(
+            "shipyard_devices_in_use", "Devices (cpu: cores) leased to jobs", ("node", "type")
+        )
+        self.utilization = gauge(
+            "shipyard_device_utilization_ratio", "Busy fraction the vendor reports", ("node", "device")
+        )
+
+    def observe(self, state: telemetry.ClusterMetrics) -> None:
+        for series in (self.wait_quantiles, self.pass_s, self.schedule_s, self.pass_age, self.devices,
+                       self.in_use, self.utilization):  # fmt: skip
+            series.clear()  # a node or quantile that is gone must not linger with its last value
+        for job_state, count in state.jobs_by_state.items():
+            self.jobs.labels(job_state).set(count)
+        self.queue_wait.set(state.oldest_queued_wait_s)
+        for quantile, seconds in state.queue_wait_s.items():
+            self.wait_quantiles.labels(str(quantile)).set(seconds)
+        for agent in state.agents:
+            node = agent["node"]
+            self.pass_s.labels(node).set(agent["pass_s"])
+            self.schedule_s.labels(node).set(agent["schedule_s"])
+            self.pass_age.labels(node).set(agent["age_s"])
+            for accelerator_type, counts in agent["devices"].items():
+                self.devices.labels(node, accelerator_type).set(counts["total"])
+                self.in_use.labels(node, accelerator_type).set(counts["in_use"])
+            for device, busy in agent["utilization"].items():
+                self.utilization.labels(node, device).set(busy)
 
 
 class MeasureRequests:
@@ -269,12 +309,7 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
 
     @app.get("/metrics", operation_id="metrics", response_class=PlainTextResponse)
     def prometheus() -> Response:
-        ctx = holder["ctx"]
-        with ctx.db.transaction() as session:
-            for state, count in session.execute(select(Job.state, func.count()).group_by(Job.state)):
-                metrics.jobs.labels(state).set(count)
-            oldest = session.scalar(select(func.min(Job.submitted_at)).where(Job.state == "queued"))
-        metrics.queue_wait.set((time.time() - oldest.timestamp()) if oldest else 0.0)
+        metrics.observe(telemetry.cluster_metrics(holder["ctx"]))
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/api/v1/auth/token", operation_id="login", response_model=TokenResponse)

@@ -2,6 +2,7 @@
 
 from shipyard.db.engine import Database, open_database, rows_changed
 from shipyard.db.tables import (
+    AgentStatus,
     Artifact,
     Attempt,
     AuditHead,
@@ -20,6 +21,7 @@ from shipyard.db.tables import (
 )
 
 __all__ = [
+    "AgentStatus",
     "Artifact",
     "Attempt",
     "AuditHead",

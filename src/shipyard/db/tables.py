@@ -305,3 +305,22 @@ class QueueConfigVersion(Base):
     document: Mapped[dict[str, Any]]
     applied_by: Mapped[str] = mapped_column(String(64))
     applied_at: Mapped[datetime]
+
+
+class AgentStatus(Base):
+    """What each node's agent saw at its last pass: for ``/metrics`` and for telling a live node
+    from a silent one. One row per node, overwritten by every pass."""
+
+    __tablename__ = "agent_status"
+
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    agent_id: Mapped[str] = mapped_column(String(255))
+    last_pass_at: Mapped[datetime]
+    pass_s: Mapped[float]
+    """The whole pass: metrics ingested, exits handled, the scheduling decision acted on."""
+    schedule_s: Mapped[float]
+    """The scheduling decision and the launches it asked for."""
+    devices: Mapped[dict[str, Any]]
+    """Accelerator type -> {"total": n, "in_use": m} (cpu counts cores)."""
+    utilization: Mapped[dict[str, Any] | None]
+    """Device index -> busy fraction 0..1 from the vendor's counters, where a vendor reports it."""

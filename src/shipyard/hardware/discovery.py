@@ -63,6 +63,8 @@ class VendorQueries:
     nvidia: Callable[[], list[RawDevice]] = field(default=lambda: query_nvml())
     torch_devices: Callable[[], list[RawDevice]] = field(default=lambda: query_torch_devices())
     cpu: Callable[[], CpuInfo] = field(default=lambda: query_cpu())
+    utilization: Callable[[], dict[int, float]] = field(default=lambda: query_nvml_utilization())
+    """Busy fraction (0..1) per accelerator index, where the vendor reports one."""
 
 
 def discover(queries: VendorQueries | None = None) -> list[Device]:
@@ -194,6 +196,28 @@ def query_nvml() -> list[RawDevice]:
                 )
             )
         return devices
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def query_nvml_utilization() -> dict[int, float]:
+    """Each NVIDIA GPU's busy fraction over NVML's last sample period; {} without driver."""
+    if importlib.util.find_spec("pynvml") is None:
+        return {}
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return {}
+    try:
+        busy = {}
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            busy[i] = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
+        return busy
+    except pynvml.NVMLError:
+        return {}  # a GPU that does not report utilization (some MIG setups): unknown, not zero
     finally:
         pynvml.nvmlShutdown()
 

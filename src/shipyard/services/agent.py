@@ -34,7 +34,7 @@ from shipyard.schemas.launch import (
     LaunchPlan,
     latest_checkpoint,
 )
-from shipyard.services import audit, storage
+from shipyard.services import audit, storage, telemetry
 from shipyard.services.context import ServiceContext
 from shipyard.services.scheduler import plan_round
 from shipyard.settings import Settings
@@ -111,18 +111,22 @@ class Pass:
 
 def tick(ctx: ServiceContext, agent_id: str) -> Pass:
     """One pass of the agent over every queued and running job."""
+    started = time.perf_counter()
     with ctx.db.transaction() as session:
         for attempt in _running(session):
             _ingest_metrics(session, attempt)
             _finish_if_exited(ctx, session, attempt)
         for attempt in _running(session):
             _stop_if_cancelled(ctx, attempt)
+        scheduling = time.perf_counter()
         _admit(ctx, session, agent_id)
+        done = time.perf_counter()
         live = session.execute(
             select(Job.id, Job.state, Job.cancel_requested)
             .where(Job.state.in_([JobState.QUEUED, JobState.RUNNING]))
             .order_by(Job.id)
         ).all()
+    telemetry.record_pass(ctx, agent_id, pass_s=done - started, schedule_s=done - scheduling)
     _commit_outputs(ctx)
     return Pass(active=bool(live), fingerprint=tuple((i, s, c) for i, s, c in live))
 

@@ -1,0 +1,111 @@
+"""What the platform measures about itself: each agent's last pass (how long scheduling took,
+devices in use, vendor utilization), and the figures ``/metrics`` exports for Prometheus."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import statistics
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from shipyard.db import AgentStatus, Attempt, Job
+from shipyard.db.tables import utcnow
+from shipyard.domain import JobState
+from shipyard.hardware import Device, VendorQueries
+from shipyard.services.context import ServiceContext
+
+_log = logging.getLogger("shipyard.telemetry")
+WAIT_WINDOW = timedelta(hours=1)
+"""Queue-wait quantiles cover the jobs that started within this window."""
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def record_pass(ctx: ServiceContext, agent_id: str, *, pass_s: float, schedule_s: float) -> None:
+    """Overwrite this node's status with what the pass just did. In a transaction of its own,
+    after the pass's: losing a race for the row (two agents of one host sharing a database)
+    costs one report, never the pass."""
+    queries = ctx.vendor_queries or VendorQueries()
+    utilization = {str(index): round(busy, 4) for index, busy in queries.utilization().items()}
+    node = socket.gethostname()
+    try:
+        with ctx.db.transaction() as session:
+            status = session.get(AgentStatus, node) or AgentStatus(node=node)
+            status.agent_id, status.last_pass_at = agent_id, utcnow()
+            status.pass_s, status.schedule_s = pass_s, schedule_s
+            status.devices = _devices(ctx.executor.devices, session)
+            status.utilization = utilization or None
+            session.add(status)
+    except IntegrityError:
+        _log.info("another agent on %s reported at the same moment; this pass's report is dropped", node)
+
+
+def _devices(devices: list[Device], session: Session) -> dict[str, dict[str, int]]:
+    totals: dict[str, dict[str, int]] = {}
+    for device in devices:
+        size = device.cores if device.accelerator_type == "cpu" else 1
+        entry = totals.setdefault(device.accelerator_type, {"total": 0, "in_use": 0})
+        entry["total"] += size
+    running = session.execute(
+        select(Attempt.accelerator_type, Attempt.device_ids).where(Attempt.state == JobState.RUNNING)
+    )
+    for accelerator_type, device_ids in running:
+        entry = totals.setdefault(accelerator_type, {"total": 0, "in_use": 0})
+        entry["in_use"] += len(device_ids)
+    return totals
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMetrics:
+    jobs_by_state: dict[str, int]
+    oldest_queued_wait_s: float
+    queue_wait_s: dict[float, float]
+    """Quantile -> seconds from submission to start, over jobs started within ``WAIT_WINDOW``."""
+    agents: list[dict[str, Any]]
+
+
+def cluster_metrics(ctx: ServiceContext) -> ClusterMetrics:
+    now = utcnow()
+    with ctx.db.transaction() as session:
+        by_state = session.execute(select(Job.state, func.count()).group_by(Job.state))
+        counts = {str(state): int(n) for state, n in by_state}
+        oldest = session.scalar(select(func.min(Job.submitted_at)).where(Job.state == JobState.QUEUED))
+        started = session.execute(
+            select(Job.submitted_at, Job.started_at).where(Job.started_at >= now - WAIT_WINDOW)
+        ).all()
+        agents = [
+            {
+                "node": a.node,
+                "pass_s": a.pass_s,
+                "schedule_s": a.schedule_s,
+                "age_s": (now - a.last_pass_at).total_seconds(),
+                "devices": a.devices,
+                "utilization": a.utilization or {},
+            }
+            for a in session.scalars(select(AgentStatus).order_by(AgentStatus.node))
+        ]
+    waits = sorted(_seconds(start - submit) for submit, start in started if start is not None)
+    return ClusterMetrics(
+        jobs_by_state={state.value: counts.get(state.value, 0) for state in JobState},
+        oldest_queued_wait_s=_seconds(now - oldest) if oldest else 0.0,
+        queue_wait_s=_quantiles(waits),
+        agents=agents,
+    )
+
+
+def _seconds(delta: timedelta) -> float:
+    return max(delta.total_seconds(), 0.0)
+
+
+def _quantiles(values: list[float]) -> dict[float, float]:
+    if not values:
+        return {}
+    if len(values) == 1:
+        return dict.fromkeys(QUANTILES, values[0])
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    return {q: cuts[round(q * 100) - 1] for q in QUANTILES}
