@@ -23,11 +23,20 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 class Database:
     engine: Engine
     sessions: sessionmaker[Session]
+    readers: sessionmaker[Session]
+    """Sessions in autocommit mode: see ``read``."""
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """One unit of work: committed when the block ends, rolled back if it raises."""
         with self.sessions() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def read(self) -> Iterator[Session]:
+        """For one read statement on a hot path (checking a token on every request): no BEGIN and
+        COMMIT around it, two round trips fewer. Each statement sees its own snapshot."""
+        with self.readers() as session:
             yield session
 
     def close(self) -> None:
@@ -47,7 +56,12 @@ def open_database(url: str, lock_dir: Path) -> Database:
     with open(lock_dir / ".migrate.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         upgrade(engine)
-    return Database(engine, sessionmaker(engine, expire_on_commit=False))
+    autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+    return Database(
+        engine,
+        sessions=sessionmaker(engine, expire_on_commit=False),
+        readers=sessionmaker(autocommit, expire_on_commit=False),
+    )
 
 
 def _connect_args(url: str) -> dict[str, Any]:

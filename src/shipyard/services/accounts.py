@@ -249,7 +249,7 @@ def authenticate(ctx: ServiceContext, bearer: str, source: str) -> audit.Actor:
     invalid = Unauthenticated("invalid, expired or revoked token", hint="log in again: shipyard login URL")
     if prefix != TOKEN_PREFIX or not token_id or not secret:
         raise invalid
-    with ctx.db.transaction() as session:
+    with ctx.db.read() as session:
         found = session.execute(
             select(Token, User).join(User, User.name == Token.user).where(Token.id == token_id)
         ).first()

@@ -3,6 +3,7 @@ then call the pure planner. Imports nothing of the database layer, so `shipyard 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,15 @@ class Links:
 def hardware_catalog(settings: Settings, hardware_file: Path | None = None) -> dict[str, AcceleratorSpec]:
     """The built-in catalog with ``cpu`` measured on this host, overridden by the user's file:
     ``hardware_file`` when given, else ``$SHIPYARD_HOME/hardware.yaml`` when it exists."""
+    if hardware_file is None:
+        default = settings.home / HARDWARE_FILE
+        hardware_file = default if default.is_file() else None
+    return load_catalog(hardware_file, base=dict(_with_this_host()))
+
+
+@functools.cache
+def _with_this_host() -> dict[str, AcceleratorSpec]:
+    """Measured once per process: the host does not change under it (every submission asks)."""
     base = dict(catalog())
     host = cpu_device(query_cpu())
     base["cpu"] = base["cpu"].model_copy(
@@ -46,10 +56,7 @@ def hardware_catalog(settings: Settings, hardware_file: Path | None = None) -> d
             "the catalog's reference server",
         }
     )
-    if hardware_file is None:
-        default = settings.home / HARDWARE_FILE
-        hardware_file = default if default.is_file() else None
-    return load_catalog(hardware_file, base=base)
+    return base
 
 
 def accelerator(known: Catalog, key: str) -> AcceleratorSpec:
