@@ -282,6 +282,46 @@ def test_artifacts_upload_download_limits_and_names(tmp_path: Path) -> None:
         server.stop()
 
 
+def test_the_storage_commands_work_against_a_server(tmp_path: Path) -> None:
+    server = Server(tmp_path / "home", f"sqlite:///{tmp_path / 'db'}", PASSWORD)
+    try:
+        folder = tmp_path / "step-10"
+        (folder / "shards").mkdir(parents=True)
+        (folder / "shards" / "a b&c.bin").write_bytes(b"\1" * 3000)  # a name that needs quoting
+        (folder / "config.json").write_text("{}")
+        node = Cli(server.home)  # a node of the platform stores a folder (as a job's agent does)
+        node.env["SHIPYARD_DB_URL"] = server.env["SHIPYARD_DB_URL"]
+        node.run("storage", "put", str(folder), "ckpt/step-10", "--project", "nlp")
+
+        with admin(server) as root:
+            token = root.issue_token("cli", ["read", "write", "admin"])["token"]
+        laptop = Cli(tmp_path / "laptop")
+        laptop.env.update({"SHIPYARD_URL": server.url, "SHIPYARD_TOKEN": token})
+        (tmp_path / "notes.txt").write_text("hello")
+        stored = laptop.json("storage", "put", str(tmp_path / "notes.txt"), "docs/notes.txt", "-p", "nlp")
+        assert (stored["name"], stored["size_bytes"]) == ("docs/notes.txt", 5)
+        assert [a["name"] for a in laptop.json("storage", "ls", "-p", "nlp")] == [
+            "ckpt/step-10",
+            "docs/notes.txt",
+        ]
+        assert {
+            e["path"] for e in laptop.json("storage", "stat", "ckpt/step-10", "-p", "nlp")["entries"]
+        } == {
+            "config.json",
+            "shards/a b&c.bin",
+        }
+        laptop.run("storage", "get", "ckpt/step-10", str(tmp_path / "restored"), "-p", "nlp")
+        assert (tmp_path / "restored" / "shards" / "a b&c.bin").read_bytes() == b"\1" * 3000
+        assert (tmp_path / "restored" / "config.json").read_text() == "{}"
+        refused = laptop.run("storage", "put", str(folder), "again", "-p", "nlp", check=False)
+        assert refused.returncode == 1 and "the server takes one file per upload" in refused.stderr
+        laptop.run("storage", "rm", "docs/notes.txt", "-p", "nlp")
+        assert [a["name"] for a in laptop.json("storage", "ls", "-p", "nlp")] == ["ckpt/step-10"]
+        assert not (tmp_path / "laptop" / "shipyard.db").exists()
+    finally:
+        server.stop()
+
+
 def held_server(tmp_path: Path) -> Server:
     """A server whose only queue has no quota: submitted jobs stay queued, nothing trains."""
     return Server(tmp_path / "server", f"sqlite:///{tmp_path / 'db'}", PASSWORD, queues_yaml=HOLD)

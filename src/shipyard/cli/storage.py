@@ -1,4 +1,8 @@
-"""``shipyard storage``: the artifact store (replicated local roots or an S3-compatible store)."""
+"""``shipyard storage``: the artifact store (replicated local roots or an S3-compatible store).
+
+``put``, ``get``, ``ls``, ``stat`` and ``rm`` go through the server given by SHIPYARD_URL (or
+``shipyard login``) when there is one; upkeep (roots, scrub, gc, status, keys, bench) runs where the
+store's disks are, as a cluster admin."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
 from shipyard.cli._output import JsonOpt, console, err_console, print_json, table
+from shipyard.cli._remote import client, either, server_url
+from shipyard.errors import InvalidSpec, NotFound
 from shipyard.services import storage as storage_service
 from shipyard.services.context import open_context
 
@@ -69,16 +75,28 @@ def put(
     json_out: JsonOpt = False,
 ) -> None:
     """Store a file or folder; it becomes visible only when every copy is durable."""
-    with _bar(f"put {name}", quiet=json_out) as progress:
-        stored = storage_service.put(
-            open_context(),
-            local_path,
-            name,
-            project=project,
-            replicas=replicas,
-            encrypt=encrypt,
-            progress=progress,
-        )
+    if server_url():
+        if local_path.is_dir():
+            raise InvalidSpec(
+                f"{local_path} is a folder: the server takes one file per upload",
+                hint="store folders on a node of the platform (jobs store theirs), or put their files "
+                "one by one",
+            )
+        if not local_path.is_file():
+            raise NotFound(f"{local_path} does not exist", hint="give the path of a file")
+        with client() as remote:
+            stored = remote.upload_artifact(local_path, project, name, replicas=replicas, encrypt=encrypt)
+    else:
+        with _bar(f"put {name}", quiet=json_out) as progress:
+            stored = storage_service.put(
+                open_context(),
+                local_path,
+                name,
+                project=project,
+                replicas=replicas,
+                encrypt=encrypt,
+                progress=progress,
+            )
     if json_out:
         print_json(stored)
         return
@@ -101,8 +119,12 @@ def get(
     json_out: JsonOpt = False,
 ) -> None:
     """Fetch an artifact; every byte is verified, a bad replica is skipped for a good one."""
-    with _bar(f"get {name}", quiet=json_out) as progress:
-        fetched = storage_service.get(open_context(), name, out_path, project=project, progress=progress)
+    if server_url():
+        with client() as remote:
+            fetched = remote.fetch_artifact(project, name, out_path)
+    else:
+        with _bar(f"get {name}", quiet=json_out) as progress:
+            fetched = storage_service.get(open_context(), name, out_path, project=project, progress=progress)
     if json_out:
         print_json(fetched)
     else:
@@ -116,7 +138,10 @@ def ls(
     json_out: JsonOpt = False,
 ) -> None:
     """Artifacts, by project and name."""
-    found = storage_service.list_artifacts(open_context(), project, prefix)
+    found = either(
+        lambda c: c.list_artifacts(project, prefix),
+        lambda ctx: storage_service.list_artifacts(ctx, project, prefix),
+    )
     if json_out:
         print_json(found)
         return
@@ -147,7 +172,9 @@ def stat(
     json_out: JsonOpt = False,
 ) -> None:
     """One artifact with its files and their digests."""
-    found = storage_service.stat(open_context(), name, project)
+    found = either(
+        lambda c: c.stat_artifact(project, name), lambda ctx: storage_service.stat(ctx, name, project)
+    )
     if json_out:
         print_json(found)
         return
@@ -165,7 +192,7 @@ def rm(
     project: ProjectOpt = storage_service.DEFAULT_PROJECT,
 ) -> None:
     """Delete an artifact (its blobs are freed by `storage gc` after the grace period)."""
-    storage_service.delete(open_context(), name, project)
+    either(lambda c: c.delete_artifact(project, name), lambda ctx: storage_service.delete(ctx, name, project))
     console.print(f"deleted {project}/{name}")
 
 

@@ -3,6 +3,7 @@ classes the service layer raises, so callers handle one error tree whether embed
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -154,14 +155,46 @@ class Client:
             )
         return StoredArtifactView.model_validate(stored)
 
-    def download_artifact(self, project: str, name: str, out: Path, file: str | None = None) -> int:
-        params = f"?file={file}" if file else ""
-        return self._download(f"/api/v1/downloads/{project}/{name}{params}", out)
+    def stat_artifact(self, project: str, name: str) -> StoredArtifactView:
+        return StoredArtifactView.model_validate(self._call("GET", f"/api/v1/artifacts/{project}/{name}"))
 
-    def _download(self, path: str, out: Path) -> int:
+    def delete_artifact(self, project: str, name: str) -> None:
+        self._call("DELETE", f"/api/v1/artifacts/{project}/{name}")
+
+    def fetch_artifact(self, project: str, name: str, out: Path) -> StoredArtifactView:
+        """Write artifact ``project/name`` to ``out`` as ``shipyard storage get`` does: a file (into
+        ``out`` when that is a folder), or a folder that appears whole once every file is in."""
+        found = self.stat_artifact(project, name)
+        if found.kind == "file":
+            target = out / found.entries[0].path if out.is_dir() else out
+            self.download_artifact(project, name, target)
+            return found
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise errors.Conflict(
+                f"{out} exists and is not an empty folder", hint="give a new path for the folder"
+            )
+        staging = out.with_name(f".{out.name}.part")
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            for entry in found.entries:
+                (staging / entry.path).parent.mkdir(parents=True, exist_ok=True)
+                self.download_artifact(project, name, staging / entry.path, file=entry.path)
+            if out.exists():
+                out.rmdir()
+            staging.rename(out)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return found
+
+    def download_artifact(self, project: str, name: str, out: Path, file: str | None = None) -> int:
+        return self._download(
+            f"/api/v1/downloads/{project}/{name}", out, params={"file": file} if file else None
+        )
+
+    def _download(self, path: str, out: Path, params: dict[str, str] | None = None) -> int:
         staged = out.with_name(f".{out.name}.partial")
         try:
-            with self._http.stream("GET", path) as response:
+            with self._http.stream("GET", path, params=params) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise _error(response)
