@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -86,6 +87,31 @@ def stop_agent(home: Path) -> None:
             os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU a process has used (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def platform_processes(server: subprocess.Popen[bytes], home: Path) -> dict[str, list[int]]:
+    """The server (its worker processes, or itself with one worker) and the home's agent."""
+    workers = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True, text=True).stdout.split()
+    lock = home / "agent.lock"
+    agent = lock.read_text().split()[:1] if lock.exists() else []
+    return {"server": [server.pid, *map(int, workers)], "agent": [int(p) for p in agent]}
+
+
+def cpu_use(processes: dict[str, list[int]]) -> dict[str, float]:
+    used = {}
+    for role, pids in processes.items():
+        total = 0.0
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                total += cpu_seconds(pid)
+        used[role] = total
+    return used
+
+
 def in_parallel(target: Callable[[Any], None], arguments: list[Any]) -> float:
     """One thread per argument; the seconds until all are done."""
     started = time.perf_counter()
@@ -97,7 +123,7 @@ def in_parallel(target: Callable[[Any], None], arguments: list[Any]) -> float:
     return time.perf_counter() - started
 
 
-def run(url: str, jobs: int, clients: int) -> dict[str, Any]:
+def run(url: str, jobs: int, clients: int, processes: Callable[[], dict[str, list[int]]]) -> dict[str, Any]:
     token = httpx.post(f"{url}/api/v1/auth/token", json={"username": "admin", "password": PASSWORD}).json()[
         "token"
     ]
@@ -140,7 +166,13 @@ def run(url: str, jobs: int, clients: int) -> dict[str, Any]:
         for _ in range(5):
             http.post("/api/v1/jobs", json=body).raise_for_status()
     share = [jobs // clients + (1 if i < jobs % clients else 0) for i in range(clients)]
+    watched = processes()
+    before, client_before = cpu_use(watched), time.process_time()
     submit_s = in_parallel(client, share)
+    after, client_after = cpu_use(watched), time.process_time()
+    # Where two cores go: CPU milliseconds each part spends per submission.
+    cpu_ms = {role: (after[role] - before[role]) / jobs * 1000 for role in watched}
+    cpu_ms["client"] = (client_after - client_before) / jobs * 1000
     read_s = in_parallel(reader, [ids[i::clients] for i in range(clients)])
     return {
         "clients": clients,
@@ -153,6 +185,7 @@ def run(url: str, jobs: int, clients: int) -> dict[str, Any]:
         "submit_p99_ms": statistics.quantiles(submit_ms, n=100)[98],
         "reads_per_s": len(read_ms) / read_s,
         "read_p99_ms": statistics.quantiles(read_ms, n=100)[98],
+        "cpu_ms_per_submission": cpu_ms,
     }
 
 
@@ -190,7 +223,9 @@ def main() -> None:
                     db_url = f"sqlite:///{home / 'shipyard.db'}"
                 process, url = start_server(home, db_url, args.workers)
                 try:
-                    result = run(url, args.jobs, clients)
+                    result = run(
+                        url, args.jobs, clients, functools.partial(platform_processes, process, home)
+                    )
                 finally:
                     process.terminate()
                     process.wait(timeout=30)
@@ -208,7 +243,8 @@ def main() -> None:
                     f"(p50 {result['submit_p50_ms']:.1f} ms, p99 {result['submit_p99_ms']:.1f} ms), "
                     f"{result['reads_per_s']:.0f} reads/s; stored {result['stored']} "
                     f"of {args.jobs} + 5 warm-up, "
-                    f"audit intact {result['audit_intact']}"
+                    f"audit intact {result['audit_intact']}; CPU ms per submission: "
+                    + ", ".join(f"{k} {v:.1f}" for k, v in result["cpu_ms_per_submission"].items())
                     + (
                         f"; vs sbatch {result['submissions_per_s'] / reference_rate:.2f}x"
                         if reference_rate

@@ -161,7 +161,12 @@ def test_metrics_and_openapi(server: Server) -> None:
         while root.get_job(job.id).started_at is None:
             assert time.monotonic() < deadline, "the job never started"
             time.sleep(0.3)
+    # The agent reports its pass just after the pass's own transaction, which started the job.
     metrics = scrape(server.url)
+    while not any(name == "shipyard_devices" for name, _ in metrics):
+        assert time.monotonic() < deadline, "no agent reported"
+        time.sleep(0.3)
+        metrics = scrape(server.url)
     by_state = {dict(labels)["state"]: v for (name, labels), v in metrics.items() if name == "shipyard_jobs"}
     assert set(by_state) == {"queued", "running", "succeeded", "failed", "cancelled"}  # zeros too
     assert sum(by_state.values()) == 1

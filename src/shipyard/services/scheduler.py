@@ -9,12 +9,13 @@ has run on a type. Quotas are the queue configuration in force (``services/queue
 from __future__ import annotations
 
 import statistics
-from collections import OrderedDict
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, defer
+from sqlalchemy.orm.attributes import set_committed_value
 
 from shipyard.db import Attempt, Job, Metric
 from shipyard.domain import JobState
@@ -63,15 +64,24 @@ def _peaks(devices: list[Device]) -> dict[str, float]:
 def snapshot(
     session: Session, devices: list[Device], now: datetime
 ) -> tuple[list[model.Job], list[model.Node], model.Throughputs, dict[str, Job]]:
-    # A handful of queries per cycle whatever the queue's length: attempts eagerly, last steps and
-    # measured rates grouped (one query per job made a cycle over 5,000 queued jobs take seconds).
-    rows = list(
-        session.scalars(
-            select(Job)
-            .where(Job.state.in_([JobState.QUEUED, JobState.RUNNING]))
-            .options(selectinload(Job.attempts))
-        )
-    )
+    # A handful of queries per cycle whatever the queue's length (one query per job made a cycle
+    # over 5,000 queued jobs take seconds): the jobs without their JSON spec and estimate, which
+    # never change and are read once per job; the attempts of live jobs in one query (most queued
+    # jobs have none); last steps and measured rates grouped.
+    live = Job.state.in_([JobState.QUEUED, JobState.RUNNING])
+    rows = list(session.scalars(select(Job).where(live).options(defer(Job.spec), defer(Job.estimate))))
+    _remember_static(session, [r.id for r in rows if r.id not in _STATIC])
+    if len(_STATIC) > _MAX_STATIC:  # forget jobs that ended
+        current = {r.id for r in rows}
+        for job_id in [k for k in _STATIC if k not in current]:
+            del _STATIC[job_id]
+    attempts: dict[str, list[Attempt]] = {r.id: [] for r in rows}
+    for attempt in session.scalars(
+        select(Attempt).join(Job, Job.id == Attempt.job_id).where(live).order_by(Attempt.number)
+    ):
+        attempts[attempt.job_id].append(attempt)
+    for row in rows:
+        set_committed_value(row, "attempts", attempts[row.id])
     peaks = _peaks(devices)
     started = [r.id for r in rows if r.attempts]
     last_steps = _last_steps(session, started)
@@ -131,18 +141,31 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-_SPECS: OrderedDict[str, JobSpec] = OrderedDict()
-"""Parsed specs by job id: a stored spec never changes, so each is validated once, not per cycle."""
-_MAX_SPECS = 65536
+@dataclass(frozen=True, slots=True)
+class _Static:
+    spec: JobSpec
+    estimate: dict[str, Any]
+
+
+_STATIC: dict[str, _Static] = {}
+"""Parsed spec and submit-time estimate by job id: neither changes after submission, so each is
+read and validated once, not per cycle."""
+_MAX_STATIC = 65536
+_CHUNK = 500
+"""Ids per ``IN (...)`` query."""
+
+
+def _remember_static(session: Session, job_ids: list[str]) -> None:
+    for start in range(0, len(job_ids), _CHUNK):
+        chunk = job_ids[start : start + _CHUNK]
+        for job_id, spec, estimate in session.execute(
+            select(Job.id, Job.spec, Job.estimate).where(Job.id.in_(chunk))
+        ):
+            _STATIC[job_id] = _Static(validate_job_spec(spec), estimate or {})
 
 
 def _spec_of(row: Job) -> JobSpec:
-    spec = _SPECS.get(row.id)
-    if spec is None:
-        spec = _SPECS[row.id] = validate_job_spec(row.spec)
-        if len(_SPECS) > _MAX_SPECS:
-            _SPECS.popitem(last=False)
-    return spec
+    return _STATIC[row.id].spec
 
 
 def _last_steps(session: Session, job_ids: list[str]) -> dict[str, int]:
@@ -178,7 +201,7 @@ def _rates(
     """Steps/s per accelerator type: measured where the job ran, else the planner's estimate
     scaled by peak FLOPS, else the peak alone (only the ratios between types matter then)."""
     allowed = [k for k in job.accelerator_types if k in peaks]
-    estimate: dict[str, Any] = job.estimate or {}
+    estimate = _STATIC[job.id].estimate
     base_type = estimate.get("accelerator")
     base_rate = float(estimate.get("tokens_per_s", 0.0)) / batch_tokens if estimate else 0.0
     rates = {}

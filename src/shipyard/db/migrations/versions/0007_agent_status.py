@@ -22,8 +22,8 @@ def upgrade() -> None:
         sa.Column("node", sa.String(255), primary_key=True),
         sa.Column("agent_id", sa.String(255), nullable=False),
         sa.Column("last_pass_at", sa.DateTime(timezone=True), nullable=False),
-        sa.Column("pass_s", sa.Float(), nullable=False),
-        sa.Column("schedule_s", sa.Float(), nullable=False),
+        sa.Column("pass_s", sa.Double(), nullable=False),
+        sa.Column("schedule_s", sa.Double(), nullable=False),
         sa.Column("devices", sa.JSON(), nullable=False),
         sa.Column("utilization", sa.JSON(), nullable=True),
     )
