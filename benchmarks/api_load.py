@@ -97,6 +97,9 @@ def platform_processes(server: subprocess.Popen[bytes], home: Path) -> dict[str,
     """The server (its worker processes, or itself with one worker) and the home's agent."""
     workers = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True, text=True).stdout.split()
     lock = home / "agent.lock"
+    deadline = time.monotonic() + 60  # the first submission started the agent; it writes its pid
+    while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
     agent = lock.read_text().split()[:1] if lock.exists() else []
     return {"server": [server.pid, *map(int, workers)], "agent": [int(p) for p in agent]}
 

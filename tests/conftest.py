@@ -180,14 +180,12 @@ def server(tmp_path: Path, db_url: str) -> Iterator[Server]:
     running.stop()
 
 
-def seed_model_version(server: Server, name: str, project: str, owner: str) -> int:
-    """Register a model version the way a finished job leaves one (an export folder with a
-    config.json), written straight into the server's database: no training run needed."""
+def seed_finished_job(server: Server, name: str, project: str, owner: str) -> tuple[str, int]:
+    """A job that succeeded with an export (a folder with a config.json), written straight into
+    the server's database: no training run needed. -> (job id, export artifact id)."""
     import secrets
 
-    from sqlalchemy import func, select
-
-    from shipyard.db import Artifact, Job, ModelVersion
+    from shipyard.db import Artifact, Job
     from shipyard.services.context import open_context
     from shipyard.settings import Settings
     from tests.builders import spec_dict
@@ -211,11 +209,30 @@ def seed_model_version(server: Server, name: str, project: str, owner: str) -> i
             artifact = Artifact(job_id=job_id, kind="export", path=str(export), step=1, size_bytes=23)
             session.add(artifact)
             session.flush()
+            return job_id, artifact.id
+    finally:
+        ctx.close()
+
+
+def seed_model_version(server: Server, name: str, project: str, owner: str) -> int:
+    """A model version as a finished job of ``owner``'s leaves one."""
+    from sqlalchemy import func, select
+
+    from shipyard.db import ModelVersion
+    from shipyard.services.context import open_context
+    from shipyard.settings import Settings
+
+    job_id, artifact_id = seed_finished_job(server, name, project, owner)
+    ctx = open_context(
+        Settings(home=server.home, db_url=server.env["SHIPYARD_DB_URL"]), autostart_agent=False
+    )
+    try:
+        with ctx.db.transaction() as session:
             latest = session.scalar(select(func.max(ModelVersion.version)).where(ModelVersion.name == name))
             version = (latest or 0) + 1
             session.add(
                 ModelVersion(name=name, version=version, project=project, job_id=job_id,
-                             artifact_id=artifact.id, step=1, metrics={})
+                             artifact_id=artifact_id, step=1, metrics={})
             )  # fmt: skip
             return version
     finally:

@@ -13,7 +13,7 @@ from shipyard.client import Client
 from shipyard.errors import Conflict, Forbidden, InvalidSpec, NotFound, Unauthenticated
 from shipyard.schemas.queues import ClusterQueueSpec
 from tests.builders import spec_dict, write_spec
-from tests.conftest import Cli, Server, seed_model_version
+from tests.conftest import Cli, Server, seed_finished_job, seed_model_version
 from tests.integration.test_rbac_matrix import HOLD
 
 PASSWORD = "a long enough passphrase"
@@ -410,6 +410,16 @@ def test_the_jobs_commands_work_against_a_server(tmp_path: Path) -> None:
         assert changed.startswith("queue configuration version 1 in force: changed hold"), changed
         assert cli.json("queues", "config")["config"]["clusterQueues"][0]["cohort"] == "lab"
         assert [q["name"] for q in cli.json("queues")] == ["hold"]
+        finished, _ = seed_finished_job(server, "tiny", "default", "admin")
+        published = cli.json("models", "register", finished, "--name", "tiny-lm")
+        assert (published["name"], published["version"], published["job_id"]) == ("tiny-lm", 1, finished)
+        assert [m["name"] for m in cli.json("models", "list")] == ["tiny-lm"]
+        assert cli.json("models", "show", "tiny-lm")["job"] == finished
+        assert (
+            cli.run("models", "promote", "tiny-lm:1", "staging").stdout.strip() == "tiny-lm:1 is now staging"
+        )
+        cli.run("models", "delete", "tiny-lm:1")
+        assert cli.json("models", "list") == []
         assert not (tmp_path / "laptop" / "shipyard.db").exists()  # everything happened on the server
         cli.env["SHIPYARD_TOKEN"] = token[:-2] + "xx"
         refused = cli.run("jobs", "list", check=False)

@@ -19,7 +19,7 @@ import yaml
 from shipyard.client import Client
 from shipyard.schemas.queues import ClusterQueueSpec
 from tests.builders import spec_dict
-from tests.conftest import Server, seed_model_version
+from tests.conftest import Server, seed_finished_job, seed_model_version
 
 PASSWORD = "a long enough passphrase"
 PROJECT = "research"
@@ -51,6 +51,10 @@ class World:
     def fresh_model(self) -> int:
         """A version of model ``m`` in the project, as a finished job of the member's leaves it."""
         return seed_model_version(self.server, "m", PROJECT, "member")
+
+    def finished_job(self) -> str:
+        """A job of the member's in the project that succeeded with an export."""
+        return seed_finished_job(self.server, "j", PROJECT, "member")[0]
 
     def fresh_artifact(self) -> str:
         """An artifact of the project, uploaded by the member."""
@@ -131,6 +135,10 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
     ),
     ("GET", "/api/v1/nodes"): (AUTHENTICATED, lambda w: ("/api/v1/nodes", {})),
     ("GET", "/api/v1/models"): (AUTHENTICATED, lambda w: ("/api/v1/models", {})),
+    ("POST", "/api/v1/models/{name}/versions"): (
+        frozenset({"maintainer", "owner", "admin"}),
+        lambda w: (f"/api/v1/models/r{next(w.counter)}/versions", {"json": {"job_id": w.finished_job()}}),
+    ),
     ("POST", "/api/v1/models/{name}/versions/{version}/stage"): (
         frozenset({"maintainer", "owner", "admin"}),
         lambda w: (f"/api/v1/models/m/versions/{w.fresh_model()}/stage", {"json": {"stage": "staging"}}),

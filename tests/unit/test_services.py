@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.errors import Conflict, NotFound, Unschedulable
+from shipyard.errors import Conflict, Forbidden, NotFound, Unschedulable
 from shipyard.hardware import VendorQueries
 from shipyard.hardware.discovery import CpuInfo
 from shipyard.schemas.jobspec import validate_job_spec
@@ -147,3 +147,63 @@ def test_each_agent_pass_reports_devices_utilization_and_its_duration(tmp_path: 
     assert (status["pass_s"], status["schedule_s"]) == (0.25, 0.125) and 0 <= status["age_s"] < 60
     assert telemetry.cluster_metrics(ctx).jobs_by_state["queued"] == 1
     ctx.close()
+
+
+def test_a_finished_jobs_export_is_published_only_for_those_who_may(
+    ctx: ServiceContext, tmp_path: Path
+) -> None:
+    """A maintainer's job publishes its export as it finishes; a member's keeps it until a
+    maintainer registers it. Registering is checked, audited and done once per export."""
+    from sqlalchemy import select
+
+    from shipyard.db import AuditRecord, Job
+    from shipyard.schemas.launch import AttemptResult
+    from shipyard.services import accounts, audit, models, rbac
+
+    for user, role in (("mia", "maintainer"), ("max", "member")):
+        accounts.create_user(ctx, user, "a long enough passphrase")
+        rbac.grant(ctx, "vision", user, role)
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "config.json").write_text("{}")
+    finished = AttemptResult(
+        status="completed", step=4, export_dir=str(export), summary={"eval_loss_end": 2.5}
+    )
+    owners = {}
+    for owner in ("mia", "max"):
+        view = jobs.submit(ctx, validate_job_spec(spec_dict(name=f"job-{owner}", project="vision")))
+        with ctx.db.transaction() as session:
+            job = session.get(Job, view.id)
+            assert job is not None
+            job.owner, job.state = owner, "succeeded"
+            agent._register_outputs(ctx, session, job, finished)
+        owners[owner] = view.id
+    assert [(v.name, v.metrics) for v in models.list_versions(ctx)] == [("job-mia", {"eval_loss_end": 2.5})]
+    assert "a maintainer can: shipyard models register" in (jobs.get(ctx, owners["max"]).message or "")
+
+    def as_(user: str) -> ServiceContext:
+        return ctx.acting_as(audit.Actor(name=user, source="test"))
+
+    with pytest.raises(Forbidden, match=r"max may not model\.publish"):
+        models.register(as_("max"), owners["max"])
+    published = models.register(as_("mia"), owners["max"], "vision-lm")
+    assert (published.name, published.version, published.job_id, published.step) == (
+        "vision-lm",
+        1,
+        owners["max"],
+        4,
+    )
+    with pytest.raises(Conflict, match="already vision-lm:1"):
+        models.register(as_("mia"), owners["max"], "vision-lm")
+    queued = jobs.submit(ctx, validate_job_spec(spec_dict(project="vision")))
+    with pytest.raises(Conflict, match="left no export to register"):
+        models.register(ctx, queued.id)
+    with ctx.db.transaction() as session:
+        records = session.scalars(
+            select(AuditRecord).where(AuditRecord.action == "model.publish").order_by(AuditRecord.seq)
+        )
+        assert [(r.actor, r.outcome) for r in records] == [
+            (ctx.actor.name, "ok"),
+            ("max", "denied"),
+            ("mia", "ok"),
+        ]

@@ -89,6 +89,11 @@ class RoleBinding(BaseModel):
     role: str
 
 
+class Registration(BaseModel):
+    job_id: str = Field(min_length=1, max_length=64)
+    """A job that succeeded with an export."""
+
+
 class StageChange(BaseModel):
     stage: str = Field(max_length=16)
 
@@ -426,6 +431,16 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
         ctx: Caller, name: Annotated[str | None, Query(max_length=64)] = None
     ) -> list[ModelVersionView]:
         return models.list_versions(ctx, _name(name) if name else None)
+
+    @app.post(
+        "/api/v1/models/{name}/versions",
+        operation_id="registerModel",
+        response_model=ModelVersionView,
+        status_code=201,
+    )
+    def register_model(name: str, body: Registration, ctx: Caller) -> ModelVersionView:
+        """Publish a finished job's export as the next version of ``name`` (maintainers and up)."""
+        return models.register(ctx, _name(body.job_id), _name(name))
 
     @app.post(
         "/api/v1/models/{name}/versions/{version}/stage",

@@ -1,12 +1,15 @@
-"""``shipyard models list | promote | delete`` and ``shipyard generate``."""
+"""``shipyard models list | register | promote | show | compare | delete`` (on the server given by
+SHIPYARD_URL or ``shipyard login`` when there is one) and ``shipyard generate`` (on this machine)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from shipyard.cli._output import JsonOpt, console, print_json, table
+from shipyard.cli._remote import either
+from shipyard.errors import InvalidSpec, NotFound
 from shipyard.services import models as model_service
 from shipyard.services.context import open_context
 
@@ -19,7 +22,7 @@ def list_(
     json_out: JsonOpt = False,
 ) -> None:
     """Model versions, newest first per name, with the job that made each."""
-    versions = model_service.list_versions(open_context(), name)
+    versions = either(lambda c: c.list_models(name), lambda ctx: model_service.list_versions(ctx, name))
     if json_out:
         print_json(versions)
         return
@@ -49,14 +52,17 @@ def promote(
     stage: Annotated[str, typer.Argument(help="none, staging, production or archived")],
 ) -> None:
     """Move a version to a stage (the version in production before is archived)."""
-    moved = model_service.promote(open_context(), version, stage)
+    moved = either(
+        lambda c: c.promote_model(*_numbered(c, version), stage),
+        lambda ctx: model_service.promote(ctx, version, stage),
+    )
     typer.echo(f"{moved.name}:{moved.version} is now {moved.stage}")
 
 
 @sub_app.command()
 def delete(version: Annotated[str, typer.Argument(help="NAME:VERSION")]) -> None:
     """Forget a version (refused while it is in production; its files stay with its job)."""
-    model_service.delete(open_context(), version)
+    either(lambda c: c.delete_model(*_numbered(c, version)), lambda ctx: model_service.delete(ctx, version))
     typer.echo(f"deleted {version}")
 
 
@@ -64,7 +70,9 @@ def delete(version: Annotated[str, typer.Argument(help="NAME:VERSION")]) -> None
 def show(version: Annotated[str, typer.Argument(help="NAME:VERSION")], json_out: JsonOpt = False) -> None:
     """Where a version comes from: job, attempts, dataset and its digest, base model, checkpoint
     step, measured metrics beside the planner's estimate."""
-    found = model_service.lineage(open_context(), version)
+    found = either(
+        lambda c: c.model_lineage(*_numbered(c, version)), lambda ctx: model_service.lineage(ctx, version)
+    )
     if json_out:
         print_json(found)
         return
@@ -78,11 +86,51 @@ def compare(
     json_out: JsonOpt = False,
 ) -> None:
     """Two versions side by side: only the fields that differ."""
-    found = model_service.compare(open_context(), first, second)
+    found = either(
+        lambda c: _compare_remote(c, first, second), lambda ctx: model_service.compare(ctx, first, second)
+    )
     if json_out:
         print_json(found)
         return
     table(None, ["field", first, second], [(key, a, b) for key, (a, b) in found["differences"].items()])
+
+
+@sub_app.command("register")
+def register_version(
+    job: Annotated[str, typer.Argument(help="A job that succeeded with an export.")],
+    name: Annotated[str | None, typer.Option(help="The model's name (default: the job's).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Publish a finished job's export as a new model version (maintainers and owners; a job of
+    someone who may publish is published as it finishes)."""
+    published = either(
+        lambda c: c.register_model(job, name or c.get_job(job).name),
+        lambda ctx: model_service.register(ctx, job, name),
+    )
+    if json_out:
+        print_json(published)
+    else:
+        typer.echo(f"{published.name}:{published.version} published from job {published.job_id}")
+
+
+def _numbered(remote: Any, ref: str) -> tuple[str, int]:
+    """``NAME:VERSION`` -> (name, version); ``NAME`` alone is its newest version."""
+    name, _, number = ref.partition(":")
+    if number:
+        if not number.isdigit():
+            raise InvalidSpec(f"{ref!r} is not NAME:VERSION", hint="e.g. quickstart:2")
+        return name, int(number)
+    versions = [v.version for v in remote.list_models(name)]
+    if not versions:
+        raise NotFound(f"no model named {name!r}", hint="`shipyard models list` shows them")
+    return name, max(versions)
+
+
+def _compare_remote(remote: Any, first: str, second: str) -> dict[str, Any]:
+    (name, a), (other, b) = _numbered(remote, first), _numbered(remote, second)
+    if name != other:
+        raise InvalidSpec("the server compares versions of one model", hint=f"e.g. {name}:{a} {name}:{b}")
+    return dict(remote.compare_models(name, a, b))
 
 
 def generate(

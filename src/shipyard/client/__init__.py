@@ -120,6 +120,13 @@ class Client:
             ModelVersionView.model_validate(m) for m in self._call("GET", "/api/v1/models", params=params)
         ]
 
+    def register_model(self, job_id: str, name: str) -> ModelVersionView:
+        """Publish a finished job's export as the next version of model ``name``."""
+        body = {"job_id": job_id}
+        return ModelVersionView.model_validate(
+            self._call("POST", f"/api/v1/models/{name}/versions", json=body)
+        )
+
     def promote_model(self, name: str, version: int, stage: str) -> ModelVersionView:
         body = {"stage": stage}
         return ModelVersionView.model_validate(

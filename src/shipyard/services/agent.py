@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, object_session
 
-from shipyard.db import Artifact, Attempt, Job, Metric, ModelVersion, rows_changed
+from shipyard.db import Artifact, Attempt, Job, Metric, User, rows_changed
 from shipyard.domain import ExitReason, JobState
 from shipyard.errors import Conflict, NotFound, ShipyardError
 from shipyard.executors.base import Placement, Request, Unplaceable
@@ -34,8 +34,8 @@ from shipyard.schemas.launch import (
     LaunchPlan,
     latest_checkpoint,
 )
-from shipyard.services import audit, storage, telemetry
-from shipyard.services.context import ServiceContext
+from shipyard.services import audit, models, rbac, storage, telemetry
+from shipyard.services.context import LOCAL_PREFIX, ServiceContext
 from shipyard.services.scheduler import plan_round
 from shipyard.settings import Settings
 
@@ -472,26 +472,24 @@ def _register_outputs(ctx: ServiceContext, session: Session, job: Job, result: A
     )
     session.add(export)
     session.flush()
-    latest = session.scalar(select(func.max(ModelVersion.version)).where(ModelVersion.name == job.name)) or 0
-    session.add(
-        ModelVersion(
-            name=job.name,
-            version=latest + 1,
-            project=job.project,
-            job_id=job.id,
-            artifact_id=export.id,
-            step=result.step,
-            metrics=result.summary,
+    if _may_publish(session, job):
+        models.publish(ctx, session, job, export, job.name, result.summary)
+    else:
+        job.message = (
+            f"export kept at {result.export_dir}; {job.owner} may not publish models in {job.project}, "
+            f"a maintainer can: shipyard models register {job.id}"
         )
-    )
-    audit.append(
-        session,
-        ctx.audit_key,
-        ctx.actor,
-        "model.publish",
-        f"model/{job.name}:{latest + 1}",
-        detail={"job": job.id, "project": job.project, "step": result.step},
-    )
+
+
+def _may_publish(session: Session, job: Job) -> bool:
+    """Whether the job's owner may publish model versions in its project: then its export is
+    published as it finishes. The embedded platform's local user is the home's admin."""
+    owner = job.owner or ""
+    if owner.startswith(LOCAL_PREFIX):
+        return True
+    user = session.get(User, owner)
+    actor = audit.Actor(name=owner, source="agent", is_admin=bool(user and user.is_admin))
+    return rbac.allowed(session, actor, "model.publish", job.project)
 
 
 def _size(path: Path) -> int:

@@ -14,10 +14,15 @@ from shipyard.hardware import VendorQueries, discover
 from shipyard.services.audit import Actor, audit_key
 from shipyard.settings import Settings
 
+LOCAL_PREFIX = "local:"
+"""Names of the machine's users acting embedded (``local:alice``), admins of their home."""
+
 
 def local_actor(role: str = "cli") -> Actor:
     """The person at this machine (embedded mode trusts the operating system's login)."""
-    return Actor(name=f"local:{getpass.getuser()}", source=f"{role}@{socket.gethostname()}", is_admin=True)
+    return Actor(
+        name=f"{LOCAL_PREFIX}{getpass.getuser()}", source=f"{role}@{socket.gethostname()}", is_admin=True
+    )
 
 
 @dataclass

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import secrets
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
@@ -29,6 +27,7 @@ from shipyard.services import agent, audit, rbac, storage
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import estimate_job
 from shipyard.services.planning import hardware_catalog
+from shipyard.services.summaries import summarize
 
 
 def load_spec_file(path: Path) -> JobSpec:
@@ -316,34 +315,6 @@ def _last_metric(session: Session, job_id: str, kind: str) -> Metric | None:
     return session.scalars(
         select(Metric).where(Metric.job_id == job_id, Metric.kind == kind).order_by(Metric.id.desc()).limit(1)
     ).first()
-
-
-def summarize(job: Job, metrics: list[Metric]) -> dict[str, float]:
-    """Start and end losses, steady-state throughput and wall time of a job's training."""
-    train = [m for m in metrics if m.kind == "train"]
-    evals = [m for m in metrics if m.kind == "eval"]
-    summary: dict[str, Any] = {}
-    if train:
-        summary["train_loss_start"] = train[0].loss
-        summary["train_loss_end"] = train[-1].loss
-        # The first step of an attempt pays for warm-up (allocations, compilation): leave it out.
-        steady = [m.tokens_per_s for m in train[1:] if m.tokens_per_s] or [train[0].tokens_per_s or 0.0]
-        summary["tokens_per_s"] = statistics.median(steady)
-        mfus = [m.mfu for m in train[1:] if m.mfu is not None] or [train[0].mfu or 0.0]
-        summary["mfu"] = statistics.median(mfus)
-        summary["steps"] = train[-1].step
-        memory = [float(m.values["mem_gib"]) for m in train if m.values.get("mem_gib") is not None]
-        if memory:
-            summary["memory_gib"] = max(memory)
-    if evals:
-        summary["eval_loss_start"] = evals[0].loss
-        summary["eval_loss_end"] = evals[-1].loss
-    start = next((m for m in metrics if m.kind == "start"), None)
-    if start is not None:
-        summary["params"] = start.values.get("params", 0)
-    if job.started_at and job.finished_at:
-        summary["wall_s"] = (job.finished_at - job.started_at).total_seconds()
-    return {k: float(v) for k, v in summary.items() if v is not None}
 
 
 def status(ctx: ServiceContext, job_id: str) -> JobView:

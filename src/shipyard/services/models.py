@@ -8,14 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from shipyard.db import Job, ModelVersion
+from shipyard.db import Artifact, Job, Metric, ModelVersion
+from shipyard.domain import JobState
 from shipyard.errors import Conflict, ExecutorError, InvalidSpec, NotFound
 from shipyard.schemas.views import Completion, ModelVersionView
 from shipyard.services import audit, rbac, storage
 from shipyard.services.context import ServiceContext
+from shipyard.services.summaries import summarize
 
 
 def list_versions(ctx: ServiceContext, name: str | None = None) -> list[ModelVersionView]:
@@ -26,6 +28,65 @@ def list_versions(ctx: ServiceContext, name: str | None = None) -> list[ModelVer
         if name:
             query = query.where(ModelVersion.name == name)
         return [_view(v) for v in session.scalars(query)]
+
+
+def register(ctx: ServiceContext, job_id: str, name: str | None = None) -> ModelVersionView:
+    """Publish the export of a finished job as the next version of model ``name`` (default: the
+    job's name), with the job's lineage; maintainers and owners of the job's project only."""
+    with ctx.db.transaction() as session:
+        job = session.get(Job, job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id!r}", hint="`shipyard jobs list` shows the jobs")
+        name = name or job.name
+        rbac.require(ctx, session, "model.publish", f"model/{name}", job.project)
+        export = session.scalar(
+            select(Artifact)
+            .where(Artifact.job_id == job.id, Artifact.kind == "export")
+            .order_by(Artifact.step.desc())
+            .limit(1)
+        )
+        if job.state != JobState.SUCCEEDED or export is None:
+            raise Conflict(
+                f"job {job_id} left no export to register (it is {job.state})",
+                hint="register a job that succeeded with training.export on",
+            )
+        already = session.scalar(
+            select(ModelVersion.version).where(
+                ModelVersion.name == name, ModelVersion.artifact_id == export.id
+            )
+        )
+        if already is not None:
+            raise Conflict(f"job {job_id}'s export is already {name}:{already}", hint=f"use {name}:{already}")
+        metrics = list(session.scalars(select(Metric).where(Metric.job_id == job.id).order_by(Metric.id)))
+        return _view(publish(ctx, session, job, export, name, summarize(job, metrics)))
+
+
+def publish(
+    ctx: ServiceContext, session: Session, job: Job, export: Artifact, name: str, metrics: dict[str, float]
+) -> ModelVersion:
+    """Add the next version of ``name`` from ``export``, audited as ``model.publish`` (the caller
+    has checked the permission)."""
+    latest = session.scalar(select(func.max(ModelVersion.version)).where(ModelVersion.name == name)) or 0
+    version = ModelVersion(
+        name=name,
+        version=latest + 1,
+        project=job.project,
+        job_id=job.id,
+        artifact_id=export.id,
+        step=export.step,
+        metrics=metrics,
+    )
+    session.add(version)
+    session.flush()
+    audit.append(
+        session,
+        ctx.audit_key,
+        ctx.actor,
+        "model.publish",
+        f"model/{name}:{version.version}",
+        detail={"job": job.id, "project": job.project, "step": export.step},
+    )
+    return version
 
 
 def _view(version: ModelVersion) -> ModelVersionView:
