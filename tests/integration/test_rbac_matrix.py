@@ -159,6 +159,7 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
         frozenset({"owner", "admin"}),
         lambda w: (f"/api/v1/models/m/versions/{w.fresh_model()}", {}),
     ),
+    ("GET", "/api/v1/datasets"): (AUTHENTICATED, lambda w: ("/api/v1/datasets", {})),
     ("GET", "/api/v1/artifacts"): (AUTHENTICATED, lambda w: ("/api/v1/artifacts", {})),
     ("PUT", "/api/v1/artifacts/{project}/{name}"): (
         PROJECT_WRITE,

@@ -240,3 +240,15 @@ def test_a_dataset_in_the_artifact_store_trains_like_a_local_one(cli: Cli, tmp_p
     assert len(cached) == 1 and sorted(p.name for p in cached[0].iterdir()) == sorted(
         p.name for p in corpus.iterdir()
     )
+    # Lineage keeps the content the job read, even after the dataset is replaced.
+    [dataset] = cli.json("datasets")
+    [version] = cli.json("models", "list")
+    assert (dataset["name"], dataset["read_by"][0]["job"]) == ("datasets/code", job["id"])
+    assert dataset["models"] == [f"{version['name']}:{version['version']}"]
+    read = dataset["read_by"][0]["digest"]
+    assert read == dataset["digest"]
+    cli.run("storage", "rm", "datasets/code")
+    (corpus / "extra.txt").write_text("more text")
+    cli.run("storage", "put", str(corpus), "datasets/code")
+    [trained_on] = cli.json("models", "show", f"{version['name']}:{version['version']}")["dataset"]
+    assert trained_on["digest"] == read and trained_on["current_digest"] not in (None, read)

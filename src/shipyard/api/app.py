@@ -38,7 +38,7 @@ from shipyard.errors import InvalidSpec, PayloadTooLarge, ShipyardError, Unauthe
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.queues import QUEUE_NAME_PATTERN, ClusterQueueSpec, Devices, QueueConfig, QueueName
 from shipyard.schemas.views import DeviceView, JobDetail, JobView, ModelVersionView, StoredArtifactView
-from shipyard.services import accounts, audit, auditing, models, rbac, storage, telemetry
+from shipyard.services import accounts, audit, auditing, datasets, models, rbac, storage, telemetry
 from shipyard.services import jobs as job_service
 from shipyard.services import queues as queue_settings
 from shipyard.services.context import ServiceContext, open_context
@@ -482,6 +482,13 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
     def delete_model(name: str, version: Version, ctx: Caller) -> Response:
         models.delete(ctx, f"{_name(name)}:{version}")
         return Response(status_code=204)
+
+    @app.get("/api/v1/datasets", operation_id="listDatasets")
+    def list_datasets(
+        ctx: Caller, project: Annotated[str | None, Query(max_length=64)] = None
+    ) -> list[dict[str, Any]]:
+        """Stored datasets jobs trained on: the content each attempt read, the models that came of it."""
+        return datasets.list_datasets(ctx, _name(project) if project else None)
 
     @app.get("/api/v1/artifacts", operation_id="listArtifacts", response_model=list[StoredArtifactView])
     def list_artifacts(

@@ -27,6 +27,7 @@ COMMANDS = {
     "tokens": "shipyard.cli.accounts",
     "projects": "shipyard.cli.accounts",
     "storage": "shipyard.cli.storage",
+    "datasets": "shipyard.cli.storage",
 }
 """Command -> the module that registers it. Only the module a command line needs is imported, so
 `shipyard plan` answers without loading the database layer (each module has ``register(app)``)."""

@@ -6,6 +6,7 @@ store's disks are, as a cluster admin."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -326,5 +327,36 @@ def roots_remove(
         console.print(f"removed {path}: {moved.repaired} replicas moved to other roots")
 
 
+def datasets(
+    project: Annotated[str | None, typer.Option("--project", "-p", help="Only this project.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Stored datasets jobs trained on: the content each job read and the models that came of it."""
+    from shipyard.services import datasets as dataset_service
+
+    found = either(
+        lambda c: c.list_datasets(project), lambda ctx: dataset_service.list_datasets(ctx, project)
+    )
+    if json_out:
+        typer.echo(json.dumps(found, indent=2))
+        return
+    table(
+        None,
+        ["project", "dataset", "digest", "size", "read by", "models"],
+        [
+            (
+                d["project"],
+                d["name"],
+                (d["digest"] or "deleted")[:16],
+                _gib(d["size_bytes"]) if d["size_bytes"] is not None else "-",
+                ", ".join(sorted({r["job"] for r in d["read_by"]})),
+                ", ".join(d["models"]) or "-",
+            )
+            for d in found
+        ],
+    )
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(sub_app, name="storage")
+    app.command()(datasets)

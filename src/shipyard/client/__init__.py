@@ -137,6 +137,10 @@ class Client:
         """Stream one file of a model version to ``out`` (written atomically); returns its size."""
         return self._download(f"/api/v1/models/{name}/versions/{version}/files/{file}", out)
 
+    def list_datasets(self, project: str | None = None) -> list[dict[str, Any]]:
+        """Stored datasets jobs trained on, with who read which content and the models made."""
+        return list(self._call("GET", "/api/v1/datasets", params={"project": project} if project else {}))
+
     def list_artifacts(self, project: str | None = None, prefix: str = "") -> list[StoredArtifactView]:
         params = {"prefix": prefix, **({"project": project} if project else {})}
         return [

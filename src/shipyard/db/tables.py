@@ -113,6 +113,9 @@ class Attempt(Base):
     signalled_at: Mapped[datetime | None]
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
+    inputs: Mapped[dict[str, Any] | None]
+    """Stored datasets it read (``store:NAME``) -> their content digest at launch: the lineage of
+    what it trained on, even if the artifact is replaced later."""
 
     job: Mapped[Job] = relationship(back_populates="attempts")
 

@@ -158,21 +158,24 @@ def _commit_outputs(ctx: ServiceContext, at_most: int = 4) -> None:
             session.execute(update(Artifact).where(Artifact.id == artifact_id).values(stored_name=name))
 
 
-def _with_fetched_data(ctx: ServiceContext, job: Job) -> JobSpec:
-    """The job's spec with each ``store:NAME`` dataset replaced by its verified local copy."""
+def _with_fetched_data(ctx: ServiceContext, job: Job) -> tuple[JobSpec, dict[str, str]]:
+    """The job's spec with each ``store:NAME`` dataset replaced by its verified local copy, and
+    the content digest of each such dataset (recorded with the attempt, for lineage)."""
     spec = validate_job_spec(job.spec)
     if not spec.data.stored():
-        return spec
+        return spec, {}
     session = object_session(job)
     assert session is not None
     document = spec.model_dump(mode="json", by_alias=True)
-    document["data"]["paths"] = [
-        str(storage.materialize(ctx, p.removeprefix(STORE_SCHEME), project=job.project, session=session))
-        if p.startswith(STORE_SCHEME)
-        else p
-        for p in spec.data.paths
-    ]
-    return validate_job_spec(document)
+    paths, inputs = [], {}
+    for path in spec.data.paths:
+        if path.startswith(STORE_SCHEME):
+            name = path.removeprefix(STORE_SCHEME)
+            local, inputs[path] = storage.materialize(ctx, name, project=job.project, session=session)
+            path = str(local)
+        paths.append(path)
+    document["data"]["paths"] = paths
+    return validate_job_spec(document), inputs
 
 
 def _fetch_checkpoint(ctx: ServiceContext, session: Session, job: Job, into: Path) -> Path | None:
@@ -281,10 +284,11 @@ def _launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
             ctx, session, job, run_dir / CHECKPOINT_DIR
         )
         resume_from = str(own) if own else resume_from
+    spec, inputs = _with_fetched_data(ctx, job)
     LaunchPlan(
         job_id=job.id,
         attempt=number,
-        spec=_with_fetched_data(ctx, job),
+        spec=spec,
         run_dir=str(run_dir),
         cache_dir=str(ctx.settings.cache_dir),
         accelerator_type=placed.accelerator_type,
@@ -317,6 +321,7 @@ def _launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
             agent_id=agent_id,
             log_path=str(log_path),
             metrics_offset=metrics.stat().st_size if metrics.exists() else 0,
+            inputs=inputs or None,
         )
     )
     job.state = JobState.RUNNING

@@ -214,7 +214,9 @@ def lineage(ctx: ServiceContext, ref: str) -> dict[str, Any]:
             "checkpoint_step": found.step,
             "base_model": spec.get("model", {}).get("path") or spec.get("model", {}).get("preset"),
             "dataset": [
-                storage.dataset_lineage(session, job.project, p)
+                storage.dataset_lineage(
+                    session, job.project, p, [a.inputs[p] for a in job.attempts if a.inputs and p in a.inputs]
+                )
                 for p in spec.get("data", {}).get("paths", [])
             ],
             "stored_as": found.artifact.stored_name or None,

@@ -318,18 +318,21 @@ def get_file(
     return file
 
 
-def materialize(ctx: ServiceContext, name: str, *, project: str, session: Session | None = None) -> Path:
+def materialize(
+    ctx: ServiceContext, name: str, *, project: str, session: Session | None = None
+) -> tuple[Path, str]:
     """A verified copy of an artifact in this node's cache, fetched once per content (a dataset
-    that several jobs read, or a job that runs again)."""
+    that several jobs read, or a job that runs again), and the content digest it has."""
     with _within(ctx, session) as within:
         artifact = _readable(ctx, within, project, name, "artifact.read")
-        target = ctx.settings.cache_dir / "artifacts" / content_digest(artifact)[:24]
+        digest = content_digest(artifact)
+        target = ctx.settings.cache_dir / "artifacts" / digest[:24]
         final = target if artifact.kind == "folder" else target / artifact.entries[0].path
         if not final.exists():  # both kinds appear whole or not at all
             if artifact.kind == "file":
                 target.mkdir(parents=True, exist_ok=True)
             get(ctx, name, target, project=project, session=within)
-    return final
+    return final, digest
 
 
 def content_digest(artifact: StoredArtifact) -> str:
@@ -338,18 +341,26 @@ def content_digest(artifact: StoredArtifact) -> str:
     return hashlib.sha256(listing.encode()).hexdigest()
 
 
-def dataset_lineage(session: Session, project: str, path: str) -> dict[str, object]:
-    """What a job's data path was: a stored dataset with its content digest, or a local path
-    (not content-addressed: the files may have changed since)."""
+def dataset_lineage(session: Session, project: str, path: str, recorded: list[str]) -> dict[str, object]:
+    """What a job's data path was: a stored dataset with the content digest its attempts read
+    (``recorded``, first attempt first), or a local path (not content-addressed: the files may
+    have changed since). Says so when the dataset changed between attempts or since."""
     if not path.startswith(STORE_SCHEME):
         return {"path": path, "digest": None}
     name = path.removeprefix(STORE_SCHEME)
     artifact = _find(session, project, name)
-    return {
+    current = content_digest(artifact) if artifact else None
+    read = list(dict.fromkeys(recorded))  # distinct, in order
+    found: dict[str, object] = {
         "path": path,
-        "digest": content_digest(artifact) if artifact else None,
         "artifact": f"{project}/{name}",
+        "digest": read[0] if read else current,
     }
+    if len(read) > 1:
+        found["changed_between_attempts"] = read
+    if read and current != read[-1]:
+        found["current_digest"] = current  # replaced or deleted since: the lineage keeps what was read
+    return found
 
 
 def _blob(row: StoredBlob) -> Blob:

@@ -1,0 +1,58 @@
+"""Datasets: the stored artifacts jobs trained on (``data.paths: [store:NAME]``), each with who
+read which content and the model versions that came of it. Metadata, so every role of the
+project may read it (``dataset.read``); the bytes themselves need ``artifact.read``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from shipyard.db import Attempt, Job, ModelVersion, StoredArtifact
+from shipyard.schemas.jobspec import STORE_SCHEME
+from shipyard.services import rbac, storage
+from shipyard.services.context import ServiceContext
+
+
+def list_datasets(ctx: ServiceContext, project: str | None = None) -> list[dict[str, Any]]:
+    with ctx.db.transaction() as session:
+        readable = None
+        if not ctx.actor.is_admin:
+            roles = rbac.projects_of(session, ctx.actor).items()
+            readable = {p for p, role in roles if "dataset.read" in rbac.PERMISSIONS[role]}
+        query = select(Attempt.job_id, Attempt.number, Attempt.inputs, Job.project).join(Job)
+        if project is not None:
+            query = query.where(Job.project == project)
+        reads: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for job_id, number, inputs, job_project in session.execute(query.order_by(Attempt.id)):
+            if not inputs or (readable is not None and job_project not in readable):
+                continue
+            for path, digest in inputs.items():
+                key = (job_project, path.removeprefix(STORE_SCHEME))
+                reads.setdefault(key, []).append({"job": job_id, "attempt": number, "digest": digest})
+        jobs = {read["job"] for found in reads.values() for read in found}
+        published: dict[str, list[str]] = {}
+        for name, version, job_id in session.execute(
+            select(ModelVersion.name, ModelVersion.version, ModelVersion.job_id).where(
+                ModelVersion.job_id.in_(jobs)
+            )
+        ):
+            published.setdefault(job_id, []).append(f"{name}:{version}")
+        datasets = []
+        for (dataset_project, name), found in sorted(reads.items()):
+            artifact = session.scalars(
+                select(StoredArtifact).where(
+                    StoredArtifact.project == dataset_project, StoredArtifact.name == name
+                )
+            ).first()
+            datasets.append(
+                {
+                    "project": dataset_project,
+                    "name": name,
+                    "digest": storage.content_digest(artifact) if artifact else None,
+                    "size_bytes": artifact.size_bytes if artifact else None,
+                    "read_by": found,
+                    "models": sorted({m for read in found for m in published.get(read["job"], [])}),
+                }
+            )
+        return datasets
