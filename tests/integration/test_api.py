@@ -178,6 +178,10 @@ def test_metrics_and_openapi(server: Server) -> None:
     assert cores and min(cores) >= 1
     assert any(name == "shipyard_scheduling_seconds" and v >= 0 for (name, _), v in metrics.items())
     assert any(name == "shipyard_http_request_seconds_bucket" for name, _ in metrics)
+    with admin(server) as root:  # the log as it is written, until the job ends
+        streamed = b"".join(root.follow_logs(job.id)).decode()
+        assert root.get_job(job.id).state == "succeeded"
+        assert streamed == root.job_logs(job.id)["data"] and "step" in streamed
     schema = httpx.get(f"{server.url}/openapi.json").json()
     operations = {op["operationId"] for path in schema["paths"].values() for op in path.values()}
     assert {

@@ -48,6 +48,13 @@ class World:
         with self.as_("member") as member:
             return member.submit_job(spec_dict(project=PROJECT)).id
 
+    def ended_job(self) -> str:
+        """A job of the member's that was cancelled before it started (its log stream ends at once)."""
+        job_id = self.fresh_job()
+        with self.as_("member") as member:
+            member.cancel_job(job_id)
+        return job_id
+
     def fresh_model(self) -> int:
         """A version of model ``m`` in the project, as a finished job of the member's leaves it."""
         return seed_model_version(self.server, "m", PROJECT, "member")
@@ -118,6 +125,10 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
     ("GET", "/api/v1/jobs/{job_id}/logs"): (
         PROJECT_READ,
         lambda w: (f"/api/v1/jobs/{w.fresh_job()}/logs", {}),
+    ),
+    ("GET", "/api/v1/jobs/{job_id}/logs/stream"): (
+        PROJECT_READ,
+        lambda w: (f"/api/v1/jobs/{w.ended_job()}/logs/stream", {}),
     ),
     ("GET", "/api/v1/queues"): (AUTHENTICATED, lambda w: ("/api/v1/queues", {})),
     ("GET", "/api/v1/queue-config"): (AUTHENTICATED, lambda w: ("/api/v1/queue-config", {})),

@@ -5,6 +5,7 @@ module only turns a bearer token into the caller, and errors into problem JSON
 (``{type, title, status, detail, code, hint}``) without a stack trace ever reaching a client.
 """
 
+import asyncio
 import logging
 import re
 import shutil
@@ -18,7 +19,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -51,6 +52,8 @@ log = logging.getLogger("shipyard.api")
 PROBLEM = "application/problem+json"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 """Ids and names in paths: no slashes, no dots first, so nothing can walk out of a folder."""
+LOG_POLL_S = 0.5
+"""How often a log stream looks for new bytes."""
 MAX_VERSION = 2**31 - 1
 """Version numbers are 32-bit integers in the database; a larger one is a 422, not an overflow."""
 Version = Annotated[int, PathParam(ge=1, le=MAX_VERSION)]
@@ -392,6 +395,33 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
             next_offset=chunk.next_offset,
             job_ended=chunk.job_ended,
         )
+
+    @app.get(
+        "/api/v1/jobs/{job_id}/logs/stream",
+        operation_id="streamJobLogs",
+        response_class=StreamingResponse,
+        responses={200: {"content": {"text/plain": {}}}},
+    )
+    async def stream_job_logs(
+        job_id: str, ctx: Caller, offset: Annotated[int, Query(ge=0)] = 0
+    ) -> StreamingResponse:
+        """The log from ``offset`` on as it is written, until the job ends (``curl -N``). The
+        permission and the job's existence are checked before the first byte."""
+        first = await run_in_threadpool(job_service.read_log, ctx, _name(job_id), offset, must_exist=False)
+
+        async def tail() -> AsyncIterator[bytes]:
+            chunk = first
+            while True:
+                if chunk.data:
+                    yield chunk.data
+                if chunk.job_ended:
+                    return
+                await asyncio.sleep(LOG_POLL_S)
+                chunk = await run_in_threadpool(
+                    job_service.read_log, ctx, job_id, chunk.next_offset, must_exist=False
+                )
+
+        return StreamingResponse(tail(), media_type="text/plain; charset=utf-8")
 
     @app.get("/api/v1/queues", operation_id="queueStatus")
     def queue_state(ctx: Caller) -> dict[str, Any]:

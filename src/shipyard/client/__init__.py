@@ -4,6 +4,7 @@ classes the service layer raises, so callers handle one error tree whether embed
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,17 @@ class Client:
 
     def job_logs(self, job_id: str, offset: int = 0) -> dict[str, Any]:
         return dict(self._call("GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset}))
+
+    def follow_logs(self, job_id: str, offset: int = 0) -> Iterator[bytes]:
+        """The job's log from ``offset`` on, as it is written, until the job ends."""
+        url = f"/api/v1/jobs/{job_id}/logs/stream"
+        with self._http.stream(
+            "GET", url, params={"offset": offset}, timeout=httpx.Timeout(30, read=None)
+        ) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise _error(response)
+            yield from response.iter_bytes()
 
     def queues(self) -> dict[str, Any]:
         """Pending jobs (of the projects the caller reads) with reasons; quota and usage per queue."""
