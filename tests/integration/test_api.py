@@ -73,10 +73,13 @@ def test_revoked_and_expired_tokens_are_refused(server: Server) -> None:
 def test_a_read_token_cannot_write(server: Server) -> None:
     with admin(server) as root:
         read_only = root.issue_token("dashboard", ["read"])
+        assert next(t for t in root.list_tokens() if t["id"] == read_only["id"])["last_used_at"] is None
     with Client(server.url, read_only["token"]) as client:
         assert client.list_jobs() == []
         with pytest.raises(Unauthenticated, match="read-only"):
             client.create_user("eve", PASSWORD)
+    with admin(server) as root:  # when each token was last used: to find the ones nobody needs
+        assert next(t for t in root.list_tokens() if t["id"] == read_only["id"])["last_used_at"] is not None
 
 
 def test_wrong_passwords_lock_the_account_and_are_audited(server: Server) -> None:

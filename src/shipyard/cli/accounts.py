@@ -83,7 +83,7 @@ def list_tokens(json_out: JsonOpt = False) -> None:
     from shipyard.services import accounts
 
     rows = either(lambda c: c.list_tokens(), accounts.list_tokens)
-    _show(rows, ["id", "user", "name", "scopes", "expires_at", "revoked"], json_out)
+    _show(rows, ["id", "user", "name", "scopes", "expires_at", "last_used_at", "revoked"], json_out)
 
 
 @tokens_app.command("revoke")

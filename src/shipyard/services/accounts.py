@@ -17,7 +17,7 @@ from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from shipyard.db import Token, User
 from shipyard.db.tables import utcnow
@@ -34,6 +34,9 @@ MAX_LOCK_S = 900.0
 TOKEN_PREFIX = "shy"
 SCOPES = ("read", "write", "admin")
 DEFAULT_TOKEN_DAYS = 30.0
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+"""A token's ``last_used_at`` is written at most this often (not on every request), which is
+enough to find the tokens nobody uses any more."""
 MAX_TOKEN_DAYS = 3650.0
 
 _hasher = PasswordHasher()  # argon2id with the library's current recommended parameters
@@ -262,6 +265,10 @@ def authenticate(ctx: ServiceContext, bearer: str, source: str) -> audit.Actor:
             raise invalid
         if user.disabled:
             raise invalid
+        now = utcnow()
+        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+            # autocommit session: written at once, like the read
+            session.execute(update(Token).where(Token.id == token.id).values(last_used_at=now))
         return audit.Actor(
             name=user.name,
             source=source,
@@ -303,6 +310,7 @@ def list_tokens(ctx: ServiceContext) -> list[dict[str, Any]]:
                 "scopes": t.scopes,
                 "created_at": t.created_at.isoformat(),
                 "expires_at": t.expires_at.isoformat() if t.expires_at else None,
+                "last_used_at": t.last_used_at.isoformat() if t.last_used_at else None,
                 "revoked": t.revoked_at is not None,
             }
             for t in session.scalars(query)
