@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from shipyard.services import audit
 from shipyard.services.context import ServiceContext, open_context
@@ -134,6 +136,79 @@ def test_concurrent_writers_keep_one_chain(tmp_path: Path, db_url: str) -> None:
         assert verdict(ctx) == audit.Verdict(True, 150, 150)
     finally:
         ctx.close()
+
+
+def test_batched_submissions_are_each_stored_once_in_one_chain(tmp_path: Path, db_url: str) -> None:
+    """The server's group commit: eight threads submit through one writer; every answer is a
+    stored job, each job has one audit record, and the chain holds."""
+    from shipyard.db import AuditRecord, Job
+    from shipyard.schemas.jobspec import validate_job_spec
+    from shipyard.services import jobs
+    from tests.builders import spec_dict
+
+    ctx = open_context(Settings(home=tmp_path / "home", db_url=db_url), autostart_agent=False)
+    writer = jobs.SubmissionWriter(ctx.db)
+    spec = validate_job_spec(spec_dict())
+    answers: list[str] = []
+    lock = threading.Lock()
+    try:
+
+        def client(n: int) -> None:
+            mine = ctx.acting_as(audit.Actor(name=f"local:client-{n}", source="test", is_admin=True))
+            for _ in range(25):
+                view = jobs.submit(mine, spec, writer=writer)
+                with lock:
+                    answers.append(view.id)
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        with ctx.db.transaction() as session:
+            stored = set(session.scalars(select(Job.id)))
+            submitted = list(
+                session.scalars(select(AuditRecord.resource).where(AuditRecord.action == "job.submit"))
+            )
+        assert len(answers) == 200 and set(answers) == stored
+        assert sorted(submitted) == sorted(f"job/{job_id}" for job_id in answers)
+        assert verdict(ctx) == audit.Verdict(True, 200, 200)
+    finally:
+        writer.close()
+        ctx.close()
+
+
+def test_one_bad_submission_in_a_batch_fails_alone(tmp_path: Path, postgres_url: str) -> None:
+    """PostgreSQL refuses a NUL character in text: that submission's batch is retried one by one,
+    so only it fails and the others are stored."""
+    from shipyard.db import Job
+    from shipyard.schemas.jobspec import validate_job_spec
+    from shipyard.services import jobs
+    from tests.builders import spec_dict
+
+    ctx = open_context(Settings(home=tmp_path / "home", db_url=postgres_url), autostart_agent=False)
+    writer = jobs.SubmissionWriter(ctx.db)
+    spec = validate_job_spec(spec_dict())
+    try:
+        names = [f"local:ok-{n}" for n in range(15)] + ["local:bad\x00name"]
+        admitted = [jobs.admit(ctx.acting_as(audit.Actor(n, "test", is_admin=True)), spec, False, None)
+                    for n in names]  # fmt: skip
+        # One batch, as the writer's thread forms it from requests that arrive together.
+        batch = [(a, Future[jobs.JobView]()) for a in admitted]
+        writer._commit(batch)
+        outcomes = [_outcome(done) for _, done in batch]
+        assert [o for o in outcomes if not o.startswith("tiny-")] == ["DataError"]
+        with ctx.db.transaction() as session:
+            assert sorted(session.scalars(select(Job.owner))) == sorted(names[:-1])
+        assert verdict(ctx) == audit.Verdict(True, 15, 15)
+    finally:
+        writer.close()
+        ctx.close()
+
+
+def _outcome(done: Future[Any]) -> str:
+    error = done.exception(timeout=60)
+    return type(error).__name__ if error else str(done.result().id)
 
 
 def test_the_cli_exits_1_naming_the_record_and_exports_jsonl(cli: Cli, tmp_path: Path, db_url: str) -> None:

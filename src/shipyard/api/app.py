@@ -268,7 +268,8 @@ class MeasureRequests:
 
 def create_app(settings: Settings | None = None, *, init_admin: str | None = None) -> FastAPI:
     """The API over the platform at ``settings`` (default: the environment)."""
-    holder: dict[str, ServiceContext] = {}
+    holder: dict[str, Any] = {}
+    """The platform (``ctx``) and this process's submission writer, made at start."""
     metrics = Metrics()
 
     @asynccontextmanager
@@ -278,7 +279,9 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
             accounts.ensure_initial_admin(ctx, init_admin)
         ctx.executor  # noqa: B018 - discover devices now (may import torch), not in the first request
         holder["ctx"] = ctx
+        writer = holder["writer"] = job_service.SubmissionWriter(ctx.db)
         yield
+        writer.close()
         ctx.close()
 
     app = FastAPI(
@@ -302,7 +305,7 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise Unauthenticated("this request needs a bearer token", hint="POST /api/v1/auth/token first")
-        ctx = holder["ctx"]
+        ctx: ServiceContext = holder["ctx"]
         source = request.client.host if request.client else "unknown"
         actor = accounts.authenticate(ctx, token.strip(), source)
         if request.method not in ("GET", "HEAD") and "write" not in actor.scopes:
@@ -377,7 +380,9 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
     @app.post("/api/v1/jobs", operation_id="submitJob", response_model=JobView, status_code=201)
     def submit_job(body: Submission, ctx: Caller) -> JobView:
         spec = validate_job_spec(body.spec)
-        return job_service.submit(ctx, spec, resume=body.resume, resume_from=body.resume_from)
+        return job_service.submit(
+            ctx, spec, resume=body.resume, resume_from=body.resume_from, writer=holder["writer"]
+        )
 
     @app.get("/api/v1/jobs/{job_id}", operation_id="getJob", response_model=JobDetail)
     def get_job(job_id: str, ctx: Caller) -> JobDetail:

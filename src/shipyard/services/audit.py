@@ -101,6 +101,17 @@ def _mac(key: bytes, *parts: object) -> str:
     return hmac.new(key, ":".join(str(p) for p in parts).encode(), hashlib.sha256).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One record to append: who did what to which resource, and how it ended."""
+
+    actor: Actor
+    action: str
+    resource: str
+    outcome: str = "ok"
+    detail: dict[str, Any] | None = None
+
+
 def append(
     session: Session,
     key: bytes,
@@ -112,41 +123,53 @@ def append(
     detail: dict[str, Any] | None = None,
     at: datetime | None = None,
 ) -> AuditRecord:
-    """Add one record in the caller's transaction (so it commits, or not, with what it records).
+    """Add one record in the caller's transaction (so it commits, or not, with what it records)."""
+    return append_all(session, key, [Entry(actor, action, resource, outcome, detail)], at=at)[0]
 
-    The head row is advanced first, in one statement that also returns the previous hash: that
-    takes the write lock before anything is read (SQLite runs reads that precede a transaction's
-    first write outside it, so two processes could otherwise extend the same head), and costs one
-    round trip while every other append waits on the lock."""
-    seq, prev_hash = session.execute(
+
+def append_all(
+    session: Session, key: bytes, entries: list[Entry], *, at: datetime | None = None
+) -> list[AuditRecord]:
+    """Add records in the caller's transaction, in order.
+
+    The head row is advanced first, by all of them at once, in one statement that also returns
+    the previous hash: that takes the write lock before anything is read (SQLite runs reads that
+    precede a transaction's first write outside it, so two processes could otherwise extend the
+    same head), and costs one round trip while every other append waits on the lock."""
+    last, prev_hash = session.execute(
         update(AuditHead)
         .where(AuditHead.id == 1)
-        .values(seq=AuditHead.seq + 1)
+        .values(seq=AuditHead.seq + len(entries))
         .returning(AuditHead.seq, AuditHead.hash)
         .execution_options(synchronize_session=False)
     ).one()
-    record = AuditRecord(
-        seq=seq,
-        at=at or utcnow(),
-        actor=actor.name,
-        action=action,
-        resource=resource,
-        source=actor.source,
-        outcome=outcome,
-        detail=detail or {},
-        prev_hash=prev_hash,
-    )
-    record.hash = _hash(prev_hash, record)
-    record.mac = _mac(key, record.hash)
-    session.add(record)
+    when = at or utcnow()
+    records = []
+    for seq, entry in enumerate(entries, start=last - len(entries) + 1):
+        record = AuditRecord(
+            seq=seq,
+            at=when,
+            actor=entry.actor.name,
+            action=entry.action,
+            resource=entry.resource,
+            source=entry.actor.source,
+            outcome=entry.outcome,
+            detail=entry.detail or {},
+            prev_hash=prev_hash,
+        )
+        record.hash = _hash(prev_hash, record)
+        record.mac = _mac(key, record.hash)
+        records.append(record)
+        prev_hash = record.hash
+    session.add_all(records)
     session.execute(
         update(AuditHead)
         .where(AuditHead.id == 1)
-        .values(hash=record.hash, mac=_mac(key, seq, record.hash))
+        .values(hash=prev_hash, mac=_mac(key, last, prev_hash))
         .execution_options(synchronize_session=False)
     )
     session.flush()
-    return record
+    return records
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import queue
 import secrets
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
 
-from shipyard.db import Artifact, Job, Metric, rows_changed
+from shipyard.db import Artifact, Database, Job, Metric, rows_changed
 from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
 from shipyard.errors import Conflict, DatasetError, InvalidSpec, NotFound, Unschedulable
@@ -52,10 +56,41 @@ def absolutize(spec: JobSpec, base: Path) -> JobSpec:
     return validate_job_spec(document)
 
 
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A submission that passed every check, ready to be written."""
+
+    ctx: ServiceContext
+    spec: JobSpec
+    request: Request
+    estimate: dict[str, Any]
+    resume_from: Path | None
+
+
 def submit(
-    ctx: ServiceContext, spec: JobSpec, *, resume: bool = False, resume_from: str | None = None
+    ctx: ServiceContext,
+    spec: JobSpec,
+    *,
+    resume: bool = False,
+    resume_from: str | None = None,
+    writer: SubmissionWriter | None = None,
 ) -> JobView:
-    """Validate everything that can be known before launch, then queue the job."""
+    """Validate everything that can be known before launch, then queue the job (through
+    ``writer`` when the server batches the writes of concurrent submissions)."""
+    admitted = admit(ctx, spec, resume, resume_from)
+    if writer is not None:
+        view = writer.write(admitted)
+    else:
+        with ctx.db.transaction() as session:
+            [view] = write(session, [admitted])
+    Path(view.run_dir).mkdir(parents=True, exist_ok=True)
+    if ctx.autostart_agent:
+        agent.ensure_running(ctx.settings)
+    return view
+
+
+def admit(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_from: str | None) -> Admitted:
+    """Every check a submission must pass: data, model, fit on this node, permission, resume point."""
     spec.data.files()  # missing or empty dataset: fail now, not in the job's log
     for name in spec.data.stored():  # present, readable by the submitter, not empty
         if storage.stat(ctx, name, spec.project).size_bytes == 0:
@@ -72,11 +107,19 @@ def submit(
         )
     spec.training.grad_accum_steps(request.devices)
     estimate = estimate_job(spec, ctx.executor.devices, hardware_catalog(ctx.settings))
-    with ctx.db.transaction() as session:
+    with ctx.db.read() as session:
         rbac.require(ctx, session, "job.submit", f"project/{spec.project}", spec.project)
         checkpoint = _resume_point(session, spec, resume, resume_from)
-        job_id = _new_job_id(session, spec.name)
-        run_dir = ctx.settings.runs_dir / job_id
+    return Admitted(ctx, spec, request, estimate, checkpoint)
+
+
+def write(session: Session, batch: list[Admitted]) -> list[JobView]:
+    """Queue admitted submissions in the caller's transaction: the jobs, then their audit records
+    (last, so the audit head, which every append locks, is held only until the commit)."""
+    ids = _new_job_ids(session, [a.spec.name for a in batch])
+    views, entries = [], []
+    for job_id, admitted in zip(ids, batch, strict=True):
+        spec, request, ctx = admitted.spec, admitted.request, admitted.ctx
         job = Job(
             id=job_id,
             name=spec.name,
@@ -87,36 +130,80 @@ def submit(
             spec=spec.model_dump(mode="json", by_alias=True),
             devices=request.devices,
             accelerator_types=list(request.accelerator_types),
-            run_dir=str(run_dir),
-            resume_from=str(checkpoint) if checkpoint else None,
+            run_dir=str(ctx.settings.runs_dir / job_id),
+            resume_from=str(admitted.resume_from) if admitted.resume_from else None,
             pending_reason="waiting for the local agent to pick it up",
-            estimate=estimate or None,
+            estimate=admitted.estimate or None,
             owner=ctx.actor.name,
             submitted_at=utcnow(),
         )
         session.add(job)
-        view = _view(session, job, spec)
-        # Last, so the audit head (which every append locks) is held only until the commit.
-        audit.append(
-            session,
-            ctx.audit_key,
-            ctx.actor,
-            "job.submit",
-            f"job/{job_id}",
-            detail={"project": spec.project, "queue": spec.queue, "devices": request.devices},
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if ctx.autostart_agent:
-        agent.ensure_running(ctx.settings)
-    return view
+        views.append(_view(session, job, spec))
+        detail = {"project": spec.project, "queue": spec.queue, "devices": request.devices}
+        entries.append(audit.Entry(ctx.actor, "job.submit", f"job/{job_id}", detail=detail))
+    audit.append_all(session, batch[0].ctx.audit_key, entries)
+    return views
 
 
-def _new_job_id(session: Session, name: str) -> str:
-    """NAME-8 hex digits, not yet taken (6 digits collided within a few thousand submissions)."""
+class SubmissionWriter:
+    """Writes the submissions of one server process's concurrent requests together: one
+    transaction, one advance of the audit head and one multi-row insert per batch instead of
+    per job (group commit). A request waits for its batch to commit, so its answer still means
+    the job is stored; a batch that fails is retried one submission at a time, so one bad
+    submission fails alone."""
+
+    def __init__(self, db: Database, *, max_batch: int = 64) -> None:
+        self._db, self._max_batch = db, max_batch
+        self._pending: queue.SimpleQueue[tuple[Admitted, Future[JobView]] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="submission-writer", daemon=True)
+        self._thread.start()
+
+    def write(self, admitted: Admitted) -> JobView:
+        done: Future[JobView] = Future()
+        self._pending.put((admitted, done))
+        return done.result()
+
+    def close(self) -> None:
+        self._pending.put(None)
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while (first := self._pending.get()) is not None:
+            batch = [first]
+            while len(batch) < self._max_batch:
+                try:
+                    item = self._pending.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._pending.put(None)  # stop after this batch
+                    break
+                batch.append(item)
+            self._commit(batch)
+
+    def _commit(self, batch: list[tuple[Admitted, Future[JobView]]]) -> None:
+        try:
+            with self._db.transaction() as session:
+                views = write(session, [admitted for admitted, _ in batch])
+        except Exception as exc:
+            if len(batch) == 1:
+                batch[0][1].set_exception(exc)
+            else:
+                for item in batch:
+                    self._commit([item])
+            return
+        for (_, done), view in zip(batch, views, strict=True):
+            done.set_result(view)
+
+
+def _new_job_ids(session: Session, names: list[str]) -> list[str]:
+    """NAME-8 hex digits each, not yet taken (6 digits collided within a few thousand
+    submissions); one query for the whole batch."""
     while True:
-        candidate = f"{name}-{secrets.token_hex(4)}"
-        if session.get(Job, candidate) is None:
-            return candidate
+        candidates = [f"{name}-{secrets.token_hex(4)}" for name in names]
+        taken = set(session.scalars(select(Job.id).where(Job.id.in_(candidates))))
+        if not taken and len(set(candidates)) == len(candidates):
+            return candidates
 
 
 def _check_model(spec: JobSpec) -> None:
