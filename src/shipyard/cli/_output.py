@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -35,6 +35,19 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[obj
     for row in rows:
         t.add_row(*(fmt(cell) for cell in row))
     console.print(t)
+
+
+def rows_or_json(
+    records: list[dict[str, Any]],
+    json_out: bool,
+    columns: Sequence[str],
+    row: Callable[[dict[str, Any]], Sequence[object]],
+) -> None:
+    """``--json``: the records as JSON; otherwise a table with one ``row(record)`` each."""
+    if json_out:
+        typer.echo(json.dumps(records, indent=2))
+    else:
+        table(None, columns, [row(record) for record in records])
 
 
 def fmt(value: object) -> str:

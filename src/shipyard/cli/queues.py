@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from shipyard.cli._output import JsonOpt, err_console, table
+from shipyard.cli._output import JsonOpt, err_console, rows_or_json
 from shipyard.cli._remote import either
 from shipyard.errors import InvalidSpec, NotFound
 
@@ -28,16 +28,19 @@ def _status() -> dict[str, Any]:
 
 def queue(json_out: JsonOpt = False) -> None:
     """Pending jobs, oldest first, each with why the scheduler keeps it waiting."""
-    pending = _status()["pending"]
-    if json_out:
-        typer.echo(json.dumps(pending, indent=2))
-        return
-    table(
-        None,
+    rows_or_json(
+        _status()["pending"],
+        json_out,
         ["job", "queue", "priority", "devices", "types", "waiting because"],
-        [(p["id"], p["queue"], p["priority"], p["devices"], ",".join(p["accelerator_types"]), p["reason"])
-         for p in pending],
-    )  # fmt: skip
+        lambda p: (
+            p["id"],
+            p["queue"],
+            p["priority"],
+            p["devices"],
+            ",".join(p["accelerator_types"]),
+            p["reason"],
+        ),
+    )
 
 
 def _pairs(values: dict[str, int]) -> str:
@@ -49,15 +52,12 @@ def queues(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """Cluster queues: nominal quota, devices in use and borrowed, per accelerator type."""
     if ctx.invoked_subcommand is not None:
         return
-    rows = _status()["queues"]
-    if json_out:
-        typer.echo(json.dumps(rows, indent=2))
-        return
-    table(
-        None,
+    rows_or_json(
+        _status()["queues"],
+        json_out,
         ["queue", "cohort", "nominal", "in use", "borrowed", "local queues"],
-        [(q["name"], q["cohort"] or "-", _pairs(q["nominal"]) if q["nominal"] else "no limit",
-          _pairs(q["used"]), _pairs(q["borrowed"]), ",".join(q["local_queues"]) or "-") for q in rows],
+        lambda q: (q["name"], q["cohort"] or "-", _pairs(q["nominal"]) if q["nominal"] else "no limit",
+                   _pairs(q["used"]), _pairs(q["borrowed"]), ",".join(q["local_queues"]) or "-"),
     )  # fmt: skip
 
 

@@ -6,7 +6,6 @@ store's disks are, as a cluster admin."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
-from shipyard.cli._output import JsonOpt, console, err_console, print_json, table
+from shipyard.cli._output import JsonOpt, console, err_console, print_json, rows_or_json, table
 from shipyard.cli._remote import client, either, server_url
 from shipyard.errors import InvalidSpec, NotFound
 from shipyard.services import storage as storage_service
@@ -337,23 +336,18 @@ def datasets(
     found = either(
         lambda c: c.list_datasets(project), lambda ctx: dataset_service.list_datasets(ctx, project)
     )
-    if json_out:
-        typer.echo(json.dumps(found, indent=2))
-        return
-    table(
-        None,
+    rows_or_json(
+        found,
+        json_out,
         ["project", "dataset", "digest", "size", "read by", "models"],
-        [
-            (
-                d["project"],
-                d["name"],
-                (d["digest"] or "deleted")[:16],
-                _gib(d["size_bytes"]) if d["size_bytes"] is not None else "-",
-                ", ".join(sorted({r["job"] for r in d["read_by"]})),
-                ", ".join(d["models"]) or "-",
-            )
-            for d in found
-        ],
+        lambda d: (
+            d["project"],
+            d["name"],
+            (d["digest"] or "deleted")[:16],
+            _gib(d["size_bytes"]) if d["size_bytes"] is not None else "-",
+            ", ".join(sorted({r["job"] for r in d["read_by"]})),
+            ", ".join(d["models"]) or "-",
+        ),
     )
 
 
