@@ -70,6 +70,17 @@ def test_revoked_and_expired_tokens_are_refused(server: Server) -> None:
             client.list_jobs()
 
 
+def test_a_token_in_use_is_refused_as_soon_as_it_is_revoked(server: Server) -> None:
+    """The server keeps a token it checked for a moment; revoking it there forgets it at once."""
+    with admin(server) as root:
+        issued = root.issue_token("laptop", ["read"])
+        with Client(server.url, issued["token"]) as client:
+            assert client.list_jobs() == []  # checked and kept
+            root.revoke_token(issued["id"])
+            with pytest.raises(Unauthenticated):
+                client.list_jobs()
+
+
 def test_a_read_token_cannot_write(server: Server) -> None:
     with admin(server) as root:
         read_only = root.issue_token("dashboard", ["read"])

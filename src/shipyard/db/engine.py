@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -25,6 +25,8 @@ class Database:
     sessions: sessionmaker[Session]
     readers: sessionmaker[Session]
     """Sessions in autocommit mode: see ``read``."""
+    autocommit: Engine
+    """The engine in autocommit mode: see ``connect``."""
 
     @contextmanager
     def transaction(self) -> Iterator[Session]:
@@ -38,6 +40,11 @@ class Database:
         COMMIT around it, two round trips fewer. Each statement sees its own snapshot."""
         with self.readers() as session:
             yield session
+
+    def connect(self) -> Connection:
+        """A Core connection in autocommit mode for the statements of the hottest paths (the token
+        check of every request): no session, no ORM objects, no BEGIN and COMMIT around them."""
+        return self.autocommit.connect()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -61,6 +68,7 @@ def open_database(url: str, lock_dir: Path) -> Database:
         engine,
         sessions=sessionmaker(engine, expire_on_commit=False),
         readers=sessionmaker(autocommit, expire_on_commit=False),
+        autocommit=autocommit,
     )
 
 

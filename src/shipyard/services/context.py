@@ -12,6 +12,7 @@ from shipyard.db import Database, open_database
 from shipyard.executors import LocalExecutor
 from shipyard.hardware import VendorQueries, discover
 from shipyard.services.audit import Actor, audit_key
+from shipyard.services.verified_tokens import VerifiedTokens
 from shipyard.settings import Settings
 
 LOCAL_PREFIX = "local:"
@@ -34,6 +35,8 @@ class ServiceContext:
     autostart_agent: bool = True
     actor: Actor = field(default_factory=local_actor)
     """Who the use cases act for: the local user embedded, the authenticated caller on a server."""
+    verified_tokens: VerifiedTokens | None = None
+    """A server's recently checked tokens (shared by the contexts of its requests)."""
 
     @functools.cached_property
     def audit_key(self) -> bytes:
