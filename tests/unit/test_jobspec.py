@@ -112,3 +112,31 @@ def test_dataset_paths_expand_and_missing_or_empty_ones_fail(tmp_path: Path) -> 
     empty = validate_job_spec(spec_dict(data={"paths": [str(tmp_path / "empty")]})).data
     with pytest.raises(DatasetError, match="is empty"):
         empty.files()
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"a.txt": "x"},
+        {"a.txt": ""},
+        {"deep/er/a.txt": "x", "b.txt": ""},
+        {"deep/er/a.txt": "", "deep/b.txt": ""},
+        {},
+    ],
+)
+@pytest.mark.parametrize("pattern", ["", "*.txt", "**/*.txt", "deep"])
+def test_the_submit_check_of_a_dataset_fails_exactly_when_listing_it_does(
+    tmp_path: Path, layout: dict[str, str], pattern: str
+) -> None:
+    for name, text in layout.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    data = validate_job_spec(spec_dict(data={"paths": [str(tmp_path / pattern)]})).data
+    try:
+        data.files()
+    except DatasetError as listing:
+        with pytest.raises(DatasetError) as checking:
+            data.check_content()
+        assert str(checking.value) == str(listing)
+    else:
+        data.check_content()

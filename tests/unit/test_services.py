@@ -13,10 +13,12 @@ from shipyard.errors import Conflict, Forbidden, NotFound, Unschedulable
 from shipyard.hardware import VendorQueries
 from shipyard.hardware.discovery import CpuInfo
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.services import agent, jobs, telemetry
+from shipyard.services import agent, audit, jobs, telemetry
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
 from tests.builders import spec_dict
+
+TRAINING = spec_dict()["training"]
 
 TWO_CORES = VendorQueries(
     nvidia=list, torch_devices=list, cpu=lambda: CpuInfo(model="t", cores=2, mhz=1000.0, flags=frozenset())
@@ -128,6 +130,25 @@ def test_a_fitting_job_keeps_the_planners_estimate(ctx: ServiceContext) -> None:
     assert estimate["accelerator"] == "cpu" and estimate["devices"] == 1
     assert 0 < estimate["memory_gib_per_device"] < 2
     assert estimate["tokens_per_s"] > 0 and estimate["wall_time_s"] > 0
+
+
+def test_estimates_are_remembered_per_shape_of_job_not_per_name(ctx: ServiceContext) -> None:
+    first = jobs.submit(ctx, validate_job_spec(spec_dict(name="one")))
+    same_shape = jobs.submit(ctx, validate_job_spec(spec_dict(name="two")))
+    longer = jobs.submit(ctx, validate_job_spec(spec_dict(name="three", training={**TRAINING, "steps": 80})))
+    one, two, three = (jobs.get(ctx, v.id).estimate for v in (first, same_shape, longer))
+    assert one == two
+    assert three["wall_time_s"] == pytest.approx(10 * one["wall_time_s"])
+
+
+def test_a_job_id_drawn_twice_is_drawn_again(ctx: ServiceContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    draws = iter(["00000000", "00000000", "00000000", "0000beef"])
+    monkeypatch.setattr(jobs.secrets, "token_hex", lambda _: next(draws))
+    spec = validate_job_spec(spec_dict(name="twin"))
+    first, second = jobs.submit(ctx, spec), jobs.submit(ctx, spec)
+    assert (first.id, second.id) == ("twin-00000000", "twin-0000beef")
+    assert {v.id for v in jobs.list_jobs(ctx)} == {first.id, second.id}
+    assert audit.verify_log(ctx.db, ctx.audit_key).ok  # the refused inserts left no record
 
 
 def test_each_agent_pass_reports_devices_utilization_and_its_duration(tmp_path: Path) -> None:

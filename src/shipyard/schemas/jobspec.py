@@ -7,6 +7,7 @@ Every section forbids unknown fields. ``parse_job_spec`` turns pydantic's errors
 from __future__ import annotations
 
 import glob
+import itertools
 import math
 import os
 from pathlib import Path
@@ -83,10 +84,7 @@ class DataSection(_Section):
                 continue  # checked against the store's catalog at submit, fetched at launch
             matches = [Path(m) for m in glob.glob(os.path.expanduser(entry), recursive=True)]
             if not matches:
-                raise DatasetError(
-                    f"dataset path {entry!r} does not exist or matches no file",
-                    hint="fix data.paths; relative paths are taken from the job spec's folder",
-                )
+                raise _matches_nothing(entry)
             for match in matches:
                 if match.is_dir():
                     found.update(p for p in match.rglob("*") if p.is_file())
@@ -101,6 +99,41 @@ class DataSection(_Section):
                 hint="point data.paths at text or JSONL files with content",
             )
         return files
+
+    def check_content(self) -> None:
+        """What ``files`` checks (every path matches something, some file has content), stopping
+        at the first file with content instead of listing them all: the check of every submission."""
+        has_content = bool(self.stored())
+        for entry in self.paths:
+            if entry.startswith(STORE_SCHEME):
+                continue
+            matches = glob.iglob(os.path.expanduser(entry), recursive=True)
+            first = next(matches, None)
+            if first is None:
+                raise _matches_nothing(entry)
+            has_content = has_content or any(map(_has_content, itertools.chain([first], matches)))
+        if not has_content:
+            self.files()  # raises, saying what it found
+
+
+def _matches_nothing(entry: str) -> DatasetError:
+    return DatasetError(
+        f"dataset path {entry!r} does not exist or matches no file",
+        hint="fix data.paths; relative paths are taken from the job spec's folder",
+    )
+
+
+def _has_content(path: str) -> bool:
+    """A file with at least one byte, or a folder holding one at any depth."""
+    try:
+        if not os.path.isdir(path):
+            return os.path.getsize(path) > 0
+        for folder, _, names in os.walk(path):
+            if any(os.path.getsize(os.path.join(folder, name)) > 0 for name in names):
+                return True
+    except OSError:
+        return False
+    return False
 
 
 class OptimizerSection(_Section):

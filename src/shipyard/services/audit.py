@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
-from sqlalchemy import ScalarResult, select, update
+from sqlalchemy import ScalarResult, Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from shipyard.db import AuditHead, AuditRecord, Database
@@ -127,6 +127,19 @@ def append(
     return append_all(session, key, [Entry(actor, action, resource, outcome, detail)], at=at)[0]
 
 
+_HEAD = cast(Table, AuditHead.__table__)
+_ADVANCE = (
+    update(_HEAD)
+    .where(_HEAD.c.id == 1)
+    .values(seq=_HEAD.c.seq + bindparam("count"))
+    .returning(_HEAD.c.seq, _HEAD.c.hash)
+)
+_SEAL = update(_HEAD).where(_HEAD.c.id == 1).values(hash=bindparam("new_hash"), mac=bindparam("new_mac"))
+_RECORDS = cast(Table, AuditRecord.__table__)
+_RECORD_COLUMNS = tuple(column.key for column in _RECORDS.columns)
+"""Core statements built once: appends are on the path of every write (no ORM unit of work)."""
+
+
 def append_all(
     session: Session, key: bytes, entries: list[Entry], *, at: datetime | None = None
 ) -> list[AuditRecord]:
@@ -136,13 +149,8 @@ def append_all(
     the previous hash: that takes the write lock before anything is read (SQLite runs reads that
     precede a transaction's first write outside it, so two processes could otherwise extend the
     same head), and costs one round trip while every other append waits on the lock."""
-    last, prev_hash = session.execute(
-        update(AuditHead)
-        .where(AuditHead.id == 1)
-        .values(seq=AuditHead.seq + len(entries))
-        .returning(AuditHead.seq, AuditHead.hash)
-        .execution_options(synchronize_session=False)
-    ).one()
+    session.flush()  # the caller's own changes first: one that fails does so before the head is locked
+    last, prev_hash = session.execute(_ADVANCE, {"count": len(entries)}).one()
     when = at or utcnow()
     records = []
     for seq, entry in enumerate(entries, start=last - len(entries) + 1):
@@ -161,14 +169,8 @@ def append_all(
         record.mac = _mac(key, record.hash)
         records.append(record)
         prev_hash = record.hash
-    session.add_all(records)
-    session.execute(
-        update(AuditHead)
-        .where(AuditHead.id == 1)
-        .values(hash=prev_hash, mac=_mac(key, last, prev_hash))
-        .execution_options(synchronize_session=False)
-    )
-    session.flush()
+    session.execute(insert(_RECORDS), [{c: getattr(r, c) for c in _RECORD_COLUMNS} for r in records])
+    session.execute(_SEAL, {"new_hash": prev_hash, "new_mac": _mac(key, last, prev_hash)})
     return records
 
 

@@ -8,7 +8,7 @@ measured figures.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,11 +83,39 @@ def _plan_on(
     return plan_training(workload, cluster, layout)
 
 
+_MEMO_SIZE = 512
+_memo: dict[Hashable, dict[str, Any]] = {}
+
+
 def estimate_job(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog) -> dict[str, Any]:
     """The fastest fitting accelerator type among those the job may use on this node.
 
     Raises ``Unschedulable`` with the memory needed and the largest memory here when none fits.
+    Remembered per shape of job (a queue fills with copies of one spec, each asking again); the
+    dict returned is shared, not to be changed.
     """
+    if spec.model.path:  # the config.json behind a path can change: read it each time
+        return _estimate(spec, node_devices, catalog)
+    accelerators = tuple(spec.resources.accelerator)
+    key = (
+        spec.model,
+        spec.data.tokenizer,
+        spec.training,
+        spec.resources.devices,
+        accelerators,
+        tuple(node_devices),
+        tuple(catalog.get(a) for a in accelerators),
+    )
+    found = _memo.get(key)
+    if found is None:
+        found = _estimate(spec, node_devices, catalog)
+        if len(_memo) >= _MEMO_SIZE:
+            _memo.clear()
+        _memo[key] = found
+    return found
+
+
+def _estimate(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog) -> dict[str, Any]:
     workload = job_workload(spec)
     devices = spec.resources.devices
     plans: list[TrainingPlan] = []

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import secrets
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import Table, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from shipyard.db import Artifact, Database, Job, Metric, rows_changed
@@ -32,6 +34,8 @@ from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import estimate_job
 from shipyard.services.planning import hardware_catalog
 from shipyard.services.summaries import summarize
+
+_JOBS = cast(Table, Job.__table__)
 
 
 def load_spec_file(path: Path) -> JobSpec:
@@ -78,11 +82,7 @@ def submit(
     """Validate everything that can be known before launch, then queue the job (through
     ``writer`` when the server batches the writes of concurrent submissions)."""
     admitted = admit(ctx, spec, resume, resume_from)
-    if writer is not None:
-        view = writer.write(admitted)
-    else:
-        with ctx.db.transaction() as session:
-            [view] = write(session, [admitted])
+    [view] = [writer.write(admitted)] if writer is not None else insert_jobs(ctx.db, [admitted])
     Path(view.run_dir).mkdir(parents=True, exist_ok=True)
     if ctx.autostart_agent:
         agent.ensure_running(ctx.settings)
@@ -91,7 +91,7 @@ def submit(
 
 def admit(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_from: str | None) -> Admitted:
     """Every check a submission must pass: data, model, fit on this node, permission, resume point."""
-    spec.data.files()  # missing or empty dataset: fail now, not in the job's log
+    spec.data.check_content()  # missing or empty dataset: fail now, not in the job's log
     for name in spec.data.stored():  # present, readable by the submitter, not empty
         if storage.stat(ctx, name, spec.project).size_bytes == 0:
             raise DatasetError(f"dataset store:{name} is empty", hint="store text or JSONL files in it")
@@ -114,35 +114,51 @@ def admit(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_from: str | N
 
 
 def write(session: Session, batch: list[Admitted]) -> list[JobView]:
-    """Queue admitted submissions in the caller's transaction: the jobs, then their audit records
-    (last, so the audit head, which every append locks, is held only until the commit)."""
-    ids = _new_job_ids(session, [a.spec.name for a in batch])
-    views, entries = [], []
+    """Queue admitted submissions in the caller's transaction: the jobs in one multi-row insert,
+    then their audit records (last, so the audit head, which every append locks, is held only
+    until the commit)."""
+    ids = _new_job_ids([a.spec.name for a in batch])
+    now = utcnow()
+    rows, views, entries = [], [], []
     for job_id, admitted in zip(ids, batch, strict=True):
         spec, request, ctx = admitted.spec, admitted.request, admitted.ctx
-        job = Job(
-            id=job_id,
-            name=spec.name,
-            project=spec.project,
-            queue=spec.queue,
-            priority=spec.priority,
-            state=JobState.QUEUED,
-            spec=spec.model_dump(mode="json", by_alias=True),
-            devices=request.devices,
-            accelerator_types=list(request.accelerator_types),
-            run_dir=str(ctx.settings.runs_dir / job_id),
-            resume_from=str(admitted.resume_from) if admitted.resume_from else None,
-            pending_reason="waiting for the local agent to pick it up",
-            estimate=admitted.estimate or None,
-            owner=ctx.actor.name,
-            submitted_at=utcnow(),
-        )
-        session.add(job)
-        views.append(_view(session, job, spec))
+        row = {
+            "id": job_id,
+            "name": spec.name,
+            "project": spec.project,
+            "queue": spec.queue,
+            "priority": spec.priority,
+            "state": JobState.QUEUED,
+            "spec": spec.model_dump(mode="json", by_alias=True),
+            "devices": request.devices,
+            "accelerator_types": list(request.accelerator_types),
+            "run_dir": str(ctx.settings.runs_dir / job_id),
+            "resume_from": str(admitted.resume_from) if admitted.resume_from else None,
+            "pending_reason": "waiting for the local agent to pick it up",
+            "estimate": admitted.estimate or None,
+            "owner": ctx.actor.name,
+            "submitted_at": now,
+        }
+        rows.append(row)
+        views.append(_view(session, Job(**row), spec))
         detail = {"project": spec.project, "queue": spec.queue, "devices": request.devices}
         entries.append(audit.Entry(ctx.actor, "job.submit", f"job/{job_id}", detail=detail))
+    session.execute(insert(_JOBS), rows)  # Core: new rows need no unit of work
     audit.append_all(session, batch[0].ctx.audit_key, entries)
     return views
+
+
+ID_DRAWS = 3
+
+
+def insert_jobs(db: Database, batch: list[Admitted]) -> list[JobView]:
+    """``write`` in a transaction of its own. An id already taken fails the insert on the key;
+    the batch is then written again, with ids drawn anew."""
+    for _ in range(ID_DRAWS - 1):
+        with contextlib.suppress(IntegrityError), db.transaction() as session:
+            return write(session, batch)
+    with db.transaction() as session:
+        return write(session, batch)
 
 
 class SubmissionWriter:
@@ -183,8 +199,7 @@ class SubmissionWriter:
 
     def _commit(self, batch: list[tuple[Admitted, Future[JobView]]]) -> None:
         try:
-            with self._db.transaction() as session:
-                views = write(session, [admitted for admitted, _ in batch])
+            views = insert_jobs(self._db, [admitted for admitted, _ in batch])
         except Exception as exc:
             if len(batch) == 1:
                 batch[0][1].set_exception(exc)
@@ -196,13 +211,13 @@ class SubmissionWriter:
             done.set_result(view)
 
 
-def _new_job_ids(session: Session, names: list[str]) -> list[str]:
-    """NAME-8 hex digits each, not yet taken (6 digits collided within a few thousand
-    submissions); one query for the whole batch."""
+def _new_job_ids(names: list[str]) -> list[str]:
+    """NAME-8 hex digits each (6 digits collided within a few thousand submissions). Not looked
+    up first: two jobs of one name draw the same id about once in four billion, and then the
+    insert fails on the key and the submission is written again with new ids."""
     while True:
         candidates = [f"{name}-{secrets.token_hex(4)}" for name in names]
-        taken = set(session.scalars(select(Job.id).where(Job.id.in_(candidates))))
-        if not taken and len(set(candidates)) == len(candidates):
+        if len(set(candidates)) == len(candidates):
             return candidates
 
 
