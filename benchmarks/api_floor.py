@@ -26,7 +26,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.api_load import free_port, in_parallel  # noqa: E402
+from benchmarks.api_load import cpu_use, free_port, in_parallel  # noqa: E402
 from tests.builders import spec_dict  # noqa: E402
 
 APP = """
@@ -64,7 +64,7 @@ Multiprocess(config, sockets=[_tcp_listener("127.0.0.1", port)]).run()
 """
 
 
-def run(url: str, requests: int, clients: int) -> dict[str, Any]:
+def run(url: str, requests: int, clients: int, server: list[int]) -> dict[str, Any]:
     body = {"spec": spec_dict(name="load")}
     latencies: list[float] = []
     lock = threading.Lock()
@@ -77,8 +77,11 @@ def run(url: str, requests: int, clients: int) -> dict[str, Any]:
                 with lock:
                     latencies.append((time.perf_counter() - start) * 1000)
 
+    before = cpu_use({"server": server})["server"]
     seconds = in_parallel(client, [requests // clients] * clients)
+    used = cpu_use({"server": server})["server"] - before
     return {
+        "server_cpu_ms": used / len(latencies) * 1000,
         "clients": clients,
         "per_s": len(latencies) / seconds,
         "p50_ms": statistics.median(latencies),
@@ -107,11 +110,14 @@ def main() -> None:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
+        workers = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True, text=True)
+        processes = [server.pid, *map(int, workers.stdout.split())]
         for clients in (int(c) for c in args.clients.split(",")):
-            result = run(url, args.requests, clients)
+            result = run(url, args.requests, clients, processes)
             print(
                 f"empty handler, {clients} client(s): {result['per_s']:.0f} submissions/s "
-                f"(p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms)"
+                f"(p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms), "
+                f"server CPU {result['server_cpu_ms']:.2f} ms per submission"
             )
     finally:
         server.terminate()
