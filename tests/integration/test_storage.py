@@ -310,22 +310,31 @@ def test_writers_killed_at_random_points_leave_whole_artifacts_or_none(tmp_path:
     rng = random.Random(11)
     for i in range(6):
         (source / f"shard{i}").write_bytes(rng.randbytes(2 << 20))
-    completed = 0
-    trials = 50
-    for trial in range(trials):
-        writer = subprocess.Popen(
-            [sys.executable, "-c", _WRITER, str(source), f"ckpt/{trial}"],
+
+    def write(name: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(source), name],
             env=cli.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
-        time.sleep(rng.uniform(0.3, 1.5))
+
+    # Kill points relative to one whole write on this machine (interpreter start included), so
+    # that kills land before and after commits however fast the machine runs today.
+    started = time.monotonic()
+    assert write("whole").communicate()[0] == b"done\n"
+    whole_s = time.monotonic() - started
+    completed = 0
+    trials = 50
+    for trial in range(trials):
+        writer = write(f"ckpt/{trial}")
+        time.sleep(rng.uniform(0.2, 1.2) * whole_s)
         writer.send_signal(signal.SIGKILL)
         writer.wait()
         completed += writer.stdout.read() == b"done\n" if writer.stdout else 0
         if writer.stdout:
             writer.stdout.close()
-    listed = {a["name"] for a in cli.json("storage", "ls")}
+    listed = {a["name"] for a in cli.json("storage", "ls")} - {"whole"}
     assert 0 < len(listed) < trials, "the kills should land both before and after commits"
     for name in listed:
         out = tmp_path / "out" / name.replace("/", "-")
