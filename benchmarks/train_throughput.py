@@ -2,6 +2,11 @@
 vs Hugging Face ``Trainer``, on the same model shape, batch, sequence length and step count.
 
     .venv/bin/python benchmarks/train_throughput.py [--steps 12] [--rounds 1] [--precision bf16]
+        [--device cpu|cuda]
+
+With ``--device cuda`` all three run on the node's first GPU (the Shipyard job asks for that GPU's
+accelerator type and the agent places it), and the job's planner estimate is printed beside what it
+measured.
 
 Each way runs in a fresh child process (so none inherits another's warm allocator or threads), one
 after the other in this one invocation, ``--rounds`` times, interleaved. A way's tokens/s is the
@@ -46,33 +51,50 @@ def steady_tokens_per_s(step_times: list[float], batch_tokens: int) -> float:
     return batch_tokens / statistics.median(step_times[WARMUP_STEPS:])
 
 
-def bare_loop(args: argparse.Namespace) -> float:
+def settle(device: torch.device) -> float:
+    """The time once the device has finished what was queued (GPU kernels run asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def bare_loop(args: argparse.Namespace) -> dict[str, float]:
     """The loop a researcher writes by hand: same model class, random tokens already in memory."""
     from shipyard.training.model import Transformer
 
     s = shape(args)
+    device = torch.device(args.device)
     torch.manual_seed(0)
-    model = Transformer(s["arch"])
+    model = Transformer(s["arch"]).to(device)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1, fused=True
     )
-    data = torch.randint(0, VOCAB, (args.steps * s["accum"], args.micro, args.seq_len + 1))
+    data = torch.randint(0, VOCAB, (args.steps * s["accum"], args.micro, args.seq_len + 1), device=device)
     times = []
     for step in range(args.steps):
-        start = time.perf_counter()
+        start = settle(device)
         for micro in range(s["accum"]):
             batch = data[step * s["accum"] + micro]
-            with torch.autocast("cpu", dtype=s["autocast"], enabled=s["autocast"] is not None):
+            with torch.autocast(device.type, dtype=s["autocast"], enabled=s["autocast"] is not None):
                 loss = model(batch[:, :-1], batch[:, 1:]) / s["accum"]
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - start)
-    return steady_tokens_per_s(times, args.batch_tokens)
+        times.append(settle(device) - start)
+    return {"tokens_per_s": steady_tokens_per_s(times, args.batch_tokens)}
 
 
-def shipyard_runtime(args: argparse.Namespace) -> float:
+def accelerator_type(args: argparse.Namespace) -> str:
+    """The catalog type the Shipyard job asks for: the node's first GPU under ``--device cuda``."""
+    if args.device == "cpu":
+        return "cpu"
+    from shipyard.hardware import discover
+
+    return next(d.accelerator_type for d in discover() if d.accelerator_type != "cpu")
+
+
+def shipyard_runtime(args: argparse.Namespace) -> dict[str, float]:
     """A real job: ``shipyard jobs submit --wait`` -> local agent -> executor -> runtime."""
     import yaml
 
@@ -94,31 +116,36 @@ def shipyard_runtime(args: argparse.Namespace) -> float:
             "eval_batches": 1,
             "optimizer": {"lr": 3e-4},
         },
-        "resources": {"accelerator": "cpu", "devices": 1},
+        "resources": {"accelerator": accelerator_type(args), "devices": 1},
     }
     with tempfile.TemporaryDirectory() as home:
         path = Path(home) / "bench.yaml"
         path.write_text(yaml.safe_dump(spec))
         env = {**os.environ, "SHIPYARD_HOME": home, "SHIPYARD_AGENT_IDLE_EXIT_S": "1"}
         shipyard = [sys.executable, "-m", "shipyard.cli.main"]
-        job = json.loads(
-            subprocess.run(
-                [*shipyard, "jobs", "submit", str(path), "--wait", "--json"],
-                env=env,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-        )
+
+        def run(*command: str) -> Any:
+            done = subprocess.run(
+                [*shipyard, *command, "--json"], env=env, check=True, capture_output=True, text=True
+            )
+            return json.loads(done.stdout)
+
+        job = run("jobs", "submit", str(path), "--wait")
         if job["state"] != "succeeded":
             raise RuntimeError(f"benchmark job {job['state']}: {job['message']}")
+        detail = run("jobs", "show", job["id"])
         lines = (Path(job["run_dir"]) / "metrics.jsonl").read_text().splitlines()
-        times = [r["step_time_s"] for r in map(json.loads, lines) if r["kind"] == "train"]
+        train = [r for r in map(json.loads, lines) if r["kind"] == "train"]
         time.sleep(1.5)  # let the agent go idle and exit before the next measurement
-    return steady_tokens_per_s(times, args.batch_tokens)
+    return {
+        "tokens_per_s": steady_tokens_per_s([r["step_time_s"] for r in train], args.batch_tokens),
+        "peak_memory_gib": max(r["mem_gib"] for r in train),
+        "planned_tokens_per_s": detail["estimate"].get("tokens_per_s", float("nan")),
+        "planned_memory_gib": detail["estimate"].get("memory_gib_per_device", float("nan")),
+    }
 
 
-def hf_trainer(args: argparse.Namespace) -> float:
+def hf_trainer(args: argparse.Namespace) -> dict[str, float]:
     """``transformers.Trainer`` on a ``LlamaForCausalLM`` of the same shape."""
     from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
@@ -132,13 +159,14 @@ def hf_trainer(args: argparse.Namespace) -> float:
     tokens = torch.randint(0, VOCAB, (args.steps * s["accum"] * args.micro, args.seq_len))
     dataset = [{"input_ids": row, "labels": row} for row in tokens]
     times: list[float] = []
+    device = torch.device(args.device)
 
     class StepTimer(TrainerCallback):  # type: ignore[misc]
         def on_step_begin(self, *_args: Any, **_kwargs: Any) -> None:
-            self.start = time.perf_counter()
+            self.start = settle(device)
 
         def on_step_end(self, *_args: Any, **_kwargs: Any) -> None:
-            times.append(time.perf_counter() - self.start)
+            times.append(settle(device) - self.start)
 
     with tempfile.TemporaryDirectory() as out:
         training_args = TrainingArguments(
@@ -151,7 +179,7 @@ def hf_trainer(args: argparse.Namespace) -> float:
             adam_beta2=0.95,
             max_grad_norm=1.0,
             bf16=args.precision == "bf16",
-            use_cpu=True,
+            use_cpu=args.device == "cpu",
             save_strategy="no",
             report_to=[],
             logging_steps=10_000,
@@ -159,21 +187,21 @@ def hf_trainer(args: argparse.Namespace) -> float:
             disable_tqdm=True,
         )
         Trainer(model=model, args=training_args, train_dataset=dataset, callbacks=[StepTimer()]).train()
-    return steady_tokens_per_s(times, args.batch_tokens)
+    return {"tokens_per_s": steady_tokens_per_s(times, args.batch_tokens)}
 
 
-WAYS: dict[str, Callable[[argparse.Namespace], float]] = {
+WAYS: dict[str, Callable[[argparse.Namespace], dict[str, float]]] = {
     "bare PyTorch loop": bare_loop,
     "Shipyard runtime": shipyard_runtime,
     "HF Trainer": hf_trainer,
 }
 
 
-def run_in_child(name: str, argv: list[str]) -> float:
-    done = subprocess.run(
-        [sys.executable, __file__, *argv, "--way", name], check=True, capture_output=True, text=True
-    )
-    return float(done.stdout.strip().splitlines()[-1])
+def run_in_child(name: str, argv: list[str]) -> dict[str, float]:
+    done = subprocess.run([sys.executable, __file__, *argv, "--way", name], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{name} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 def main() -> None:
@@ -187,21 +215,27 @@ def main() -> None:
     parser.add_argument("--batch-tokens", type=int, default=8192)
     parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--way", choices=list(WAYS), help=argparse.SUPPRESS)  # one way, in a child
     args = parser.parse_args()
     if args.way:
-        print(WAYS[args.way](args))
+        print(json.dumps(WAYS[args.way](args)))
         return
     argv = [a for a in sys.argv[1:] if a != "--json"]
     results: dict[str, list[float]] = {name: [] for name in WAYS}
+    planned: list[dict[str, float]] = []
     names = list(WAYS)
     for round_ in range(args.rounds):
         # Rotate which way goes first: on a shared VM, speed drifts within a round.
         for name in names[round_ % 3 :] + names[: round_ % 3]:
-            results[name].append(run_in_child(name, argv))
+            figures = run_in_child(name, argv)
+            results[name].append(figures.pop("tokens_per_s"))
+            if figures:
+                planned.append(figures)
             print(f"  {name}: {results[name][-1]:,.0f} tokens/s", file=sys.stderr)
     median = {name: statistics.median(values) for name, values in results.items()}
+    plan_vs_measured = {key: statistics.median(p[key] for p in planned) for key in planned[0]}
     ours = median["Shipyard runtime"]
     summary = {
         "config": {k: v for k, v in vars(args).items() if k not in ("json", "way")},
@@ -210,18 +244,25 @@ def main() -> None:
         "tokens_per_s": median,
         "shipyard_vs_bare": ours / median["bare PyTorch loop"],
         "shipyard_vs_hf_trainer": ours / median["HF Trainer"],
+        "shipyard_job_planned_vs_measured": plan_vs_measured,
     }
     if args.json:
         print(json.dumps(summary, indent=2))
         return
     print(
         f"{args.preset}, {args.precision}, batch {args.batch_tokens} tokens ({args.micro}x{args.seq_len}), "
-        f"{args.steps} steps, {torch.get_num_threads()} threads, median of {args.rounds} round(s)"
+        f"{args.steps} steps on {args.device}, {torch.get_num_threads()} threads, "
+        f"median of {args.rounds} round(s)"
     )
     for name, value in median.items():
         print(f"  {name:<20} {value:>10,.0f} tokens/s")
     print(f"  Shipyard / bare loop   {summary['shipyard_vs_bare']:.3f}")
     print(f"  Shipyard / HF Trainer  {summary['shipyard_vs_hf_trainer']:.3f}")
+    print(
+        f"  Shipyard job: planned {plan_vs_measured['planned_tokens_per_s']:,.0f} tokens/s, "
+        f"{plan_vs_measured['planned_memory_gib']:.2f} GiB per device; measured "
+        f"{ours:,.0f} tokens/s, {plan_vs_measured['peak_memory_gib']:.2f} GiB peak"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Runs on a GPU node only: the same runtime on CUDA (bf16 autocast, NCCL with two GPUs)."""
+"""Runs on a GPU node only: the same runtime on CUDA (bf16 autocast, NCCL with two GPUs), and a job
+placed on the GPU by the agent, with the node's vendor utilization recorded."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ import torch
 from shipyard.hardware import discover
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.launch import LaunchPlan
-from tests.builders import spec_dict
+from shipyard.services.context import open_context
+from shipyard.services.telemetry import cluster_metrics
+from shipyard.settings import Settings
+from tests.builders import spec_dict, write_spec
+from tests.conftest import Cli
 
 pytestmark = [
     pytest.mark.gpu,
@@ -60,3 +65,25 @@ def test_a_job_trains_on_one_gpu_with_mixed_precision(tmp_path: Path) -> None:
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs for NCCL")
 def test_two_gpus_train_with_nccl(tmp_path: Path) -> None:
     assert launch(tmp_path / "two", world=2)["status"] == "completed"
+
+
+def test_the_agent_places_a_job_on_the_gpu_and_records_its_utilization(cli: Cli, tmp_path: Path) -> None:
+    gpu = next(d for d in cli.json("devices") if d["accelerator_type"] != "cpu")
+    spec = write_spec(
+        tmp_path,
+        "on-gpu",
+        training={"precision": "auto"},
+        resources={"accelerator": gpu["accelerator_type"], "devices": 1},
+    )
+    job = json.loads(cli.run("jobs", "submit", str(spec), "--wait", "--json").stdout)
+    assert job["state"] == "succeeded", job["message"]
+    assert cli.json("jobs", "show", job["id"])["attempts"][-1]["accelerator_type"] == gpu["accelerator_type"]
+    settings = Settings(home=cli.home, db_url=f"sqlite:///{cli.home / 'shipyard.db'}")
+    ctx = open_context(settings, autostart_agent=False)
+    try:
+        (agent,) = cluster_metrics(ctx).agents
+    finally:
+        ctx.close()
+    # NVML's busy fraction of the GPU the agent saw on its last pass (the vendor query is real here).
+    assert 0.0 <= agent["utilization"][str(gpu["index"])] <= 1.0
+    assert agent["devices"][gpu["accelerator_type"]]["total"] >= 1

@@ -192,6 +192,14 @@ class Trainer:
         """What checkpoints read and write: the sharded model under FSDP, else the bare one."""
         return self.model if self.fsdp else self.raw_model
 
+    def to_device(self, *batch: torch.Tensor) -> list[torch.Tensor]:
+        """A copy from pageable host memory makes the host wait until the GPU has drained, and the
+        GPU then idles while the next micro-step's kernels are launched; a pinned copy does not."""
+        device = self.dist.device
+        if device.type != "cuda":
+            return [t.to(device) for t in batch]
+        return [t.pin_memory().to(device, non_blocking=True) for t in batch]
+
     def autocast(self) -> AbstractContextManager[Any]:
         if self.autocast_dtype is None or self.fsdp:  # FSDP2 casts through its MixedPrecisionPolicy
             return nullcontext()
@@ -205,7 +213,7 @@ class Trainer:
             for i in range(d.rank, t.eval_batches, d.world_size):
                 x, y = self.windows.eval_batch(i, t.micro_batch_size)
                 with self.autocast():
-                    losses.append(float(self.forward(x.to(d.device), y.to(d.device))))
+                    losses.append(float(self.forward(*self.to_device(x, y))))
         self.model.train()
         loss = parallel.all_reduce_mean(sum(losses) / max(1, len(losses)), d)
         self.record(kind="eval", step=step, loss=loss)
@@ -239,13 +247,15 @@ class Trainer:
         accum, micro = t.grad_accum_steps(d.world_size), t.micro_batch_size
         # Each rank reads its own slice of the step's samples, so any world size sees the same batch.
         first = step * (t.global_batch_tokens // t.seq_len) + d.rank * accum * micro
-        loss_sum = 0.0
+        # Summed on the device: reading each micro-step's loss would make the host wait for the GPU
+        # before it could queue the next micro-step's kernels.
+        loss_sum = torch.zeros((), device=d.device)
         for m in range(accum):
             x, y = self.windows.train_batch(first + m * micro, micro)
             with parallel.no_sync(self.model, last_micro_step=m == accum - 1), self.autocast():
-                loss = self.forward(x.to(d.device), y.to(d.device)) / accum
+                loss = self.forward(*self.to_device(x, y)) / accum
             self.scaler.scale(loss).backward()
-            loss_sum += float(loss.detach())
+            loss_sum += loss.detach().float()
         self.scaler.unscale_(self.optimizer)
         clip = t.optimizer.grad_clip or float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
@@ -253,7 +263,7 @@ class Trainer:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        return parallel.all_reduce_mean(loss_sum, d), grad_norm
+        return parallel.all_reduce_mean(float(loss_sum), d), grad_norm
 
     def _train(self, stop: StopSignal) -> AttemptResult:
         spec, plan, d, t = self.spec, self.plan, self.dist, self.spec.training
