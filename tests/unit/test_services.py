@@ -36,7 +36,8 @@ def ctx(tmp_path: Path) -> Iterator[ServiceContext]:
 def test_submit_queues_with_a_reason_and_absolute_paths(ctx: ServiceContext, tmp_path: Path) -> None:
     view = jobs.submit(ctx, validate_job_spec(spec_dict()))
     assert view.state == "queued" and view.pending_reason == "waiting for the local agent to pick it up"
-    assert view.id.startswith("tiny-") and Path(view.run_dir).is_dir()
+    assert view.id.startswith("tiny-") and Path(view.run_dir) == ctx.settings.runs_dir / view.id
+    assert Path(view.run_dir).is_absolute()
     assert [j.id for j in jobs.list_jobs(ctx)] == [view.id]
 
 

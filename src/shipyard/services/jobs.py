@@ -82,8 +82,8 @@ def submit(
     """Validate everything that can be known before launch, then queue the job (through
     ``writer`` when the server batches the writes of concurrent submissions)."""
     admitted = admit(ctx, spec, resume, resume_from)
+    # The run directory is made by the agent that launches the job, on its own node.
     [view] = [writer.write(admitted)] if writer is not None else insert_jobs(ctx.db, [admitted])
-    Path(view.run_dir).mkdir(parents=True, exist_ok=True)
     if ctx.autostart_agent:
         agent.ensure_running(ctx.settings)
     return view
