@@ -153,6 +153,14 @@ class ScheduleSection(_Section):
     """The LR at the last step, as a fraction of the peak LR."""
 
 
+def total_steps(steps: int | None, tokens: int | None, global_batch_tokens: int) -> int:
+    """Optimizer steps of a training section that gives either ``steps`` or ``tokens``."""
+    if steps is not None:
+        return steps
+    assert tokens is not None
+    return math.ceil(tokens / global_batch_tokens)
+
+
 class TrainingSection(_Section):
     steps: PositiveInt | None = None
     """Optimizer steps; give this or ``tokens``."""
@@ -192,10 +200,7 @@ class TrainingSection(_Section):
 
     @property
     def total_steps(self) -> int:
-        if self.steps is not None:
-            return self.steps
-        assert self.tokens is not None
-        return math.ceil(self.tokens / self.global_batch_tokens)
+        return total_steps(self.steps, self.tokens, self.global_batch_tokens)
 
     def grad_accum_steps(self, world_size: int) -> int:
         """Micro-steps per optimizer step on each device, as llm.c derives it."""

@@ -17,8 +17,9 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session, object_session
 
 from shipyard.db import Artifact, Attempt, Job, Metric, User, rows_changed
@@ -213,20 +214,22 @@ def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> None:
         else:
             busy_devices.setdefault(attempt.accelerator_type, set()).update(attempt.device_ids)
     for job_id in plan.preempted:
-        _preempt_if_due(ctx, rows[job_id], now)
+        _preempt_if_due(ctx, session.get_one(Job, job_id), now)
     queued = sorted(
         (r for r in rows.values() if r.state == JobState.QUEUED), key=lambda r: (r.submitted_at, r.id)
     )
-    for job in queued:
-        lease = plan.leases.get(job.id)
+    reasons: dict[str, str] = {}
+    for waiting in queued:
+        lease = plan.leases.get(waiting.id)
         if lease is None:
-            _set_pending_reason(job, plan.pending_reasons.get(job.id, "waiting for the scheduler"))
+            reasons[waiting.id] = plan.pending_reasons.get(waiting.id, "waiting for the scheduler")
             continue
+        job = session.get_one(Job, waiting.id)
         spec = validate_job_spec(job.spec)
         request = Request.of(spec.resources, [lease.accelerator_type])
         placed = ctx.executor.place(request, busy_devices, busy_cores)
         if isinstance(placed, Unplaceable):
-            _set_pending_reason(job, f"0/1 nodes: {placed.reason}")
+            reasons[waiting.id] = f"0/1 nodes: {placed.reason}"
             continue
         if not _claim(session, job):
             continue  # cancelled between our read and now
@@ -235,13 +238,21 @@ def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> None:
             busy_cores.update(placed.core_ids)
         else:
             busy_devices.setdefault(placed.accelerator_type, set()).update(placed.device_ids)
+    changed = [
+        {"job_id": job_id, "reason": reason}
+        for job_id, reason in reasons.items()
+        if rows[job_id].pending_reason != reason
+    ]
+    if changed:  # most reasons stay as they were from one pass to the next
+        session.execute(_SET_REASON, changed)
 
 
-def _set_pending_reason(job: Job, reason: str) -> None:
-    # Assigning even an equal value marks the job dirty, and flushing thousands of dirty jobs
-    # took a third of a pass over a long queue.
-    if job.pending_reason != reason:
-        job.pending_reason = reason
+_JOBS = cast(Table, Job.__table__)
+_SET_REASON = (
+    update(_JOBS)
+    .where(_JOBS.c.id == bindparam("job_id"), _JOBS.c.state == JobState.QUEUED)
+    .values(pending_reason=bindparam("reason"))
+)
 
 
 def _preempt_if_due(ctx: ServiceContext, job: Job, now: datetime) -> None:

@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session, defer
-from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm import Session
 
 from shipyard.db import Attempt, Job, Metric
 from shipyard.domain import JobState
@@ -25,7 +24,7 @@ from shipyard.scheduling.cycle import schedule
 from shipyard.scheduling.model import RoundPlan
 from shipyard.scheduling.policies import STRICT_ORDER_POLICIES, policy_named
 from shipyard.scheduling.quota import Admission
-from shipyard.schemas.jobspec import JobSpec, validate_job_spec
+from shipyard.schemas.jobspec import total_steps
 from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
 from shipyard.services.queues import load_queues
@@ -41,11 +40,10 @@ def _capacity(devices: list[Device]) -> dict[str, int]:
     return capacity
 
 
-def _demand(job: Job) -> int:
+def _demand(job: LiveJob) -> int:
     """Devices of the gang; on the CPU, cores (devices x cores per device)."""
-    spec = _spec_of(job)
     if job.accelerator_types == ["cpu"]:
-        return job.devices * (spec.resources.cpus_per_device or 1)
+        return job.devices * _STATIC[job.id].cpus_per_device
     return job.devices
 
 
@@ -61,15 +59,45 @@ def _peaks(devices: list[Device]) -> dict[str, float]:
     return peaks
 
 
+@dataclass(frozen=True, slots=True)
+class LiveJob:
+    """What every pass reads of a queued or running job: columns, not ORM objects (building
+    those for thousands of waiting jobs took half of a pass). Jobs the agent changes are loaded
+    as ORM objects on their own."""
+
+    id: str
+    state: str
+    project: str
+    queue: str
+    priority: int
+    devices: int
+    accelerator_types: list[str]
+    submitted_at: datetime
+    pending_reason: str | None
+
+
+_IS_LIVE = Job.state.in_([JobState.QUEUED, JobState.RUNNING])
+_LIVE = select(
+    Job.id,
+    Job.state,
+    Job.project,
+    Job.queue,
+    Job.priority,
+    Job.devices,
+    Job.accelerator_types,
+    Job.submitted_at,
+    Job.pending_reason,
+).where(_IS_LIVE)
+
+
 def snapshot(
     session: Session, devices: list[Device], now: datetime
-) -> tuple[list[model.Job], list[model.Node], model.Throughputs, dict[str, Job]]:
+) -> tuple[list[model.Job], list[model.Node], model.Throughputs, dict[str, LiveJob]]:
     # A handful of queries per cycle whatever the queue's length (one query per job made a cycle
-    # over 5,000 queued jobs take seconds): the jobs without their JSON spec and estimate, which
-    # never change and are read once per job; the attempts of live jobs in one query (most queued
-    # jobs have none); last steps and measured rates grouped.
-    live = Job.state.in_([JobState.QUEUED, JobState.RUNNING])
-    rows = list(session.scalars(select(Job).where(live).options(defer(Job.spec), defer(Job.estimate))))
+    # over 5,000 queued jobs take seconds): the jobs' columns; what the scheduler needs of their
+    # spec and estimate, which never change, once per job; the attempts of live jobs in one query
+    # (most queued jobs have none); last steps and measured rates grouped.
+    rows = [LiveJob(*row) for row in session.execute(_LIVE)]
     _remember_static(session, [r.id for r in rows if r.id not in _STATIC])
     if len(_STATIC) > _MAX_STATIC:  # forget jobs that ended
         current = {r.id for r in rows}
@@ -77,30 +105,27 @@ def snapshot(
             del _STATIC[job_id]
     attempts: dict[str, list[Attempt]] = {r.id: [] for r in rows}
     for attempt in session.scalars(
-        select(Attempt).join(Job, Job.id == Attempt.job_id).where(live).order_by(Attempt.number)
+        select(Attempt).join(Job, Job.id == Attempt.job_id).where(_IS_LIVE).order_by(Attempt.number)
     ):
         attempts[attempt.job_id].append(attempt)
-    for row in rows:
-        set_committed_value(row, "attempts", attempts[row.id])
     peaks = _peaks(devices)
-    started = [r.id for r in rows if r.attempts]
+    started = [r.id for r in rows if attempts[r.id]]
     last_steps = _last_steps(session, started)
     measured = _measured_rates(session, started)
     packed: dict[tuple[str, int, str], float] = {}
     jobs = []
     for row in rows:
-        spec = _spec_of(row)
+        static = _STATIC[row.id]
         demand = _demand(row)
-        running = next((a for a in row.attempts if a.state == JobState.RUNNING), None)
+        running = next((a for a in attempts[row.id] if a.state == JobState.RUNNING), None)
         attained: dict[str, float] = {}
-        for attempt in row.attempts:
+        for attempt in attempts[row.id]:
             end = attempt.finished_at or now
             seconds = (_aware(end) - _aware(attempt.started_at)).total_seconds()
             attained[attempt.accelerator_type] = attained.get(attempt.accelerator_type, 0.0) + max(
                 seconds, 0.0
             )
-        rates = _rates(row, peaks, spec.training.global_batch_tokens, measured.get(row.id, {}))
-        for accelerator_type, rate in rates.items():
+        for accelerator_type, rate in _rates(row, peaks, measured.get(row.id, {})).items():
             packed[(row.id, demand, accelerator_type)] = rate
         jobs.append(
             model.Job(
@@ -108,15 +133,15 @@ def snapshot(
                 job_type=row.id,
                 devices=demand,
                 arrival_s=_aware(row.submitted_at).timestamp(),
-                total_steps=float(spec.training.total_steps),
+                total_steps=float(static.total_steps),
                 steps_done=float(last_steps.get(row.id, 0)),
                 accelerator_types=tuple(row.accelerator_types),
-                priority=2.0**spec.priority,
-                queue=spec.queue,
+                priority=2.0**row.priority,
+                queue=row.queue,
                 attained_s=attained,
                 running_on=running.accelerator_type if running else None,
                 nodes=(_node_id(running.accelerator_type),) * demand if running else (),
-                min_memory_gib=spec.resources.min_memory_gib or 0.0,
+                min_memory_gib=static.min_memory_gib,
             )
         )
     # This machine's devices of one type form one node of the snapshot (the local executor picks
@@ -143,29 +168,49 @@ def _aware(moment: datetime) -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class _Static:
-    spec: JobSpec
-    estimate: dict[str, Any]
+    """What the scheduler needs of a job's spec and submit-time estimate."""
+
+    cpus_per_device: int
+    min_memory_gib: float
+    total_steps: int
+    batch_tokens: int
+    planned_on: str | None
+    planned_tokens_per_s: float
 
 
 _STATIC: dict[str, _Static] = {}
-"""Parsed spec and submit-time estimate by job id: neither changes after submission, so each is
-read and validated once, not per cycle."""
+"""By job id: neither the spec nor the estimate changes after submission, so each job's is read
+once, not per cycle."""
 _MAX_STATIC = 65536
 _CHUNK = 500
 """Ids per ``IN (...)`` query."""
+_STATIC_COLUMNS = (
+    Job.id,
+    Job.spec[("resources", "cpus_per_device")].as_integer(),
+    Job.spec[("resources", "min_memory_gib")].as_float(),
+    Job.spec[("training", "steps")].as_integer(),
+    Job.spec[("training", "tokens")].as_integer(),
+    Job.spec[("training", "global_batch_tokens")].as_integer(),
+    Job.estimate["accelerator"].as_string(),
+    Job.estimate["tokens_per_s"].as_float(),
+)
+"""Only these fields of the JSON documents: decoding and validating whole specs and estimates was
+most of what reading a new job cost."""
 
 
 def _remember_static(session: Session, job_ids: list[str]) -> None:
     for start in range(0, len(job_ids), _CHUNK):
         chunk = job_ids[start : start + _CHUNK]
-        for job_id, spec, estimate in session.execute(
-            select(Job.id, Job.spec, Job.estimate).where(Job.id.in_(chunk))
-        ):
-            _STATIC[job_id] = _Static(validate_job_spec(spec), estimate or {})
-
-
-def _spec_of(row: Job) -> JobSpec:
-    return _STATIC[row.id].spec
+        query = select(*_STATIC_COLUMNS).where(Job.id.in_(chunk))
+        for job_id, cpus, memory, steps, tokens, batch, planned_on, planned_rate in session.execute(query):
+            _STATIC[job_id] = _Static(
+                cpus_per_device=cpus or 1,
+                min_memory_gib=memory or 0.0,
+                total_steps=total_steps(steps, tokens, batch),
+                batch_tokens=batch,
+                planned_on=planned_on,
+                planned_tokens_per_s=planned_rate or 0.0,
+            )
 
 
 def _last_steps(session: Session, job_ids: list[str]) -> dict[str, int]:
@@ -195,15 +240,13 @@ def _measured_rates(session: Session, job_ids: list[str]) -> dict[str, dict[str,
     return measured
 
 
-def _rates(
-    job: Job, peaks: dict[str, float], batch_tokens: int, measured: dict[str, list[float]]
-) -> dict[str, float]:
+def _rates(job: LiveJob, peaks: dict[str, float], measured: dict[str, list[float]]) -> dict[str, float]:
     """Steps/s per accelerator type: measured where the job ran, else the planner's estimate
     scaled by peak FLOPS, else the peak alone (only the ratios between types matter then)."""
     allowed = [k for k in job.accelerator_types if k in peaks]
-    estimate = _STATIC[job.id].estimate
-    base_type = estimate.get("accelerator")
-    base_rate = float(estimate.get("tokens_per_s", 0.0)) / batch_tokens if estimate else 0.0
+    static = _STATIC[job.id]
+    base_type, batch_tokens = static.planned_on, static.batch_tokens
+    base_rate = static.planned_tokens_per_s / batch_tokens
     rates = {}
     for accelerator_type in allowed:
         if base_type in peaks and base_rate > 0:
@@ -218,7 +261,7 @@ def _rates(
 
 def plan_round(
     ctx: ServiceContext, session: Session, now: datetime
-) -> tuple[RoundPlan, Admission, dict[str, Job]]:
+) -> tuple[RoundPlan, Admission, dict[str, LiveJob]]:
     """The scheduler's decision for this node now."""
     devices = ctx.executor.devices
     jobs, nodes, throughputs, rows = snapshot(session, devices, now)
