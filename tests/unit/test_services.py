@@ -229,3 +229,20 @@ def test_a_finished_jobs_export_is_published_only_for_those_who_may(
             ("max", "denied"),
             ("mia", "ok"),
         ]
+
+
+def test_a_submission_refused_by_its_checks_fails_alone_in_its_batch(ctx: ServiceContext) -> None:
+    """The server's writer admits a batch of concurrent submissions, then writes those that pass."""
+    from concurrent.futures import Future
+
+    ok = validate_job_spec(spec_dict())
+    too_big = validate_job_spec(spec_dict(resources={"accelerator": "cpu", "devices": 4}))
+    writer = jobs.SubmissionWriter(ctx.db)
+    batch = [(jobs.Submission(ctx, spec), Future[jobs.JobView]()) for spec in (ok, too_big, ok)]
+    try:
+        writer._commit(writer._admit(batch))  # one batch, as the writer's thread forms it
+    finally:
+        writer.close()
+    assert isinstance(batch[1][1].exception(timeout=10), Unschedulable)
+    stored = {j.id for j in jobs.list_jobs(ctx)}
+    assert stored == {batch[0][1].result().id, batch[2][1].result().id} and len(stored) == 2

@@ -383,11 +383,10 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
         return job_service.list_jobs(ctx, state=state, limit=limit)
 
     @app.post("/api/v1/jobs", operation_id="submitJob", response_model=JobView, status_code=201)
-    def submit_job(body: Submission, ctx: Caller) -> JobView:
-        spec = validate_job_spec(body.spec)
-        return job_service.submit(
-            ctx, spec, resume=body.resume, resume_from=body.resume_from, writer=holder["writer"]
-        )
+    async def submit_job(body: Submission, ctx: Caller) -> JobView:
+        # Checked and written by the process's submission writer, in its own thread.
+        submission = job_service.Submission(ctx, validate_job_spec(body.spec), body.resume, body.resume_from)
+        return await asyncio.wrap_future(holder["writer"].submit(submission))
 
     @app.get("/api/v1/jobs/{job_id}", operation_id="getJob", response_model=JobDetail)
     def get_job(job_id: str, ctx: Caller) -> JobDetail:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import secrets
 import threading
@@ -35,6 +36,7 @@ from shipyard.services.estimates import estimate_job
 from shipyard.services.planning import hardware_catalog
 from shipyard.services.summaries import summarize
 
+_log = logging.getLogger("shipyard.jobs")
 _JOBS = cast(Table, Job.__table__)
 
 
@@ -81,9 +83,10 @@ def submit(
 ) -> JobView:
     """Validate everything that can be known before launch, then queue the job (through
     ``writer`` when the server batches the writes of concurrent submissions)."""
-    admitted = admit(ctx, spec, resume, resume_from)
     # The run directory is made by the agent that launches the job, on its own node.
-    [view] = [writer.write(admitted)] if writer is not None else insert_jobs(ctx.db, [admitted])
+    if writer is not None:
+        return writer.submit(Submission(ctx, spec, resume, resume_from)).result()
+    [view] = insert_jobs(ctx.db, [admit(ctx, spec, resume, resume_from)])
     if ctx.autostart_agent:
         agent.ensure_running(ctx.settings)
     return view
@@ -161,23 +164,36 @@ def insert_jobs(db: Database, batch: list[Admitted]) -> list[JobView]:
         return write(session, batch)
 
 
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A submission as a request makes it, before any check."""
+
+    ctx: ServiceContext
+    spec: JobSpec
+    resume: bool = False
+    resume_from: str | None = None
+
+
 class SubmissionWriter:
-    """Writes the submissions of one server process's concurrent requests together: one
-    transaction, one advance of the audit head and one multi-row insert per batch instead of
-    per job (group commit). A request waits for its batch to commit, so its answer still means
-    the job is stored; a batch that fails is retried one submission at a time, so one bad
-    submission fails alone."""
+    """Admits and writes the submissions of one server process's concurrent requests together,
+    in a thread of its own: one transaction, one advance of the audit head and one multi-row
+    insert per batch instead of per job (group commit). A request's future is done once its
+    batch commits, so its answer still means the job is stored; a submission that fails its
+    checks fails alone, and a batch that fails to write is retried one submission at a time.
+
+    The checks run here too, so that an async request hands its submission over once and
+    awaits the answer: no trip through the request thread pool on the way."""
 
     def __init__(self, db: Database, *, max_batch: int = 64) -> None:
         self._db, self._max_batch = db, max_batch
-        self._pending: queue.SimpleQueue[tuple[Admitted, Future[JobView]] | None] = queue.SimpleQueue()
+        self._pending: queue.SimpleQueue[tuple[Submission, Future[JobView]] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="submission-writer", daemon=True)
         self._thread.start()
 
-    def write(self, admitted: Admitted) -> JobView:
+    def submit(self, submission: Submission) -> Future[JobView]:
         done: Future[JobView] = Future()
-        self._pending.put((admitted, done))
-        return done.result()
+        self._pending.put((submission, done))
+        return done
 
     def close(self) -> None:
         self._pending.put(None)
@@ -195,9 +211,22 @@ class SubmissionWriter:
                     self._pending.put(None)  # stop after this batch
                     break
                 batch.append(item)
-            self._commit(batch)
+            self._commit(self._admit(batch))
+
+    @staticmethod
+    def _admit(batch: list[tuple[Submission, Future[JobView]]]) -> list[tuple[Admitted, Future[JobView]]]:
+        admitted = []
+        for submission, done in batch:
+            s = submission
+            try:
+                admitted.append((admit(s.ctx, s.spec, s.resume, s.resume_from), done))
+            except Exception as exc:  # the request's error, raised where it awaits the answer
+                done.set_exception(exc)
+        return admitted
 
     def _commit(self, batch: list[tuple[Admitted, Future[JobView]]]) -> None:
+        if not batch:
+            return
         try:
             views = insert_jobs(self._db, [admitted for admitted, _ in batch])
         except Exception as exc:
@@ -209,6 +238,12 @@ class SubmissionWriter:
             return
         for (_, done), view in zip(batch, views, strict=True):
             done.set_result(view)
+        ctx = batch[0][0].ctx
+        if ctx.autostart_agent:
+            try:
+                agent.ensure_running(ctx.settings)
+            except OSError as exc:  # the jobs are stored; the next submission tries again
+                _log.warning("could not start the local agent: %s", exc)
 
 
 def _new_job_ids(names: list[str]) -> list[str]:
