@@ -216,7 +216,8 @@ def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> None:
     for job_id in plan.preempted:
         _preempt_if_due(ctx, session.get_one(Job, job_id), now)
     queued = sorted(
-        (r for r in rows.values() if r.state == JobState.QUEUED), key=lambda r: (r.submitted_at, r.id)
+        (r for r in rows.values() if r.state == JobState.QUEUED),
+        key=lambda r: (r.submitted.submitted_at, r.id),
     )
     reasons: dict[str, str] = {}
     for waiting in queued:

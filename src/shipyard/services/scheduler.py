@@ -8,6 +8,7 @@ has run on a type. Quotas are the queue configuration in force (``services/queue
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,13 +41,6 @@ def _capacity(devices: list[Device]) -> dict[str, int]:
     return capacity
 
 
-def _demand(job: LiveJob) -> int:
-    """Devices of the gang; on the CPU, cores (devices x cores per device)."""
-    if job.accelerator_types == ["cpu"]:
-        return job.devices * _STATIC[job.id].cpus_per_device
-    return job.devices
-
-
 def _peaks(devices: list[Device]) -> dict[str, float]:
     peaks: dict[str, float] = {}
     for device in devices:
@@ -60,88 +54,88 @@ def _peaks(devices: list[Device]) -> dict[str, float]:
 
 
 @dataclass(frozen=True, slots=True)
-class LiveJob:
-    """What every pass reads of a queued or running job: columns, not ORM objects (building
-    those for thousands of waiting jobs took half of a pass). Jobs the agent changes are loaded
-    as ORM objects on their own."""
+class Submitted:
+    """What never changes once a job is submitted: its columns, and what the scheduler needs of
+    its spec and estimate. Read once per job, not on every pass."""
 
-    id: str
-    state: str
     project: str
     queue: str
     priority: int
     devices: int
-    accelerator_types: list[str]
+    accelerator_types: tuple[str, ...]
     submitted_at: datetime
+    demand: int
+    """Devices of the gang; on the CPU, cores (devices x cores per device)."""
+    batch_tokens: int
+    planned_on: str | None
+    planned_tokens_per_s: float
+    never_ran: model.Job
+    """The job as the scheduler sees it until it first runs (most waiting jobs)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveJob:
+    """A queued or running job on one pass: what changes is read every pass (building whole ORM
+    objects for thousands of waiting jobs took half of a pass); jobs the agent changes are then
+    loaded as ORM objects on their own."""
+
+    id: str
+    state: str
     pending_reason: str | None
+    submitted: Submitted
 
 
 _IS_LIVE = Job.state.in_([JobState.QUEUED, JobState.RUNNING])
-_LIVE = select(
-    Job.id,
-    Job.state,
-    Job.project,
-    Job.queue,
-    Job.priority,
-    Job.devices,
-    Job.accelerator_types,
-    Job.submitted_at,
-    Job.pending_reason,
-).where(_IS_LIVE)
+_LIVE = select(Job.id, Job.state, Job.pending_reason).where(_IS_LIVE)
 
 
 def snapshot(
     session: Session, devices: list[Device], now: datetime
 ) -> tuple[list[model.Job], list[model.Node], model.Throughputs, dict[str, LiveJob]]:
     # A handful of queries per cycle whatever the queue's length (one query per job made a cycle
-    # over 5,000 queued jobs take seconds): the jobs' columns; what the scheduler needs of their
-    # spec and estimate, which never change, once per job; the attempts of live jobs in one query
-    # (most queued jobs have none); last steps and measured rates grouped.
-    rows = [LiveJob(*row) for row in session.execute(_LIVE)]
-    _remember_static(session, [r.id for r in rows if r.id not in _STATIC])
-    if len(_STATIC) > _MAX_STATIC:  # forget jobs that ended
-        current = {r.id for r in rows}
-        for job_id in [k for k in _STATIC if k not in current]:
-            del _STATIC[job_id]
-    attempts: dict[str, list[Attempt]] = {r.id: [] for r in rows}
+    # over 5,000 queued jobs take seconds): the jobs' state; what never changes, once per job;
+    # the attempts of live jobs in one query (most queued jobs have none); last steps and
+    # measured rates grouped.
+    rows = session.execute(_LIVE).all()
+    _remember_submitted(session, [job_id for job_id, _, _ in rows if job_id not in _SUBMITTED])
+    if len(_SUBMITTED) > _MAX_REMEMBERED:  # forget jobs that ended
+        current = {job_id for job_id, _, _ in rows}
+        for job_id in [k for k in _SUBMITTED if k not in current]:
+            del _SUBMITTED[job_id]
+    attempts: dict[str, list[Attempt]] = {}
     for attempt in session.scalars(
         select(Attempt).join(Job, Job.id == Attempt.job_id).where(_IS_LIVE).order_by(Attempt.number)
     ):
-        attempts[attempt.job_id].append(attempt)
+        attempts.setdefault(attempt.job_id, []).append(attempt)
     peaks = _peaks(devices)
-    started = [r.id for r in rows if attempts[r.id]]
-    last_steps = _last_steps(session, started)
-    measured = _measured_rates(session, started)
+    last_steps = _last_steps(session, list(attempts))
+    measured = _measured_rates(session, list(attempts))
     packed: dict[tuple[str, int, str], float] = {}
-    jobs = []
-    for row in rows:
-        static = _STATIC[row.id]
-        demand = _demand(row)
-        running = next((a for a in attempts[row.id] if a.state == JobState.RUNNING), None)
+    jobs, live = [], {}
+    for job_id, state, pending_reason in rows:
+        submitted = _SUBMITTED[job_id]
+        live[job_id] = LiveJob(job_id, state, pending_reason, submitted)
+        for accelerator_type, rate in _rates(submitted, peaks, measured.get(job_id, {})).items():
+            packed[(job_id, submitted.demand, accelerator_type)] = rate
+        tried = attempts.get(job_id)
+        if not tried:
+            jobs.append(submitted.never_ran)
+            continue
+        running = next((a for a in tried if a.state == JobState.RUNNING), None)
         attained: dict[str, float] = {}
-        for attempt in attempts[row.id]:
+        for attempt in tried:
             end = attempt.finished_at or now
             seconds = (_aware(end) - _aware(attempt.started_at)).total_seconds()
             attained[attempt.accelerator_type] = attained.get(attempt.accelerator_type, 0.0) + max(
                 seconds, 0.0
             )
-        for accelerator_type, rate in _rates(row, peaks, measured.get(row.id, {})).items():
-            packed[(row.id, demand, accelerator_type)] = rate
         jobs.append(
-            model.Job(
-                id=row.id,
-                job_type=row.id,
-                devices=demand,
-                arrival_s=_aware(row.submitted_at).timestamp(),
-                total_steps=float(static.total_steps),
-                steps_done=float(last_steps.get(row.id, 0)),
-                accelerator_types=tuple(row.accelerator_types),
-                priority=2.0**row.priority,
-                queue=row.queue,
+            dataclasses.replace(
+                submitted.never_ran,
+                steps_done=float(last_steps.get(job_id, 0)),
                 attained_s=attained,
                 running_on=running.accelerator_type if running else None,
-                nodes=(_node_id(running.accelerator_type),) * demand if running else (),
-                min_memory_gib=static.min_memory_gib,
+                nodes=(_node_id(running.accelerator_type),) * submitted.demand if running else (),
             )
         )
     # This machine's devices of one type form one node of the snapshot (the local executor picks
@@ -155,7 +149,7 @@ def snapshot(
         model.Node(id=_node_id(k), accelerator_type=k, devices=n, memory_gib=memory[k])
         for k, n in _capacity(devices).items()
     ]
-    return jobs, nodes, model.Throughputs(packed=packed), {r.id: r for r in rows}
+    return jobs, nodes, model.Throughputs(packed=packed), live
 
 
 def _node_id(accelerator_type: str) -> str:
@@ -166,26 +160,19 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-@dataclass(frozen=True, slots=True)
-class _Static:
-    """What the scheduler needs of a job's spec and submit-time estimate."""
-
-    cpus_per_device: int
-    min_memory_gib: float
-    total_steps: int
-    batch_tokens: int
-    planned_on: str | None
-    planned_tokens_per_s: float
-
-
-_STATIC: dict[str, _Static] = {}
-"""By job id: neither the spec nor the estimate changes after submission, so each job's is read
-once, not per cycle."""
-_MAX_STATIC = 65536
+_SUBMITTED: dict[str, Submitted] = {}
+"""By job id."""
+_MAX_REMEMBERED = 65536
 _CHUNK = 500
 """Ids per ``IN (...)`` query."""
-_STATIC_COLUMNS = (
+_SUBMITTED_COLUMNS = (
     Job.id,
+    Job.project,
+    Job.queue,
+    Job.priority,
+    Job.devices,
+    Job.accelerator_types,
+    Job.submitted_at,
     Job.spec[("resources", "cpus_per_device")].as_integer(),
     Job.spec[("resources", "min_memory_gib")].as_float(),
     Job.spec[("training", "steps")].as_integer(),
@@ -198,18 +185,35 @@ _STATIC_COLUMNS = (
 most of what reading a new job cost."""
 
 
-def _remember_static(session: Session, job_ids: list[str]) -> None:
+def _remember_submitted(session: Session, job_ids: list[str]) -> None:
     for start in range(0, len(job_ids), _CHUNK):
-        chunk = job_ids[start : start + _CHUNK]
-        query = select(*_STATIC_COLUMNS).where(Job.id.in_(chunk))
-        for job_id, cpus, memory, steps, tokens, batch, planned_on, planned_rate in session.execute(query):
-            _STATIC[job_id] = _Static(
-                cpus_per_device=cpus or 1,
-                min_memory_gib=memory or 0.0,
-                total_steps=total_steps(steps, tokens, batch),
+        query = select(*_SUBMITTED_COLUMNS).where(Job.id.in_(job_ids[start : start + _CHUNK]))
+        for row in session.execute(query):
+            (job_id, project, queue, priority, devices, types, submitted_at) = row[:7]
+            (cpus, memory, steps, tokens, batch, planned_on, planned_rate) = row[7:]
+            demand = devices * (cpus or 1) if types == ["cpu"] else devices
+            _SUBMITTED[job_id] = Submitted(
+                project=project,
+                queue=queue,
+                priority=priority,
+                devices=devices,
+                accelerator_types=tuple(types),
+                submitted_at=submitted_at,
+                demand=demand,
                 batch_tokens=batch,
                 planned_on=planned_on,
                 planned_tokens_per_s=planned_rate or 0.0,
+                never_ran=model.Job(
+                    id=job_id,
+                    job_type=job_id,
+                    devices=demand,
+                    arrival_s=_aware(submitted_at).timestamp(),
+                    total_steps=float(total_steps(steps, tokens, batch)),
+                    accelerator_types=tuple(types),
+                    priority=2.0**priority,
+                    queue=queue,
+                    min_memory_gib=memory or 0.0,
+                ),
             )
 
 
@@ -240,13 +244,12 @@ def _measured_rates(session: Session, job_ids: list[str]) -> dict[str, dict[str,
     return measured
 
 
-def _rates(job: LiveJob, peaks: dict[str, float], measured: dict[str, list[float]]) -> dict[str, float]:
+def _rates(job: Submitted, peaks: dict[str, float], measured: dict[str, list[float]]) -> dict[str, float]:
     """Steps/s per accelerator type: measured where the job ran, else the planner's estimate
     scaled by peak FLOPS, else the peak alone (only the ratios between types matter then)."""
     allowed = [k for k in job.accelerator_types if k in peaks]
-    static = _STATIC[job.id]
-    base_type, batch_tokens = static.planned_on, static.batch_tokens
-    base_rate = static.planned_tokens_per_s / batch_tokens
+    base_type, batch_tokens = job.planned_on, job.batch_tokens
+    base_rate = job.planned_tokens_per_s / batch_tokens
     rates = {}
     for accelerator_type in allowed:
         if base_type in peaks and base_rate > 0:
@@ -288,16 +291,16 @@ def queue_status(ctx: ServiceContext) -> dict[str, Any]:
         pending = [
             {
                 "id": row.id,
-                "project": row.project,
-                "queue": row.queue,
-                "priority": row.priority,
-                "devices": row.devices,
-                "accelerator_types": row.accelerator_types,
-                "submitted_at": _aware(row.submitted_at).isoformat(),
+                "project": row.submitted.project,
+                "queue": row.submitted.queue,
+                "priority": row.submitted.priority,
+                "devices": row.submitted.devices,
+                "accelerator_types": list(row.submitted.accelerator_types),
+                "submitted_at": _aware(row.submitted.submitted_at).isoformat(),
                 "reason": row.pending_reason or plan.pending_reasons.get(row.id, ""),
             }
-            for row in sorted(rows.values(), key=lambda r: (r.submitted_at, r.id))
-            if row.state == JobState.QUEUED and (readable is None or row.project in readable)
+            for row in sorted(rows.values(), key=lambda r: (r.submitted.submitted_at, r.id))
+            if row.state == JobState.QUEUED and (readable is None or row.submitted.project in readable)
         ]
         queues = load_queues(session, ctx.settings.home, _capacity(ctx.executor.devices))
     usage = admission.usage
