@@ -216,8 +216,7 @@ class SubmissionWriter:
     @staticmethod
     def _admit(batch: list[tuple[Submission, Future[JobView]]]) -> list[tuple[Admitted, Future[JobView]]]:
         admitted = []
-        for submission, done in batch:
-            s = submission
+        for s, done in batch:
             try:
                 admitted.append((admit(s.ctx, s.spec, s.resume, s.resume_from), done))
             except Exception as exc:  # the request's error, raised where it awaits the answer
