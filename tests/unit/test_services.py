@@ -246,3 +246,20 @@ def test_a_submission_refused_by_its_checks_fails_alone_in_its_batch(ctx: Servic
     assert isinstance(batch[1][1].exception(timeout=10), Unschedulable)
     stored = {j.id for j in jobs.list_jobs(ctx)}
     assert stored == {batch[0][1].result().id, batch[2][1].result().id} and len(stored) == 2
+
+
+def test_a_submission_whose_request_went_away_is_not_written(ctx: ServiceContext) -> None:
+    """An async request awaiting its answer is cancelled when its client disconnects; the writer
+    skips it and goes on (setting the answer of a cancelled future would kill its thread)."""
+    from concurrent.futures import Future
+
+    spec = validate_job_spec(spec_dict())
+    writer = jobs.SubmissionWriter(ctx.db)
+    gone, kept = Future[jobs.JobView](), Future[jobs.JobView]()
+    gone.cancel()
+    try:
+        writer._commit(writer._admit([(jobs.Submission(ctx, spec), done) for done in (gone, kept)]))
+        after = jobs.submit(ctx, spec, writer=writer)  # the writer's thread still serves
+    finally:
+        writer.close()
+    assert {j.id for j in jobs.list_jobs(ctx)} == {kept.result().id, after.id}

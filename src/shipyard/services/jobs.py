@@ -217,6 +217,10 @@ class SubmissionWriter:
     def _admit(batch: list[tuple[Submission, Future[JobView]]]) -> list[tuple[Admitted, Future[JobView]]]:
         admitted = []
         for s, done in batch:
+            # A request cancelled while it waited (its client went away) is not written. Once
+            # running, a future can no longer be cancelled, so its answer can always be set.
+            if not done.set_running_or_notify_cancel():
+                continue
             try:
                 admitted.append((admit(s.ctx, s.spec, s.resume, s.resume_from), done))
             except Exception as exc:  # the request's error, raised where it awaits the answer
