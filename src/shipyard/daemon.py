@@ -55,7 +55,7 @@ def run(settings: Settings) -> int:
                 seen = agent.tick(ctx, agent_id)
             except Exception:  # keep serving: one bad record must not strand every job
                 traceback.print_exc()
-                seen = agent.Pass(active=True, fingerprint=())
+                seen = agent.Pass(active=True, fingerprint=frozenset())
             spent = time.monotonic() - started
             if seen.active:
                 idle_since = time.monotonic()

@@ -37,7 +37,7 @@ from shipyard.schemas.launch import (
 )
 from shipyard.services import audit, models, rbac, storage, telemetry
 from shipyard.services.context import LOCAL_PREFIX, ServiceContext
-from shipyard.services.scheduler import plan_round
+from shipyard.services.scheduler import LiveJob, plan_round
 from shipyard.settings import Settings
 
 AGENT_LOCK = "agent.lock"
@@ -107,7 +107,7 @@ class Pass:
     the agent can poll slowly while nothing changes (a busy poller steals cycles from training)."""
 
     active: bool
-    fingerprint: tuple[tuple[str, str, bool], ...]
+    fingerprint: frozenset[tuple[str, str, bool]]
 
 
 def tick(ctx: ServiceContext, agent_id: str) -> Pass:
@@ -120,16 +120,14 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
         for attempt in _running(session):
             _stop_if_cancelled(ctx, attempt)
         scheduling = time.perf_counter()
-        _admit(ctx, session, agent_id)
+        live = _admit(ctx, session, agent_id)
         done = time.perf_counter()
-        live = session.execute(
-            select(Job.id, Job.state, Job.cancel_requested)
-            .where(Job.state.in_([JobState.QUEUED, JobState.RUNNING]))
-            .order_by(Job.id)
-        ).all()
     telemetry.record_pass(ctx, agent_id, pass_s=done - started, schedule_s=done - scheduling)
     _commit_outputs(ctx)
-    return Pass(active=bool(live), fingerprint=tuple((i, s, c) for i, s, c in live))
+    # The jobs as this pass's scheduling read them: a job it launched shows as running from the
+    # next pass on, which then polls fast once more.
+    seen = frozenset((j.id, j.state, j.cancel_requested) for j in live.values())
+    return Pass(active=bool(live), fingerprint=seen)
 
 
 def _commit_outputs(ctx: ServiceContext, at_most: int = 4) -> None:
@@ -201,9 +199,10 @@ def _running(session: Session) -> list[Attempt]:
     return list(session.scalars(select(Attempt).where(Attempt.state == JobState.RUNNING)))
 
 
-def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> None:
+def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> dict[str, LiveJob]:
     """Ask the scheduler which jobs run now; start those it leases, preempt those it drops
-    (once they held their devices for a round), and tell every waiting job why it waits."""
+    (once they held their devices for a round), and tell every waiting job why it waits.
+    Returns the live jobs as the scheduler read them."""
     now = utcnow()
     plan, _, rows = plan_round(ctx, session, now)
     busy_devices: dict[str, set[int]] = {}
@@ -246,6 +245,7 @@ def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> None:
     ]
     if changed:  # most reasons stay as they were from one pass to the next
         session.execute(_SET_REASON, changed)
+    return rows
 
 
 _JOBS = cast(Table, Job.__table__)

@@ -82,11 +82,12 @@ class LiveJob:
     id: str
     state: str
     pending_reason: str | None
+    cancel_requested: bool
     submitted: Submitted
 
 
 _IS_LIVE = Job.state.in_([JobState.QUEUED, JobState.RUNNING])
-_LIVE = select(Job.id, Job.state, Job.pending_reason).where(_IS_LIVE)
+_LIVE = select(Job.id, Job.state, Job.pending_reason, Job.cancel_requested).where(_IS_LIVE)
 
 
 def snapshot(
@@ -97,9 +98,9 @@ def snapshot(
     # the attempts of live jobs in one query (most queued jobs have none); last steps and
     # measured rates grouped.
     rows = session.execute(_LIVE).all()
-    _remember_submitted(session, [job_id for job_id, _, _ in rows if job_id not in _SUBMITTED])
+    _remember_submitted(session, [job_id for job_id, *_ in rows if job_id not in _SUBMITTED])
     if len(_SUBMITTED) > _MAX_REMEMBERED:  # forget jobs that ended
-        current = {job_id for job_id, _, _ in rows}
+        current = {job_id for job_id, *_ in rows}
         for job_id in [k for k in _SUBMITTED if k not in current]:
             del _SUBMITTED[job_id]
     attempts: dict[str, list[Attempt]] = {}
@@ -112,9 +113,9 @@ def snapshot(
     measured = _measured_rates(session, list(attempts))
     packed: dict[tuple[str, int, str], float] = {}
     jobs, live = [], {}
-    for job_id, state, pending_reason in rows:
+    for job_id, state, pending_reason, cancel_requested in rows:
         submitted = _SUBMITTED[job_id]
-        live[job_id] = LiveJob(job_id, state, pending_reason, submitted)
+        live[job_id] = LiveJob(job_id, state, pending_reason, cancel_requested, submitted)
         for accelerator_type, rate in _rates(submitted, peaks, measured.get(job_id, {})).items():
             packed[(job_id, submitted.demand, accelerator_type)] = rate
         tried = attempts.get(job_id)
