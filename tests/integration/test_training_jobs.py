@@ -28,6 +28,10 @@ def test_submit_wait_list_show_logs_models_generate(cli: Cli, tmp_path: Path) ->
     detail = cli.json("jobs", "show", job["id"])
     assert detail["summary"]["eval_loss_end"] < detail["summary"]["eval_loss_start"]
     assert detail["summary"]["tokens_per_s"] > 0
+    # The list, the detail and the summary agree on the newest losses.
+    assert listed["step"] == detail["step"] == 8
+    assert listed["loss"] == detail["loss"] == detail["summary"]["train_loss_end"]
+    assert listed["eval_loss"] == detail["eval_loss"] == detail["summary"]["eval_loss_end"]
     assert {a["kind"] for a in detail["artifacts"]} == {"checkpoint", "export"}
     assert detail["attempts"][0]["exit_reason"] == "completed"
     assert detail["attempts"][0]["threads_per_process"] == 1

@@ -7,12 +7,13 @@ import logging
 import queue
 import secrets
 import threading
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from sqlalchemy import Table, insert, or_, select, update
+from sqlalchemy import Table, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -143,7 +144,7 @@ def write(session: Session, batch: list[Admitted]) -> list[JobView]:
             "submitted_at": now,
         }
         rows.append(row)
-        views.append(_view(session, Job(**row), spec))
+        views.append(_view(Job(**row), spec))
         detail = {"project": spec.project, "queue": spec.queue, "devices": request.devices}
         entries.append(audit.Entry(ctx.actor, "job.submit", f"job/{job_id}", detail=detail))
     session.execute(insert(_JOBS), rows)  # Core: new rows need no unit of work
@@ -321,7 +322,9 @@ def list_jobs(ctx: ServiceContext, *, state: str | None = None, limit: int = 50)
             if state not in set(JobState):
                 raise InvalidSpec(f"unknown job state {state!r}", hint=f"use one of: {', '.join(JobState)}")
             query = query.where(Job.state == state)
-        return [_view(session, job) for job in session.scalars(query)]
+        jobs = list(session.scalars(query))
+        latest = _latest_metrics(session, jobs)  # one query, not two per job
+        return [_view(job, latest=latest.get(job.id)) for job in jobs]
 
 
 def get(ctx: ServiceContext, job_id: str) -> JobDetail:
@@ -330,7 +333,7 @@ def get(ctx: ServiceContext, job_id: str) -> JobDetail:
         metrics = list(session.scalars(select(Metric).where(Metric.job_id == job.id).order_by(Metric.id)))
         artifacts = session.scalars(select(Artifact).where(Artifact.job_id == job.id).order_by(Artifact.id))
         return JobDetail(
-            **_view(session, job).model_dump(),
+            **_view(job, latest={m.kind: m for m in metrics}).model_dump(),  # the newest of each kind
             attempts=[AttemptView.model_validate(a, from_attributes=True) for a in job.attempts],
             artifacts=[ArtifactView.model_validate(a, from_attributes=True) for a in artifacts],
             spec=job.spec,
@@ -388,7 +391,7 @@ def cancel(ctx: ServiceContext, job_id: str) -> JobView:
                 )
         audit.append(session, ctx.audit_key, ctx.actor, "job.cancel", f"job/{job_id}")
         session.expire_all()
-        return _view(session, _get(session, job_id))
+        return _current_view(session, job_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -419,11 +422,11 @@ def read_log(ctx: ServiceContext, job_id: str, offset: int = 0, *, must_exist: b
     return LogChunk(data, offset + len(data), ended)
 
 
-def _view(session: Session, job: Job, spec: JobSpec | None = None) -> JobView:
-    """The job as callers see it; ``spec`` is given for a job made just now, which has no
-    metrics yet (the submit path skips those queries and the spec's re-validation)."""
-    last_train = _last_metric(session, job.id, "train") if spec is None else None
-    last_eval = _last_metric(session, job.id, "eval") if spec is None else None
+def _view(job: Job, spec: JobSpec | None = None, latest: Mapping[str, Metric] | None = None) -> JobView:
+    """The job as callers see it. ``latest``: its newest metric of each kind (none for a job made
+    just now, whose ``spec`` is given so that it is not validated again)."""
+    latest = latest or {}
+    last_train, last_eval = latest.get("train"), latest.get("eval")
     spec = spec or validate_job_spec(job.spec)
     return JobView(
         id=job.id,
@@ -451,13 +454,27 @@ def _view(session: Session, job: Job, spec: JobSpec | None = None) -> JobView:
     )
 
 
-def _last_metric(session: Session, job_id: str, kind: str) -> Metric | None:
-    return session.scalars(
-        select(Metric).where(Metric.job_id == job_id, Metric.kind == kind).order_by(Metric.id.desc()).limit(1)
-    ).first()
+def _latest_metrics(session: Session, jobs: list[Job]) -> dict[str, dict[str, Metric]]:
+    """Each job's newest training and evaluation metric, in one query for all of them."""
+    if not jobs:
+        return {}
+    newest = (
+        select(func.max(Metric.id))
+        .where(Metric.job_id.in_([job.id for job in jobs]), Metric.kind.in_(("train", "eval")))
+        .group_by(Metric.job_id, Metric.kind)
+    )
+    latest: dict[str, dict[str, Metric]] = {}
+    for metric in session.scalars(select(Metric).where(Metric.id.in_(newest))):
+        latest.setdefault(metric.job_id, {})[metric.kind] = metric
+    return latest
+
+
+def _current_view(session: Session, job_id: str) -> JobView:
+    job = _get(session, job_id)
+    return _view(job, latest=_latest_metrics(session, [job]).get(job.id))
 
 
 def status(ctx: ServiceContext, job_id: str) -> JobView:
     """The job's state and latest progress (cheaper than ``get``)."""
     with ctx.db.transaction() as session:
-        return _view(session, _get(session, job_id))
+        return _current_view(session, job_id)
