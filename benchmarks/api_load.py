@@ -101,13 +101,15 @@ def cpu_seconds(pid: int) -> float:
 def platform_processes(server: subprocess.Popen[bytes], home: Path, db_url: str) -> dict[str, list[int]]:
     """The server (its worker processes, or itself with one worker), the home's agent and, on
     PostgreSQL, the database's processes (all of them: nothing else uses it meanwhile)."""
-    workers = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True, text=True).stdout.split()
+    children = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True, text=True).stdout.split()
     lock = home / "agent.lock"
     deadline = time.monotonic() + 60  # the first submission started the agent; it writes its pid
     while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.1)
-    agent = lock.read_text().split()[:1] if lock.exists() else []
-    found = {"server": [server.pid, *map(int, workers)], "agent": [int(p) for p in agent]}
+    agent = [int(p) for p in lock.read_text().split()[:1]] if lock.exists() else []
+    # With one worker, the server process itself starts the agent: count it as the agent only.
+    workers = [int(p) for p in children if int(p) not in agent]
+    found = {"server": [server.pid, *workers], "agent": agent}
     if db_url.startswith("postgresql"):
         postgres = subprocess.run(["pgrep", "-x", "postgres"], capture_output=True, text=True).stdout.split()
         found["database"] = [int(p) for p in postgres]
