@@ -36,8 +36,9 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
-        """For one read statement on a hot path (checking a token on every request): no BEGIN and
-        COMMIT around it, two round trips fewer. Each statement sees its own snapshot."""
+        """For reads on hot paths (the token check of every request, a job's view): no BEGIN and
+        COMMIT around them, two round trips fewer. Each statement sees its own snapshot, as each
+        statement of a READ COMMITTED transaction on PostgreSQL does anyway."""
         with self.readers() as session:
             yield session
 

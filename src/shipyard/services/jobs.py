@@ -313,7 +313,7 @@ def _resume_point(session: Session, spec: JobSpec, resume: bool, resume_from: st
 
 
 def list_jobs(ctx: ServiceContext, *, state: str | None = None, limit: int = 50) -> list[JobView]:
-    with ctx.db.transaction() as session:
+    with ctx.db.read() as session:
         query = select(Job).order_by(Job.submitted_at.desc()).limit(limit)
         if not ctx.actor.is_admin:  # the jobs of one's projects, and one's own
             projects = list(rbac.projects_of(session, ctx.actor))
@@ -328,7 +328,7 @@ def list_jobs(ctx: ServiceContext, *, state: str | None = None, limit: int = 50)
 
 
 def get(ctx: ServiceContext, job_id: str) -> JobDetail:
-    with ctx.db.transaction() as session:
+    with ctx.db.read() as session:
         job = _get_allowed(ctx, session, job_id, "job.read")
         metrics = list(session.scalars(select(Metric).where(Metric.job_id == job.id).order_by(Metric.id)))
         artifacts = session.scalars(select(Artifact).where(Artifact.job_id == job.id).order_by(Artifact.id))
@@ -476,5 +476,5 @@ def _current_view(session: Session, job_id: str) -> JobView:
 
 def status(ctx: ServiceContext, job_id: str) -> JobView:
     """The job's state and latest progress (cheaper than ``get``)."""
-    with ctx.db.transaction() as session:
+    with ctx.db.read() as session:
         return _current_view(session, job_id)
