@@ -35,6 +35,14 @@ class Database:
             yield session
 
     @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """One unit of work on a Core connection, for writes made of Core statements only (queuing
+        submitted jobs): no ORM session to set up and flush around them. Committed when the block
+        ends, rolled back if it raises."""
+        with self.engine.begin() as connection:
+            yield connection
+
+    @contextmanager
     def read(self) -> Iterator[Session]:
         """For reads on hot paths (the token check of every request, a job's view): no BEGIN and
         COMMIT around them, two round trips fewer. Each statement sees its own snapshot, as each

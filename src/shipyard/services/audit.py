@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO, cast
 
-from sqlalchemy import ScalarResult, Table, bindparam, insert, select, update
+from sqlalchemy import Connection, ScalarResult, Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from shipyard.db import AuditHead, AuditRecord, Database
@@ -141,15 +141,16 @@ _RECORD_COLUMNS = tuple(column.key for column in _RECORDS.columns)
 
 
 def append_all(
-    session: Session, key: bytes, entries: list[Entry], *, at: datetime | None = None
+    session: Session | Connection, key: bytes, entries: list[Entry], *, at: datetime | None = None
 ) -> list[AuditRecord]:
-    """Add records in the caller's transaction, in order.
+    """Add records in the caller's transaction (an ORM session's or a Core connection's), in order.
 
     The head row is advanced first, by all of them at once, in one statement that also returns
     the previous hash: that takes the write lock before anything is read (SQLite runs reads that
     precede a transaction's first write outside it, so two processes could otherwise extend the
     same head), and costs one round trip while every other append waits on the lock."""
-    session.flush()  # the caller's own changes first: one that fails does so before the head is locked
+    if isinstance(session, Session):  # the caller's changes first: one that fails, before the lock
+        session.flush()
     last, prev_hash = session.execute(_ADVANCE, {"count": len(entries)}).one()
     when = at or utcnow()
     records = []

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from sqlalchemy import Table, func, insert, or_, select, update
+from sqlalchemy import Connection, Table, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -117,10 +117,10 @@ def admit(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_from: str | N
     return Admitted(ctx, spec, request, estimate, checkpoint)
 
 
-def write(session: Session, batch: list[Admitted]) -> list[JobView]:
+def write(connection: Connection, batch: list[Admitted]) -> list[JobView]:
     """Queue admitted submissions in the caller's transaction: the jobs in one multi-row insert,
     then their audit records (last, so the audit head, which every append locks, is held only
-    until the commit)."""
+    until the commit). Core statements only: the hottest write needs no ORM session."""
     ids = _new_job_ids([a.spec.name for a in batch])
     now = utcnow()
     rows, views, entries = [], [], []
@@ -147,8 +147,8 @@ def write(session: Session, batch: list[Admitted]) -> list[JobView]:
         views.append(_view(Job(**row), spec))
         detail = {"project": spec.project, "queue": spec.queue, "devices": request.devices}
         entries.append(audit.Entry(ctx.actor, "job.submit", f"job/{job_id}", detail=detail))
-    session.execute(insert(_JOBS), rows)  # Core: new rows need no unit of work
-    audit.append_all(session, batch[0].ctx.audit_key, entries)
+    connection.execute(insert(_JOBS), rows)
+    audit.append_all(connection, batch[0].ctx.audit_key, entries)
     return views
 
 
@@ -159,10 +159,10 @@ def insert_jobs(db: Database, batch: list[Admitted]) -> list[JobView]:
     """``write`` in a transaction of its own. An id already taken fails the insert on the key;
     the batch is then written again, with ids drawn anew."""
     for _ in range(ID_DRAWS - 1):
-        with contextlib.suppress(IntegrityError), db.transaction() as session:
-            return write(session, batch)
-    with db.transaction() as session:
-        return write(session, batch)
+        with contextlib.suppress(IntegrityError), db.begin() as connection:
+            return write(connection, batch)
+    with db.begin() as connection:
+        return write(connection, batch)
 
 
 @dataclass(frozen=True, slots=True)
