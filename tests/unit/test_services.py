@@ -142,14 +142,22 @@ def test_estimates_are_remembered_per_shape_of_job_not_per_name(ctx: ServiceCont
     assert three["wall_time_s"] == pytest.approx(10 * one["wall_time_s"])
 
 
-def test_a_job_id_drawn_twice_is_drawn_again(ctx: ServiceContext, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_job_id_drawn_twice_is_drawn_again(
+    tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On PostgreSQL the taken key is reported when the pipelined batch is read back, not by the
+    insert itself: it must still be the error that makes the writer draw again."""
     draws = iter(["00000000", "00000000", "00000000", "0000beef"])
     monkeypatch.setattr(jobs.secrets, "token_hex", lambda _: next(draws))
+    settings = Settings(home=tmp_path, db_url=db_url)
+    ctx = open_context(settings, vendor_queries=TWO_CORES, autostart_agent=False)
     spec = validate_job_spec(spec_dict(name="twin"))
     first, second = jobs.submit(ctx, spec), jobs.submit(ctx, spec)
     assert (first.id, second.id) == ("twin-00000000", "twin-0000beef")
     assert {v.id for v in jobs.list_jobs(ctx)} == {first.id, second.id}
-    assert audit.verify_log(ctx.db, ctx.audit_key).ok  # the refused inserts left no record
+    verdict = audit.verify_log(ctx.db, ctx.audit_key)
+    assert verdict.ok and verdict.records == 2  # the refused inserts left no record
+    ctx.close()
 
 
 def test_each_agent_pass_reports_devices_utilization_and_its_duration(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ from sqlalchemy import Connection, ScalarResult, Table, bindparam, insert, selec
 from sqlalchemy.orm import Session
 
 from shipyard.db import AuditHead, AuditRecord, Database
+from shipyard.db.pipeline import one_row
 from shipyard.db.tables import utcnow
 from shipyard.errors import AuditChainBroken, InvalidSpec
 from shipyard.settings import Settings
@@ -151,7 +152,8 @@ def append_all(
     same head), and costs one round trip while every other append waits on the lock."""
     if isinstance(session, Session):  # the caller's changes first: one that fails, before the lock
         session.flush()
-    last, prev_hash = session.execute(_ADVANCE, {"count": len(entries)}).one()
+    connection = session.connection() if isinstance(session, Session) else session
+    last, prev_hash = one_row(connection, _ADVANCE, {"count": len(entries)})
     when = at or utcnow()
     records = []
     for seq, entry in enumerate(entries, start=last - len(entries) + 1):

@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from shipyard.db import Artifact, Database, Job, Metric, rows_changed
+from shipyard.db.pipeline import pipelined
 from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
 from shipyard.errors import Conflict, DatasetError, InvalidSpec, NotFound, Unschedulable
@@ -147,8 +148,9 @@ def write(connection: Connection, batch: list[Admitted]) -> list[JobView]:
         views.append(_view(Job(**row), spec))
         detail = {"project": spec.project, "queue": spec.queue, "devices": request.devices}
         entries.append(audit.Entry(ctx.actor, "job.submit", f"job/{job_id}", detail=detail))
-    connection.execute(insert(_JOBS), rows)
-    audit.append_all(connection, batch[0].ctx.audit_key, entries)
+    with pipelined(connection):  # three round trips instead of six on PostgreSQL
+        connection.execute(insert(_JOBS), rows)
+        audit.append_all(connection, batch[0].ctx.audit_key, entries)
     return views
 
 
