@@ -11,6 +11,7 @@ than its empty handler.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -26,7 +27,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from benchmarks.api_load import cpu_use, free_port, in_parallel  # noqa: E402
+from benchmarks.api_load import KeptAlive, cpu_use, free_port, in_parallel  # noqa: E402
 from tests.builders import spec_dict  # noqa: E402
 
 APP = """
@@ -65,15 +66,17 @@ Multiprocess(config, sockets=[_tcp_listener("127.0.0.1", port)]).run()
 
 
 def run(url: str, requests: int, clients: int, server: list[int]) -> dict[str, Any]:
-    body = {"spec": spec_dict(name="load")}
+    payload = json.dumps({"spec": spec_dict(name="load")}).encode()
     latencies: list[float] = []
     lock = threading.Lock()
 
     def client(count: int) -> None:
-        with httpx.Client(base_url=url, timeout=60) as http:
+        with KeptAlive(url, {}) as http:
             for _ in range(count):
                 start = time.perf_counter()
-                http.post("/api/v1/jobs", json=body).raise_for_status()
+                status, answer = http.request("POST", "/api/v1/jobs", payload)
+                if status != 201:
+                    raise SystemExit(f"the empty handler answered {status}: {answer[:200]!r}")
                 with lock:
                     latencies.append((time.perf_counter() - start) * 1000)
 
