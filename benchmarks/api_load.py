@@ -41,7 +41,7 @@ import httpx
 from sqlalchemy import create_engine, func, select, text
 
 from shipyard.db import Job
-from shipyard.services import audit
+from shipyard.services import agent, audit
 from shipyard.services.context import open_context
 from shipyard.settings import Settings
 
@@ -88,7 +88,7 @@ def start_server(home: Path, db_url: str, workers: int) -> tuple[subprocess.Pope
 
 def stop_agent(home: Path) -> None:
     """The server started the home's agent; it must not outlive the run (nor train the jobs)."""
-    lock = home / "agent.lock"
+    lock = home / agent.AGENT_LOCK
     if lock.exists() and lock.read_text().strip():
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
@@ -104,14 +104,17 @@ def platform_processes(server: subprocess.Popen[bytes], home: Path, db_url: str)
     """The server (its worker processes, or itself with one worker), the home's agent and, on
     PostgreSQL, the database's processes (all of them: nothing else uses it meanwhile)."""
     children = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True, text=True).stdout.split()
-    lock = home / "agent.lock"
-    deadline = time.monotonic() + 60  # the first submission started the agent; it writes its pid
-    while not (lock.exists() and lock.read_text().strip()) and time.monotonic() < deadline:
+    lock, log = home / agent.AGENT_LOCK, home / agent.AGENT_LOG
+    # The warm-up started the agent. It writes its pid, then finds the devices (importing torch
+    # takes a core for seconds here) and says it is serving: a running platform's agent is long
+    # past that, so the measurement waits for it.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (log.exists() and "serving" in log.read_text()):
         time.sleep(0.1)
-    agent = [int(p) for p in lock.read_text().split()[:1]] if lock.exists() else []
+    agent_pid = [int(p) for p in lock.read_text().split()[:1]] if lock.exists() else []
     # With one worker, the server process itself starts the agent: count it as the agent only.
-    workers = [int(p) for p in children if int(p) not in agent]
-    found = {"server": [server.pid, *workers], "agent": agent}
+    workers = [int(p) for p in children if int(p) not in agent_pid]
+    found = {"server": [server.pid, *workers], "agent": agent_pid}
     if db_url.startswith("postgresql"):
         postgres = subprocess.run(["pgrep", "-x", "postgres"], capture_output=True, text=True).stdout.split()
         found["database"] = [int(p) for p in postgres]
