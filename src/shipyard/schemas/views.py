@@ -70,9 +70,9 @@ class JobDetail(JobView):
     artifacts: list[ArtifactView]
     spec: dict[str, Any]
     summary: dict[str, float]
+    """Start/end losses, median tokens/s, MFU and wall time of the training."""
     estimate: dict[str, Any] = {}
     """The planner's prediction at submit time (empty for jobs submitted before it existed)."""
-    """Start/end losses, median tokens/s, MFU and wall time of the training."""
 
 
 class ModelVersionView(_View):

@@ -15,7 +15,8 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Table, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
+from sqlalchemy.orm.interfaces import ORMOption
 
 from shipyard.db import Artifact, Database, Job, Metric, rows_changed
 from shipyard.db.pipeline import pipelined
@@ -331,7 +332,8 @@ def list_jobs(ctx: ServiceContext, *, state: str | None = None, limit: int = 50)
 
 def get(ctx: ServiceContext, job_id: str) -> JobDetail:
     with ctx.db.read() as session:
-        job = _get_allowed(ctx, session, job_id, "job.read")
+        # The attempts come with the job, in one query: a view shows them all.
+        job = _get_allowed(ctx, session, job_id, "job.read", joinedload(Job.attempts))
         metrics = list(session.scalars(select(Metric).where(Metric.job_id == job.id).order_by(Metric.id)))
         artifacts = session.scalars(select(Artifact).where(Artifact.job_id == job.id).order_by(Artifact.id))
         return JobDetail(
@@ -344,9 +346,11 @@ def get(ctx: ServiceContext, job_id: str) -> JobDetail:
         )
 
 
-def _get_allowed(ctx: ServiceContext, session: Session, job_id: str, permission: str) -> Job:
+def _get_allowed(
+    ctx: ServiceContext, session: Session, job_id: str, permission: str, *options: ORMOption
+) -> Job:
     """The job, if the caller may ``permission`` it (``job.cancel``: any job, or one's own)."""
-    job = _get(session, job_id)
+    job = _get(session, job_id, *options)
     own = job.owner == ctx.actor.name
     if permission == "job.cancel":
         permission = "job.cancel.own" if own else "job.cancel.any"
@@ -355,8 +359,8 @@ def _get_allowed(ctx: ServiceContext, session: Session, job_id: str, permission:
     return job
 
 
-def _get(session: Session, job_id: str) -> Job:
-    job = session.get(Job, job_id)
+def _get(session: Session, job_id: str, *options: ORMOption) -> Job:
+    job = session.get(Job, job_id, options=options)
     if job is None:
         raise NotFound(f"no job with id {job_id!r}", hint="`shipyard jobs list` shows job ids")
     return job
