@@ -71,10 +71,10 @@ def run(url: str, requests: int, clients: int, server: list[int]) -> dict[str, A
     lock = threading.Lock()
 
     def client(count: int) -> None:
-        with KeptAlive(url, {}) as http:
+        with KeptAlive(url, {}) as connection:
             for _ in range(count):
                 start = time.perf_counter()
-                status, answer = http.request("POST", "/api/v1/jobs", payload)
+                status, answer = connection.request("POST", "/api/v1/jobs", payload)
                 if status != 201:
                     raise SystemExit(f"the empty handler answered {status}: {answer[:200]!r}")
                 with lock:

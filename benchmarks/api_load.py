@@ -109,7 +109,9 @@ def platform_processes(server: subprocess.Popen[bytes], home: Path, db_url: str)
     # takes a core for seconds here) and says it is serving: a running platform's agent is long
     # past that, so the measurement waits for it.
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (log.exists() and "serving" in log.read_text()):
+    while not (log.exists() and "serving" in log.read_text()):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the agent did not start serving within a minute: see {log}")
         time.sleep(0.1)
     agent_pid = [int(p) for p in lock.read_text().split()[:1]] if lock.exists() else []
     # With one worker, the server process itself starts the agent: count it as the agent only.
@@ -183,11 +185,11 @@ def run(url: str, jobs: int, clients: int, processes: Callable[[], dict[str, lis
     payload = json.dumps(body).encode()
 
     def client(count: int) -> None:
-        with KeptAlive(url, headers) as http:
+        with KeptAlive(url, headers) as connection:
             mine = []
             for _ in range(count):
                 start = time.perf_counter()
-                status, answer = http.request("POST", "/api/v1/jobs", payload)
+                status, answer = connection.request("POST", "/api/v1/jobs", payload)
                 elapsed = (time.perf_counter() - start) * 1000
                 with lock:
                     if status == 201:
@@ -199,19 +201,19 @@ def run(url: str, jobs: int, clients: int, processes: Callable[[], dict[str, lis
                 ids.extend(mine)
 
     def reader(chunk: list[str]) -> None:
-        with KeptAlive(url, headers) as http:
+        with KeptAlive(url, headers) as connection:
             for job_id in chunk:
                 start = time.perf_counter()
-                status, _ = http.request("GET", f"/api/v1/jobs/{job_id}")
+                status, _ = connection.request("GET", f"/api/v1/jobs/{job_id}")
                 elapsed = (time.perf_counter() - start) * 1000
                 with lock:
                     read_ms.append(elapsed)
                     if status != 200:
                         failures.append(f"read {status}")
 
-    with httpx.Client(base_url=url, headers=headers, timeout=60) as http:  # warm-up, not counted
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as warm_up:  # warm-up, not counted
         for _ in range(5):
-            http.post("/api/v1/jobs", json=body).raise_for_status()
+            warm_up.post("/api/v1/jobs", json=body).raise_for_status()
     # Listed again after: the database starts a process per new connection meanwhile.
     before, client_before = cpu_use(processes()), time.process_time()
     submit_s = in_parallel(client, shares(jobs, clients))
