@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests.builders import STDLIB
+
 SHIPYARD = [sys.executable, "-m", "shipyard.cli.main"]
 
 
@@ -120,9 +122,11 @@ class Server:
     ) -> None:
         import socket
 
+        home.mkdir(parents=True, exist_ok=True)
         if queues_yaml is not None:
-            home.mkdir(parents=True, exist_ok=True)
             (home / "queues.yaml").write_text(queues_yaml)
+        if not (home / "server.yaml").exists():  # jobs through the server read the test corpus
+            (home / "server.yaml").write_text(f'data_roots: {{"*": ["{STDLIB}"]}}\n')
 
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))

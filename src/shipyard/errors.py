@@ -8,6 +8,7 @@ that says what to do. Boundaries translate: the CLI prints ``Error:``/``Hint:`` 
     │   └── DatasetError       a dataset path is missing, empty or unreadable
     ├── NotFound               a job, model or file that was named does not exist
     ├── Unauthenticated        no valid credentials: wrong password, bad/expired/revoked token
+    ├── Throttled              too many failed attempts: try again after ``retry_after_s``
     ├── Forbidden              authenticated, but the role does not allow the action
     ├── Conflict               the resource is in a state that forbids the request
     ├── PayloadTooLarge        an upload is larger than the server accepts
@@ -36,6 +37,7 @@ __all__ = [
     "PayloadTooLarge",
     "ShipyardError",
     "StorageError",
+    "Throttled",
     "Unauthenticated",
     "Unschedulable",
 ]
@@ -119,6 +121,17 @@ class Unauthenticated(ShipyardError):
 
     code = "unauthenticated"
     http_status = 401
+
+
+class Throttled(ShipyardError):
+    """Raised while a client is made to wait after failed attempts; says for how long."""
+
+    code = "throttled"
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after_s: float, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.retry_after_s = retry_after_s
 
 
 class Forbidden(ShipyardError):

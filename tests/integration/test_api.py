@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from shipyard.client import Client
-from shipyard.errors import Conflict, Forbidden, InvalidSpec, NotFound, Unauthenticated
+from shipyard.errors import Conflict, Forbidden, InvalidSpec, NotFound, Throttled, Unauthenticated
 from shipyard.schemas.queues import ClusterQueueSpec
 from tests.builders import spec_dict, write_spec
 from tests.conftest import Cli, Server, seed_finished_job, seed_model_version
@@ -93,19 +93,20 @@ def test_a_read_token_cannot_write(server: Server) -> None:
         assert next(t for t in root.list_tokens() if t["id"] == read_only["id"])["last_used_at"] is not None
 
 
-def test_wrong_passwords_lock_the_account_and_are_audited(server: Server) -> None:
+def test_wrong_passwords_throttle_that_name_from_that_address_and_are_audited(server: Server) -> None:
     user(server, "bob").close()
     for _ in range(5):
         with pytest.raises(Unauthenticated, match="invalid user name or password"):
             Client.login(server.url, "bob", "not the password at all")
-    with pytest.raises(Unauthenticated, match="account is locked"):
-        Client.login(server.url, "bob", PASSWORD)  # even the right password waits now
+    with pytest.raises(Throttled, match="too many failed logins for 'bob' from this address") as waited:
+        Client.login(server.url, "bob", PASSWORD)  # from here, even the right password waits now
+    assert 0 < waited.value.retry_after_s <= 30
     with pytest.raises(Unauthenticated, match="invalid user name or password"):
         Client.login(server.url, "nobody", PASSWORD)
     with admin(server) as root:
         logins = [(r["actor"], r["outcome"]) for r in root.audit() if r["action"] == "auth.login"]
         assert logins.count(("bob", "failure")) == 5
-        assert ("bob", "locked") in logins and ("nobody", "failure") in logins
+        assert ("bob", "throttled") in logins and ("nobody", "failure") in logins
         assert root.verify_audit()["ok"]
 
 

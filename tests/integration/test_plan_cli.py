@@ -93,7 +93,10 @@ def test_plan_compare_ranks_marks_and_draws(cli: Cli, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--params", "-1", "--accelerator", "h100-sxm", "--count", "8"], "--params must be positive"),
+        (["--params", "-1", "--accelerator", "h100-sxm", "--count", "8"], "--params must be above zero"),
+        (["--params", "inf", "--accelerator", "h100-sxm", "--count", "8"], "--params must be above zero"),
+        (["--params", "7e9", "--accelerator", "h100-sxm", "--count", "8", "--tokens", "nan"],
+         "--tokens must be above zero"),
         (["--params", "7e9", "--hidden", "4096", "--heads", "30", "--accelerator", "h100-sxm",
           "--count", "8"], "--heads 30 does not divide --hidden 4096"),
         (["--params", "7e9", "--accelerator", "h100-sxm", "--count", "4", "--tp", "8"],

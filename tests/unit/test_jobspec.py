@@ -80,7 +80,7 @@ def test_gradient_accumulation_is_derived_from_the_global_batch() -> None:
 def test_accelerator_accepts_one_type_or_an_any_of_list() -> None:
     spec = validate_job_spec(spec_dict(resources={"accelerator": ["h100-sxm", "a800", "cpu"]}))
     assert spec.resources.accelerator == ["h100-sxm", "a800", "cpu"]
-    with pytest.raises(InvalidSpec, match="unknown accelerator type h900"):
+    with pytest.raises(InvalidSpec, match="unknown accelerator type 'h900'; did you mean 'h800'"):
         parse(spec_dict(resources={"accelerator": "h900"}))
 
 

@@ -193,11 +193,11 @@ def test_impossible_layouts_name_the_flag(request_: LayoutRequest, match: str) -
 
 
 def test_bad_sizes_name_the_flag() -> None:
-    with pytest.raises(InvalidSpec, match="--params must be positive"):
+    with pytest.raises(InvalidSpec, match="--params must be above zero"):
         model_shape(-1)
     with pytest.raises(InvalidSpec, match="--heads 30 does not divide --hidden 4096"):
         model_shape(7e9, hidden=4096, heads=30)
-    with pytest.raises(InvalidSpec, match="--count must be positive"):
+    with pytest.raises(InvalidSpec, match="--count must be above zero"):
         cluster_of(lookup("h100-sxm"), 0)
     with pytest.raises(InvalidSpec, match="no fp8 units"):
         plan_training(

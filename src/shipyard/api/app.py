@@ -7,6 +7,8 @@ module only turns a bearer token into the caller, and errors into problem JSON
 
 import asyncio
 import logging
+import math
+import os
 import re
 import shutil
 import tempfile
@@ -35,7 +37,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shipyard import __version__
-from shipyard.errors import InvalidSpec, PayloadTooLarge, ShipyardError, Unauthenticated
+from shipyard.errors import InvalidSpec, PayloadTooLarge, ShipyardError, Throttled, Unauthenticated
+from shipyard.schemas.documents import MAX_DOCUMENT_BYTES
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.queues import QUEUE_NAME_PATTERN, ClusterQueueSpec, Devices, QueueConfig, QueueName
 from shipyard.schemas.views import DeviceView, JobDetail, JobView, ModelVersionView, StoredArtifactView
@@ -140,7 +143,9 @@ class Problem(BaseModel):
 # --- errors as problem JSON ---------------------------------------------------------------------
 
 
-def problem(status: int, code: str, detail: str, hint: str | None = None) -> JSONResponse:
+def problem(
+    status: int, code: str, detail: str, hint: str | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     body = Problem(
         type=f"https://shipyard.dev/problems/{code}",
         title=code.replace("_", " "),
@@ -149,7 +154,8 @@ def problem(status: int, code: str, detail: str, hint: str | None = None) -> JSO
         code=code,
         hint=hint,
     )
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     return JSONResponse(body.model_dump(), status_code=status, media_type=PROBLEM, headers=headers)
 
 
@@ -157,7 +163,8 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ShipyardError)
     async def known(_: Request, exc: ShipyardError) -> JSONResponse:
         status = 400 if isinstance(exc, InvalidSpec) and exc.http_status == 422 else exc.http_status
-        return problem(status, exc.code, exc.message, exc.hint)
+        headers = {"Retry-After": str(math.ceil(exc.retry_after_s))} if isinstance(exc, Throttled) else None
+        return problem(status, exc.code, exc.message, exc.hint, headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -238,6 +245,58 @@ class Metrics:
                 self.utilization.labels(node, device).set(busy)
 
 
+class LimitBodies:
+    """Refuses a request body past ``limit`` bytes with 413 before anything parses it: the
+    declared length is checked first, a body without one is read up to the limit and handed on
+    whole. Artifact uploads stream to disk under their own limit and pass through."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_DOCUMENT_BYTES) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD") or _is_upload(scope):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(int(declared), scope, receive, send)
+            return
+        body, more = bytearray(), True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                await self._refuse(len(body), scope, receive, send)
+                return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:
+                return await receive()  # a disconnect, while the app streams its answer
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, size: int, scope: Scope, receive: Receive, send: Send) -> None:
+        response = problem(
+            413,
+            PayloadTooLarge.code,
+            f"the request body is {size:,} bytes or more; this server reads at most {self.limit:,}",
+            "a request carries settings, not data: store files with `shipyard storage put`",
+            headers={"Connection": "close"},
+        )
+        await response(scope, receive, send)
+
+
+def _is_upload(scope: Scope) -> bool:
+    return scope["method"] == "PUT" and str(scope["path"]).startswith("/api/v1/artifacts/")
+
+
 class MeasureRequests:
     """Counts and times every request by route template. A plain ASGI middleware: Starlette's
     ``BaseHTTPMiddleware`` runs each request through an extra task and memory stream."""
@@ -267,15 +326,25 @@ class MeasureRequests:
 # --- the app ------------------------------------------------------------------------------------
 
 
-def create_app(settings: Settings | None = None, *, init_admin: str | None = None) -> FastAPI:
-    """The API over the platform at ``settings`` (default: the environment)."""
+NO_AGENT_ENV = "SHIPYARD_NO_AGENT"
+"""Set to 1 (``shipyard server --no-agent``): the server queues jobs but starts no agent."""
+
+
+def create_app(
+    settings: Settings | None = None, *, init_admin: str | None = None, run_agent: bool | None = None
+) -> FastAPI:
+    """The API over the platform at ``settings`` (default: the environment). ``run_agent``: start
+    this home's agent when jobs are submitted, so they train on this host (default: unless
+    ``SHIPYARD_NO_AGENT=1``)."""
+    if run_agent is None:
+        run_agent = os.environ.get(NO_AGENT_ENV) != "1"
     holder: dict[str, Any] = {}
     """The platform (``ctx``) and this process's submission writer, made at start."""
     metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        ctx = open_context(settings, verified_tokens=VerifiedTokens())
+        ctx = open_context(settings, verified_tokens=VerifiedTokens(), autostart_agent=run_agent)
         if init_admin:
             accounts.ensure_initial_admin(ctx, init_admin)
         ctx.executor  # noqa: B018 - discover devices now (may import torch), not in the first request
@@ -294,11 +363,12 @@ def create_app(settings: Settings | None = None, *, init_admin: str | None = Non
                 "model": Problem,
                 "content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}},
             }
-            for status in (400, 401, 403, 404, 409, 413, 422, 507)
+            for status in (400, 401, 403, 404, 409, 413, 422, 429, 507)
         },
     )
     _install_error_handlers(app)
 
+    app.add_middleware(LimitBodies)
     app.add_middleware(MeasureRequests, metrics=metrics)
 
     async def caller(request: Request) -> ServiceContext:

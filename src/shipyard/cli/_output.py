@@ -11,6 +11,9 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
+
+from shipyard.domain.text import printable
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -33,7 +36,8 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[obj
     for column in columns:
         t.add_column(column, overflow="fold")
     for row in rows:
-        t.add_row(*(fmt(cell) for cell in row))
+        # Text, not markup: a name holding "[red]" or an escape prints as what it is.
+        t.add_row(*(Text(printable(fmt(cell))) for cell in row))
     console.print(t)
 
 

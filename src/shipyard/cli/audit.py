@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from shipyard.cli._output import JsonOpt
+from shipyard.domain.paths import refuse_overwrite
 from shipyard.errors import AuditChainBroken
 from shipyard.services import audit
 from shipyard.services.context import open_context
@@ -41,8 +42,14 @@ def verify(json_out: JsonOpt = False) -> None:
 def export(
     since: Annotated[str | None, typer.Option(help="Only records from this date or time (UTC).")] = None,
     out: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")] = False,
 ) -> None:
-    """Write the records as JSON lines (with their hashes), after checking the chain."""
+    """Write the records as JSON lines (with their hashes), after checking the chain.
+
+    Example: shipyard audit export --since 2026-11-01 --out audit-november.jsonl
+    """
+    if out is not None:
+        refuse_overwrite(out, force=force)
     ctx = open_context(autostart_agent=False)
     moment = audit.parse_since(since) if since else None
     if out is None:

@@ -93,7 +93,14 @@ def version() -> None:
 
 
 def main() -> None:
-    exit_code_of(build_app(sys.argv[1:]))
+    argv = sys.argv[1:]
+    app = build_app(argv)
+    if "--json" not in argv:
+        exit_code_of(app, argv)
+        return
+    # With --json, usage errors too become one JSON object: click raises them instead of printing.
+    command = typer.main.get_command(app)
+    exit_code_of(lambda: command.main(args=argv, prog_name="shipyard", standalone_mode=False), argv)
 
 
 if __name__ == "__main__":

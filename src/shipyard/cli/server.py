@@ -24,9 +24,25 @@ def server(
         ),
     ] = None,
     workers: Annotated[int, typer.Option(help="Server processes.", min=1)] = 1,
+    no_agent: Annotated[
+        bool,
+        typer.Option(
+            "--no-agent",
+            help="Control plane only: queue submitted jobs but start no agent on this host "
+            "(agents run elsewhere against the same database).",
+        ),
+    ] = False,
 ) -> None:
-    """Serve the REST API under /api/v1 (OpenAPI at /docs), over SHIPYARD_DB_URL or the
-    embedded database of SHIPYARD_HOME."""
+    """Serve the REST API under /api/v1, over SHIPYARD_DB_URL or the embedded database of
+    SHIPYARD_HOME. The OpenAPI document is /openapi.json, browsable at /docs.
+
+    Jobs submitted to the server train on this host: the first submission starts the home's
+    agent, which runs them as the server's operating-system user (--no-agent leaves that to
+    agents elsewhere). Paths in their specs must lie inside the project's data roots
+    (`data_roots` in $SHIPYARD_HOME/server.yaml) or name store: datasets.
+
+    Example: SHIPYARD_INIT_ADMIN=admin:'a long passphrase' shipyard server --host 0.0.0.0
+    """
     try:
         import uvicorn
     except ImportError:  # pragma: no cover - uvicorn is a core dependency
@@ -40,6 +56,10 @@ def server(
         if accounts.ensure_initial_admin(ctx, admin):
             typer.echo(f"created the first admin {admin.partition(':')[0]!r}", err=True)
         ctx.close()
+    if no_agent:
+        from shipyard.api.app import NO_AGENT_ENV
+
+        os.environ[NO_AGENT_ENV] = "1"  # read by the app in this process and in each worker
     app = "shipyard.api.main:app"
     if workers == 1:
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -116,15 +116,23 @@ def get(
         Path, typer.Argument(help="Where to write it (a folder artifact becomes a new folder).")
     ],
     project: ProjectOpt = storage_service.DEFAULT_PROJECT,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace the file at the path if there is one.")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Fetch an artifact; every byte is verified, a bad replica is skipped for a good one."""
+    """Fetch an artifact; every byte is verified, a bad replica is skipped for a good one.
+
+    Example: shipyard storage get ckpt/run-1/step-1000 ./restored --project nlp
+    """
     if server_url():
         with client() as remote:
-            fetched = remote.fetch_artifact(project, name, out_path)
+            fetched = remote.fetch_artifact(project, name, out_path, force=force)
     else:
         with _bar(f"get {name}", quiet=json_out) as progress:
-            fetched = storage_service.get(open_context(), name, out_path, project=project, progress=progress)
+            fetched = storage_service.get(
+                open_context(), name, out_path, project=project, progress=progress, force=force
+            )
     if json_out:
         print_json(fetched)
     else:

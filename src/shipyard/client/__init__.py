@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from shipyard import errors
+from shipyard.domain.paths import refuse_overwrite
 from shipyard.schemas.queues import ClusterQueueSpec, QueueConfig
 from shipyard.schemas.views import DeviceView, JobDetail, JobView, ModelVersionView, StoredArtifactView
 
@@ -145,9 +146,12 @@ class Client:
             self._call("POST", f"/api/v1/models/{name}/versions/{version}/stage", json=body)
         )
 
-    def download_model_file(self, name: str, version: int, file: str, out: Path) -> int:
-        """Stream one file of a model version to ``out`` (written atomically); returns its size."""
-        return self._download(f"/api/v1/models/{name}/versions/{version}/files/{file}", out)
+    def download_model_file(
+        self, name: str, version: int, file: str, out: Path, *, force: bool = False
+    ) -> int:
+        """Stream one file of a model version to ``out`` (written atomically; an existing file
+        only with ``force``); returns its size."""
+        return self._download(f"/api/v1/models/{name}/versions/{version}/files/{file}", out, force=force)
 
     def list_datasets(self, project: str | None = None) -> list[dict[str, Any]]:
         """Stored datasets jobs trained on, with who read which content and the models made."""
@@ -184,13 +188,16 @@ class Client:
     def delete_artifact(self, project: str, name: str) -> None:
         self._call("DELETE", f"/api/v1/artifacts/{project}/{name}")
 
-    def fetch_artifact(self, project: str, name: str, out: Path) -> StoredArtifactView:
+    def fetch_artifact(
+        self, project: str, name: str, out: Path, *, force: bool = False
+    ) -> StoredArtifactView:
         """Write artifact ``project/name`` to ``out`` as ``shipyard storage get`` does: a file (into
-        ``out`` when that is a folder), or a folder that appears whole once every file is in."""
+        ``out`` when that is a folder; over an existing file only with ``force``), or a folder that
+        appears whole once every file is in."""
         found = self.stat_artifact(project, name)
         if found.kind == "file":
             target = out / found.entries[0].path if out.is_dir() else out
-            self.download_artifact(project, name, target)
+            self.download_artifact(project, name, target, force=force)
             return found
         if out.exists() and (not out.is_dir() or any(out.iterdir())):
             raise errors.Conflict(
@@ -209,12 +216,17 @@ class Client:
             shutil.rmtree(staging, ignore_errors=True)
         return found
 
-    def download_artifact(self, project: str, name: str, out: Path, file: str | None = None) -> int:
+    def download_artifact(
+        self, project: str, name: str, out: Path, file: str | None = None, *, force: bool = False
+    ) -> int:
         return self._download(
-            f"/api/v1/downloads/{project}/{name}", out, params={"file": file} if file else None
+            f"/api/v1/downloads/{project}/{name}", out, params={"file": file} if file else None, force=force
         )
 
-    def _download(self, path: str, out: Path, params: dict[str, str] | None = None) -> int:
+    def _download(
+        self, path: str, out: Path, params: dict[str, str] | None = None, *, force: bool = False
+    ) -> int:
+        refuse_overwrite(out, force=force)
         staged = out.with_name(f".{out.name}.partial")
         try:
             with self._http.stream("GET", path, params=params) as response:
@@ -273,7 +285,14 @@ def _error(response: httpx.Response) -> errors.ShipyardError:
     except ValueError:
         body = {}
     detail = body.get("detail") or f"HTTP {response.status_code}"
-    cls = _BY_CODE.get(body.get("code", ""), errors.ShipyardError)
-    error = cls(str(detail), hint=body.get("hint"))
+    if response.status_code == 429:
+        wait = response.headers.get("retry-after", "")
+        retry_after_s = float(wait) if wait.isdigit() else 1.0
+        error: errors.ShipyardError = errors.Throttled(
+            str(detail), retry_after_s=retry_after_s, hint=body.get("hint")
+        )
+    else:
+        cls = _BY_CODE.get(body.get("code", ""), errors.ShipyardError)
+        error = cls(str(detail), hint=body.get("hint"))
     error.http_status = response.status_code
     return error

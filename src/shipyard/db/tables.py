@@ -183,9 +183,21 @@ class User(Base):
     is_admin: Mapped[bool] = mapped_column(default=False)
     is_service: Mapped[bool] = mapped_column(default=False)
     disabled: Mapped[bool] = mapped_column(default=False)
-    failed_logins: Mapped[int] = mapped_column(Integer, default=0)
-    locked_until: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class LoginThrottle(Base):
+    """Failed logins of one user name from one client address. Kept per pair, and for names that
+    do not exist as for those that do, so a guesser elsewhere never locks the real user out and
+    the answers never tell which names exist."""
+
+    __tablename__ = "login_throttles"
+
+    user: Mapped[str] = mapped_column(String(64), primary_key=True)
+    source: Mapped[str] = mapped_column(String(128), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer)
+    blocked_until: Mapped[datetime | None]
+    last_failure_at: Mapped[datetime] = mapped_column(index=True)
 
 
 class Token(Base):

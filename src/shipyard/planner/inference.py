@@ -13,7 +13,7 @@ from typing import Any, Literal
 from shipyard.errors import InvalidSpec
 from shipyard.planner.calibration import CALIBRATION, Calibration
 from shipyard.planner.memory import GIB, MemoryBreakdown
-from shipyard.planner.shapes import ModelShape
+from shipyard.planner.shapes import ModelShape, positive
 from shipyard.planner.workload import Cluster
 
 InferPrecision = Literal["fp16", "bf16", "int8", "int4"]
@@ -34,10 +34,7 @@ class InferenceWorkload:
 
     def __post_init__(self) -> None:
         for flag, value in (("--batch", self.batch), ("--context", self.context)):
-            if value <= 0:
-                raise InvalidSpec(
-                    f"{flag} must be positive, got {value}", hint=f"give {flag} a number above zero"
-                )
+            positive(flag, value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -46,7 +46,7 @@ def model_shape(
     A dense decoder has about 12 * layers * hidden**2 parameters outside the embeddings; with
     hidden = 128 * layers that gives layers = (params / 196608) ** (1/3).
     """
-    _positive("--params", params)
+    positive("--params", params, at_most=1e15)
     for flag, value in (
         ("--layers", layers),
         ("--hidden", hidden),
@@ -54,12 +54,12 @@ def model_shape(
         ("--kv-heads", kv_heads),
     ):
         if value is not None:
-            _positive(flag, value)
+            positive(flag, value, at_most=1e9)
     derived: list[str] = []
     vocab_size = vocab if vocab is not None else DEFAULT_VOCAB
     if vocab is None:
         derived.append("vocab")
-    _positive("--vocab", vocab_size)
+    positive("--vocab", vocab_size, at_most=1e9)
     if layers is None and hidden is None:
         layers = _round_to(
             max(1.0, (params / (12 * WIDTH_PER_LAYER**2)) ** (1 / 3)), 4 if params > 1e9 else 1
@@ -105,6 +105,14 @@ def _round_to(value: float, multiple: int) -> int:
     return max(multiple, round(value / multiple) * multiple)
 
 
-def _positive(flag: str, value: float) -> None:
-    if not value > 0:
-        raise InvalidSpec(f"{flag} must be positive, got {value:g}", hint=f"give {flag} a number above zero")
+LARGEST = 1e18
+"""Beyond any real model, cluster or budget, and far inside a float: a bound on every figure."""
+
+
+def positive(flag: str, value: float, at_most: float = LARGEST) -> None:
+    """Refuse a figure that is not a finite number above zero and at most ``at_most``."""
+    if not 0 < value <= at_most:  # NaN fails both comparisons
+        raise InvalidSpec(
+            f"{flag} must be above zero and at most {at_most:g}, got {value:g}",
+            hint=f"give {flag} a finite number above zero",
+        )

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from shipyard.errors import InvalidSpec
 from shipyard.hardware.catalog import AcceleratorSpec
-from shipyard.planner.shapes import ModelShape
+from shipyard.planner.shapes import ModelShape, positive
 
 WorkloadKind = Literal["pretrain", "finetune", "lora", "qlora"]
 TrainPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
@@ -58,20 +58,15 @@ class TrainingWorkload:
 
     def __post_init__(self) -> None:
         for flag, value in (("--seq-len", self.seq_len), ("--global-batch-tokens", self.global_batch_tokens)):
-            if value <= 0:
-                raise InvalidSpec(
-                    f"{flag} must be positive, got {value}", hint=f"give {flag} a number above zero"
-                )
+            positive(flag, value)
         if self.global_batch_tokens < self.seq_len:
             raise InvalidSpec(
                 f"--global-batch-tokens {self.global_batch_tokens} is smaller than one sequence "
                 f"({self.seq_len})",
                 hint="give at least --seq-len tokens per step",
             )
-        if self.tokens is not None and self.tokens <= 0:
-            raise InvalidSpec(
-                f"--tokens must be positive, got {self.tokens:g}", hint="give a token budget above zero"
-            )
+        if self.tokens is not None:
+            positive("--tokens", self.tokens)
 
     @property
     def sequences_per_step(self) -> int:
@@ -110,15 +105,9 @@ def cluster_of(
     devices_per_node: int | None = None,
 ) -> Cluster:
     """A cluster with the accelerator's default links unless ``interconnect``/``network`` name others."""
-    if count <= 0:
-        raise InvalidSpec(
-            f"--count must be positive, got {count}", hint="give the number of devices, e.g. --count 8"
-        )
+    positive("--count", count, at_most=1e7)
     per_node = devices_per_node or accelerator.devices_per_node
-    if per_node <= 0:
-        raise InvalidSpec(
-            f"--devices-per-node must be positive, got {per_node}", hint="e.g. --devices-per-node 8"
-        )
+    positive("--devices-per-node", per_node, at_most=1e4)
     link, link_bw = _named_rate(
         interconnect,
         LINKS_GB_PER_S,
@@ -158,8 +147,7 @@ def _named_rate(
             f"{flag} {value!r} is neither a known link nor a number of {unit}",
             hint=f"use one of {', '.join(table)} or a number such as 200",
         ) from None
-    if rate <= 0:
-        raise InvalidSpec(f"{flag} must be positive, got {value}", hint=f"give the bandwidth in {unit}")
+    positive(flag, rate, at_most=1e9)
     return f"{rate:g} {unit}", rate
 
 
@@ -199,14 +187,14 @@ class LayoutRequest:
 
     def __post_init__(self) -> None:
         for flag, value in (("--tp", self.tp), ("--pp", self.pp), ("--micro-batch", self.micro_batch)):
-            if value is not None and value <= 0:
-                raise InvalidSpec(f"{flag} must be positive, got {value}", hint=f"give {flag} 1 or more")
+            if value is not None:
+                positive(flag, value, at_most=1e7)
         if self.zero is not None and self.zero not in (0, 1, 2, 3):
             raise InvalidSpec(
                 f"--zero must be 0, 1, 2 or 3, got {self.zero}", hint="3 shards weights too (FSDP)"
             )
-        if self.interleave is not None and self.interleave <= 0:
-            raise InvalidSpec(f"--interleave must be positive, got {self.interleave}", hint="1 is plain 1F1B")
+        if self.interleave is not None:
+            positive("--interleave", self.interleave, at_most=1e4)
 
     @property
     def pinned(self) -> bool:

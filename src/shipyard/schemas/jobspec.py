@@ -1,11 +1,14 @@
 """The job spec: a typed, versioned YAML document (``apiVersion: shipyard/v1``).
 
-Every section forbids unknown fields. ``parse_job_spec`` turns pydantic's errors into one
-``InvalidSpec`` that names each bad field, the value given and what would be valid.
+Every section forbids unknown fields, takes each value as the type it is (``steps: true`` is no
+step count) and bounds every string, list and number, so a spec can neither overflow a database
+column nor drive a terminal. ``parse_job_spec`` turns pydantic's errors into one ``InvalidSpec``
+that names each bad field, the value given and what would be valid.
 """
 
 from __future__ import annotations
 
+import codecs
 import glob
 import itertools
 import math
@@ -13,27 +16,51 @@ import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from shipyard.domain.paths import is_inside
+from shipyard.domain.text import DNS_LABEL, has_control_character
 from shipyard.errors import DatasetError, InvalidSpec
-from shipyard.hardware.catalog import catalog
+from shipyard.hardware.catalog import catalog, unknown_key_hint
 from shipyard.schemas.documents import load_mapping, validate_document
 from shipyard.schemas.presets import PRESETS
+from shipyard.schemas.queues import QUEUE_NAME_PATTERN
 
 API_VERSION = "shipyard/v1"
 
-PositiveInt = Annotated[int, Field(gt=0)]
-PositiveFloat = Annotated[float, Field(gt=0)]
+MAX_STEPS = 10**9
+"""Optimizer steps of one job: far beyond any real run, well inside a 64-bit counter."""
+MAX_TOKENS = 10**15
+"""A quadrillion tokens: 60 times Llama 3's 15 T."""
+INT32 = 2**31 - 1
+MAX_PATH = 4096
+"""Linux's PATH_MAX."""
+
+Steps = Annotated[int, Field(ge=0, le=MAX_STEPS)]
+
+
+def _no_control_characters(value: str) -> str:
+    if has_control_character(value):
+        raise ValueError("holds a control character (an escape, a newline, ...)")
+    return value
+
+
+FieldName = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_no_control_characters)]
+PathText = Annotated[str, Field(min_length=1, max_length=MAX_PATH), AfterValidator(_no_control_characters)]
+Label = Annotated[str, Field(pattern=DNS_LABEL)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # strict: a YAML `true` is no step count and "8" is no batch size; numbers are finite.
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, strict=True, allow_inf_nan=False
+    )
 
 
 class ModelSection(_Section):
-    preset: str | None = None
+    preset: str | None = Field(default=None, max_length=64)
     """A built-in architecture (``llama-tiny``, ``llama-12m``, ... ``llama-7b``), trained from scratch."""
-    path: str | None = None
+    path: PathText | None = None
     """A local Hugging Face-format directory (LLaMA architecture) to fine-tune."""
 
     @field_validator("preset")
@@ -51,9 +78,10 @@ class ModelSection(_Section):
 
 
 class TokenizerSection(_Section):
-    vocab_size: PositiveInt = 4096
-    """Size of the byte-level BPE vocabulary trained on the data (cached by content)."""
-    path: str | None = None
+    vocab_size: Annotated[int, Field(ge=256, le=1 << 20)] = 4096
+    """Size of the byte-level BPE vocabulary trained on the data (cached by content); at least the
+    256 byte tokens."""
+    path: PathText | None = None
     """A local Hugging Face tokenizer directory (holding tokenizer.json) instead of training one."""
 
 
@@ -62,7 +90,7 @@ STORE_SCHEME = "store:"
 
 
 class DataSection(_Section):
-    paths: list[str] = Field(min_length=1)
+    paths: list[PathText] = Field(min_length=1, max_length=1000)
     """Files, directories or globs (``corpus/**/*.txt``), or ``store:NAME`` artifacts (fetched,
     verified, into the node's cache before launch); ``.jsonl`` files are read as JSON lines."""
 
@@ -70,14 +98,15 @@ class DataSection(_Section):
         """Names of the artifacts among the paths."""
         return [p.removeprefix(STORE_SCHEME) for p in self.paths if p.startswith(STORE_SCHEME)]
 
-    text_field: str = "text"
+    text_field: FieldName = "text"
     """The field holding the text in JSONL records."""
     tokenizer: TokenizerSection = TokenizerSection()
     eval_fraction: Annotated[float, Field(gt=0, lt=0.5)] = 0.02
     """Share of the token stream held out for eval loss."""
 
-    def files(self) -> list[Path]:
-        """Expand files, directories and globs into a sorted list of files with some content."""
+    def files(self, within: list[Path] | None = None) -> list[Path]:
+        """Expand files, directories and globs into a sorted list of files with some content.
+        ``within``: folders every file must resolve inside (a job submitted through a server)."""
         found: set[Path] = set()
         for entry in self.paths:
             if entry.startswith(STORE_SCHEME):
@@ -91,6 +120,8 @@ class DataSection(_Section):
                 elif match.is_file():
                     found.add(match)
         files = sorted(found)
+        if within is not None:
+            _refuse_outside(files, within)
         if self.stored():
             return files
         if not any(f.stat().st_size for f in files):
@@ -111,9 +142,51 @@ class DataSection(_Section):
             first = next(matches, None)
             if first is None:
                 raise _matches_nothing(entry)
-            has_content = has_content or any(map(_has_content, itertools.chain([first], matches)))
+            if not has_content:
+                found = next(filter(_has_content, itertools.chain([first], matches)), None)
+                if found is not None:
+                    _refuse_binary(found)
+                    has_content = True
         if not has_content:
             self.files()  # raises, saying what it found
+
+
+SAMPLE_BYTES = 64 << 10
+"""How much of a dataset's first file is decoded at submit to tell text from a binary file."""
+
+
+def _refuse_binary(path: str) -> None:
+    """A file that is not UTF-8 text (a model, an archive, an executable) named as training text."""
+    if os.path.isdir(path):
+        path = next(
+            os.path.join(folder, name)
+            for folder, _, names in os.walk(path)
+            for name in sorted(names)
+            if os.path.getsize(os.path.join(folder, name)) > 0
+        )
+    with open(path, "rb") as f:
+        sample = f.read(SAMPLE_BYTES)
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(sample, final=False)  # a cut last character is fine
+    except UnicodeDecodeError as exc:
+        raise DatasetError(
+            f"dataset file {path} is not UTF-8 text (byte {exc.start} is {sample[exc.start]:#04x})",
+            hint="give text or JSONL files in data.paths; tokenizers and models go in their own fields",
+        ) from None
+    if b"\0" in sample:
+        raise DatasetError(
+            f"dataset file {path} holds NUL bytes: a binary file, not text",
+            hint="give text or JSONL files in data.paths",
+        )
+
+
+def _refuse_outside(files: list[Path], roots: list[Path]) -> None:
+    for path in files:
+        if not is_inside(path, roots):
+            raise DatasetError(
+                f"dataset file {path} resolves outside the project's data roots",
+                hint="a link inside a data root must point inside one too; ask an admin to add the folder",
+            )
 
 
 def _matches_nothing(entry: str) -> DatasetError:
@@ -138,16 +211,18 @@ def _has_content(path: str) -> bool:
 
 class OptimizerSection(_Section):
     name: Literal["adamw"] = "adamw"
-    lr: Annotated[float, Field(gt=0)] = 3e-4
-    betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: Annotated[float, Field(ge=0)] = 0.1
-    eps: Annotated[float, Field(gt=0)] = 1e-8
-    grad_clip: Annotated[float, Field(ge=0)] = 1.0
+    lr: Annotated[float, Field(gt=0, le=10)] = 3e-4
+    betas: Annotated[tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]],
+                     Field(strict=False)] = (0.9, 0.95)  # fmt: skip
+    """A YAML list of two numbers in [0, 1)."""
+    weight_decay: Annotated[float, Field(ge=0, le=10)] = 0.1
+    eps: Annotated[float, Field(gt=0, le=1)] = 1e-8
+    grad_clip: Annotated[float, Field(ge=0, le=1e6)] = 1.0
     """Max global gradient norm; 0 turns clipping off."""
 
 
 class ScheduleSection(_Section):
-    warmup_steps: Annotated[int, Field(ge=0)] = 0
+    warmup_steps: Steps = 0
     decay: Literal["cosine", "linear", "constant"] = "cosine"
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1
     """The LR at the last step, as a fraction of the peak LR."""
@@ -162,24 +237,24 @@ def total_steps(steps: int | None, tokens: int | None, global_batch_tokens: int)
 
 
 class TrainingSection(_Section):
-    steps: PositiveInt | None = None
+    steps: Annotated[int, Field(gt=0, le=MAX_STEPS)] | None = None
     """Optimizer steps; give this or ``tokens``."""
-    tokens: PositiveInt | None = None
+    tokens: Annotated[int, Field(gt=0, le=MAX_TOKENS)] | None = None
     """Tokens to train on; steps = ceil(tokens / global_batch_tokens)."""
-    global_batch_tokens: PositiveInt = 16384
+    global_batch_tokens: Annotated[int, Field(gt=0, le=1 << 30)] = 16384
     """Tokens per optimizer step over all devices; gradient accumulation is derived from it."""
-    micro_batch_size: PositiveInt = 8
+    micro_batch_size: Annotated[int, Field(gt=0, le=1 << 16)] = 8
     """Sequences per device per forward/backward."""
-    seq_len: PositiveInt = 256
+    seq_len: Annotated[int, Field(gt=0, le=1 << 20)] = 256
     optimizer: OptimizerSection = OptimizerSection()
     schedule: ScheduleSection = ScheduleSection()
     precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
     """``auto`` picks bf16 autocast where the device supports it, else fp32."""
-    seed: int = 0
-    eval_interval: Annotated[int, Field(ge=0)] = 0
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
+    eval_interval: Steps = 0
     """Steps between eval-loss measurements; 0 evaluates at the start and the end only."""
-    eval_batches: PositiveInt = 8
-    log_interval: PositiveInt = 1
+    eval_batches: Annotated[int, Field(gt=0, le=1 << 20)] = 8
+    log_interval: Annotated[int, Field(gt=0, le=MAX_STEPS)] = 1
     compile: bool = False
     """Wrap the model in ``torch.compile`` (slow first step, faster after)."""
     parallelism: Literal["ddp", "fsdp"] = "ddp"
@@ -216,14 +291,14 @@ class TrainingSection(_Section):
 
 
 class ResourcesSection(_Section):
-    accelerator: list[str] = ["cpu"]
+    accelerator: list[Annotated[str, Field(max_length=64)]] = Field(default=["cpu"], max_length=32)
     """One accelerator type or an any-of list in order of preference, e.g. ``[h100-sxm, a800, cpu]``."""
-    devices: PositiveInt = 1
+    devices: Annotated[int, Field(gt=0, le=1024)] = 1
     """Devices per node (one training process each)."""
-    nodes: PositiveInt = 1
-    cpus_per_device: PositiveInt | None = None
+    nodes: Annotated[int, Field(gt=0, le=100_000)] = 1
+    cpus_per_device: Annotated[int, Field(gt=0, le=4096)] | None = None
     """CPU threads per process; default: the node's cores shared evenly by a CPU job's processes."""
-    min_memory_gib: PositiveFloat | None = None
+    min_memory_gib: Annotated[float, Field(gt=0, le=1 << 20)] | None = None
     """Memory each device must have, GiB (on the CPU, the host memory shared by its processes)."""
 
     @field_validator("accelerator", mode="before")
@@ -238,30 +313,33 @@ class ResourcesSection(_Section):
             raise ValueError("give at least one accelerator type")
         unknown = [v for v in value if v not in catalog()]
         if unknown:
-            raise ValueError(f"unknown accelerator type {', '.join(unknown)}; valid: {', '.join(catalog())}")
+            raise ValueError(
+                f"unknown accelerator type {unknown[0]!r}; {unknown_key_hint(unknown[0], catalog())}"
+            )
         return value
 
 
 class CheckpointSection(_Section):
-    interval: Annotated[int, Field(ge=0)] = 0
+    interval: Steps = 0
     """Steps between checkpoints; 0 checkpoints only at the end and when stopped."""
-    keep: PositiveInt = 2
+    keep: Annotated[int, Field(gt=0, le=1000)] = 2
     """How many recent checkpoints to keep on disk."""
 
 
 class JobSpec(_Section):
     api_version: Literal["shipyard/v1"] = Field("shipyard/v1", alias="apiVersion")
     kind: Literal["TrainingJob"] = "TrainingJob"
-    name: Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+    name: Label
     """Lower-case letters, digits and dashes; model versions are registered under this name."""
-    project: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")] = "default"
+    project: Label = "default"
     model: ModelSection
     data: DataSection
     training: TrainingSection
     resources: ResourcesSection = ResourcesSection()
     checkpoint: CheckpointSection = CheckpointSection()
-    priority: int = 0
-    queue: str = "default"
+    priority: Annotated[int, Field(ge=-INT32 - 1, le=INT32)] = 0
+    """Higher runs first within a queue (a 32-bit integer)."""
+    queue: Annotated[str, Field(pattern=QUEUE_NAME_PATTERN)] = "default"
 
 
 def parse_job_spec(text: str, *, source: str = "job spec") -> JobSpec:

@@ -41,6 +41,9 @@ class LaunchPlan(BaseModel):
     peak_tflops_fp32: float
     resume_from: str | None = None
     """A checkpoint directory to resume from (``--resume``), else a fresh start."""
+    data_roots: list[str] | None = None
+    """Folders every file the job reads must resolve inside (a job submitted through the
+    server: its project's data roots and the node's cache); None: anywhere."""
     stop_at_step: int | None = None
     """Checkpoint and stop after this step, as if preempted (used by tests and benchmarks)."""
 

@@ -17,9 +17,10 @@ from typing import Annotated, Any, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shipyard.schemas.documents import load_mapping, validate_document
+from shipyard.schemas.documents import PATTERN_WORDS, load_mapping, validate_document
 
 QUEUE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+PATTERN_WORDS[QUEUE_NAME_PATTERN] = "1-64 letters, digits, '.', '_' and '-', starting with a letter or digit"
 QueueName = Annotated[str, Field(pattern=QUEUE_NAME_PATTERN)]
 Devices = Annotated[int, Field(ge=0, le=1_000_000)]
 HINT = "write clusterQueues: [{name: ..., nominal: {cpu: 2}}] and localQueues: {team: name}"

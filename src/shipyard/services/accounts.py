@@ -1,8 +1,10 @@
 """Users, service accounts, passwords (argon2id) and API tokens (random, shown once, hashed).
 
 A token reads ``shy_<id>_<secret>``: the id finds the row, and only the SHA-256 of the secret is
-stored, compared in constant time. Failed password logins lock the account for a time that
-doubles with every failure past a few, so guessing is slow while a typo costs nothing.
+stored, compared in constant time. Failed password logins are throttled per (user name, client
+address), for names that exist and names that do not alike, for a time that doubles with every
+failure past a few (OWASP's authentication guidance): guessing is slow, a typo costs nothing,
+a guesser elsewhere never locks the real user out, and no answer tells which names exist.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy.orm import Session
 
-from shipyard.db import Token, User
+from shipyard.db import LoginThrottle, Token, User
 from shipyard.db.tables import utcnow
-from shipyard.errors import Conflict, InvalidSpec, NotFound, Unauthenticated
+from shipyard.domain.text import has_control_character
+from shipyard.errors import Conflict, InvalidSpec, NotFound, Throttled, Unauthenticated
 from shipyard.services import audit, rbac
 from shipyard.services.context import ServiceContext
 from shipyard.services.verified_tokens import VerifiedToken
@@ -30,9 +34,12 @@ from shipyard.services.verified_tokens import VerifiedToken
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 MIN_PASSWORD = 12
 FREE_FAILURES = 5
-"""Failed logins allowed before the account locks."""
+"""Failed logins of one name from one address allowed before that pair must wait."""
 LOCK_S = 30.0
 MAX_LOCK_S = 900.0
+FORGET_FAILURES_AFTER = timedelta(days=1)
+"""A pair's failures are forgotten a day after the last one."""
+BAD_CREDENTIALS = "invalid user name or password"
 TOKEN_PREFIX = "shy"
 SCOPES = ("read", "write", "admin")
 DEFAULT_TOKEN_DAYS = 30.0
@@ -95,7 +102,6 @@ def create_user(
             is_admin=admin,
             is_service=service,
             disabled=False,
-            failed_logins=0,
         )
         session.add(user)
         audit.append(
@@ -129,7 +135,6 @@ def ensure_initial_admin(ctx: ServiceContext, spec: str) -> bool:
                 is_admin=True,
                 is_service=False,
                 disabled=False,
-                failed_logins=0,
             )
         )
         audit.append(session, ctx.audit_key, ctx.actor, "user.create", f"user/{name}", detail={"admin": True})
@@ -137,47 +142,64 @@ def ensure_initial_admin(ctx: ServiceContext, spec: str) -> bool:
 
 
 def login(ctx: ServiceContext, name: str, password: str, *, token_days: float = 1.0) -> IssuedToken:
-    """Check a password and issue a session token; every attempt is audited."""
-    failure = _check_login(ctx, name, password)
-    if failure is not None:
-        raise Unauthenticated(failure, hint="check the user name and password")
+    """Check a password and issue a session token; every attempt is audited. A wrong password,
+    an unknown or disabled user and a user without a password get the same answer after the
+    same work; a (name, address) pair past its free failures gets ``Throttled`` without a check."""
+    _check_login(ctx, name, password)
     who = audit.Actor(name=name, source=ctx.actor.source)
     return issue_token(ctx.acting_as(who), name, "login", None, days=token_days, audit_as="auth.login")
 
 
-def _check_login(ctx: ServiceContext, name: str, password: str) -> str | None:
-    """None when the password is right; else why not (the failure is committed and audited)."""
+def _check_login(ctx: ServiceContext, name: str, password: str) -> None:
+    """Return when the password is right; else raise (the failure is committed and audited)."""
     now = utcnow()
     who = audit.Actor(name=name, source=ctx.actor.source)
+    key = (name, ctx.actor.source[:128])
     with ctx.db.transaction() as session:
-        user = session.get(User, name, with_for_update=True)
-        if user is None or user.password_hash is None or user.disabled:
-            _verify(_DUMMY_HASH, password)  # the same work as for a real user: no timing oracle
-            audit.append(session, ctx.audit_key, who, "auth.login", f"user/{name}", outcome="failure")
-            return "invalid user name or password"
-        if user.locked_until is not None and user.locked_until > now:
-            wait = (user.locked_until - now).total_seconds()
-            audit.append(session, ctx.audit_key, who, "auth.login", f"user/{name}", outcome="locked")
-            return f"too many failed logins: the account is locked for {wait:.0f} more seconds"
-        if not _verify(user.password_hash, password):
-            user.failed_logins += 1
-            extra = user.failed_logins - FREE_FAILURES
-            if extra >= 0:
-                user.locked_until = now + timedelta(seconds=min(MAX_LOCK_S, LOCK_S * 2**extra))
-            audit.append(
-                session,
-                ctx.audit_key,
-                who,
-                "auth.login",
-                f"user/{name}",
-                outcome="failure",
-                detail={"failed_logins": user.failed_logins},
+        throttle = session.get(LoginThrottle, key, with_for_update=True)
+        if throttle is not None and throttle.blocked_until is not None and throttle.blocked_until > now:
+            wait = (throttle.blocked_until - now).total_seconds()
+            audit.append(session, ctx.audit_key, who, "auth.login", f"user/{name}", outcome="throttled")
+            failure: Exception = Throttled(
+                f"too many failed logins for {name!r} from this address: try again in {wait:.0f} s",
+                retry_after_s=wait,
+                hint="wait, then check the user name and password; other addresses are not affected",
             )
-            return "invalid user name or password"
-        user.failed_logins, user.locked_until = 0, None
-        if _hasher.check_needs_rehash(user.password_hash):
-            user.password_hash = _hasher.hash(password)
-    return None
+        else:
+            user = session.get(User, name)
+            stored = user.password_hash if user is not None and not user.disabled else None
+            # The same argon2 work whether or not the user exists: no timing oracle.
+            if _verify(stored or _DUMMY_HASH, password) and user is not None and stored is not None:
+                if throttle is not None:
+                    session.delete(throttle)
+                if _hasher.check_needs_rehash(stored):
+                    user.password_hash = _hasher.hash(password)
+                return
+            failures = _count_failure(session, throttle, key, now)
+            audit.append(
+                session, ctx.audit_key, who, "auth.login", f"user/{name}", outcome="failure",
+                detail={"failures_from_address": failures},
+            )  # fmt: skip
+            failure = Unauthenticated(BAD_CREDENTIALS, hint="check the user name and password")
+    raise failure
+
+
+def _count_failure(
+    session: Session, throttle: LoginThrottle | None, key: tuple[str, str], now: datetime
+) -> int:
+    """One more failure of (name, address); past the free ones the pair waits, doubling."""
+    if throttle is None:
+        session.execute(
+            delete(LoginThrottle).where(LoginThrottle.last_failure_at < now - FORGET_FAILURES_AFTER)
+        )
+        throttle = LoginThrottle(user=key[0], source=key[1], failures=0, blocked_until=None)
+        session.add(throttle)
+    throttle.failures += 1
+    throttle.last_failure_at = now
+    extra = throttle.failures - FREE_FAILURES
+    if extra >= 0:
+        throttle.blocked_until = now + timedelta(seconds=min(MAX_LOCK_S, LOCK_S * 2**extra))
+    return throttle.failures
 
 
 def _verify(password_hash: str, password: str) -> bool:
@@ -198,6 +220,11 @@ def issue_token(
 ) -> IssuedToken:
     """A new token for ``user`` (oneself, or anyone for an admin); ``scopes`` None: all the
     user may hold (admin only for admins)."""
+    if not 0 < len(name) <= 64 or has_control_character(name):
+        raise InvalidSpec(
+            f"token name {name!r} is not valid: it is a label of 1-64 printable characters",
+            hint='name what the token is for, e.g. "ci deploy"',
+        )
     unknown = [s for s in scopes or () if s not in SCOPES]
     if unknown or scopes == []:
         raise InvalidSpec(

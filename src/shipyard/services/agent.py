@@ -35,7 +35,7 @@ from shipyard.schemas.launch import (
     LaunchPlan,
     latest_checkpoint,
 )
-from shipyard.services import audit, models, rbac, storage, telemetry
+from shipyard.services import audit, data_roots, models, rbac, storage, telemetry
 from shipyard.services.context import LOCAL_PREFIX, ServiceContext
 from shipyard.services.scheduler import LiveJob, plan_round
 from shipyard.settings import Settings
@@ -304,6 +304,10 @@ def _launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
         )
         resume_from = str(own) if own else resume_from
     spec, inputs = _with_fetched_data(ctx, job)
+    roots = data_roots.roots_of_owner(ctx, job.owner or "", job.project)
+    if roots is not None:  # and the verified copies of its store: datasets, not the whole cache
+        given = job.spec["data"]["paths"]
+        roots += [Path(local) for local, path in zip(spec.data.paths, given, strict=True) if path != local]
     LaunchPlan(
         job_id=job.id,
         attempt=number,
@@ -317,6 +321,7 @@ def _launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
         peak_tflops_bf16=placed.peak_tflops_bf16,
         peak_tflops_fp32=placed.peak_tflops_fp32,
         resume_from=resume_from,
+        data_roots=None if roots is None else [str(root.resolve()) for root in roots],
     ).write(run_dir)
     log_path = run_dir / "logs" / f"attempt-{number}.log"
     metrics = run_dir / METRICS_FILE

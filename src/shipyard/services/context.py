@@ -38,6 +38,12 @@ class ServiceContext:
     verified_tokens: VerifiedTokens | None = None
     """A server's recently checked tokens (shared by the contexts of its requests)."""
 
+    @property
+    def trusts_paths(self) -> bool:
+        """Whether the caller may name any path on this machine: only its own user, embedded.
+        Callers through the server read only inside their project's data roots."""
+        return self.actor.name.startswith(LOCAL_PREFIX)
+
     @functools.cached_property
     def audit_key(self) -> bytes:
         return audit_key(self.settings)

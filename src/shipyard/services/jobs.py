@@ -22,9 +22,11 @@ from shipyard.db import Artifact, Database, Job, Metric, rows_changed
 from shipyard.db.pipeline import pipelined
 from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
+from shipyard.domain.text import has_control_character
 from shipyard.errors import Conflict, DatasetError, InvalidSpec, NotFound, Unschedulable
 from shipyard.executors.base import Request
-from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, parse_job_spec, validate_job_spec
+from shipyard.schemas.documents import read_document_file, shown
+from shipyard.schemas.jobspec import MAX_PATH, STORE_SCHEME, JobSpec, parse_job_spec, validate_job_spec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     CHECKPOINT_POINTER,
@@ -33,7 +35,7 @@ from shipyard.schemas.launch import (
 )
 from shipyard.schemas.presets import PRESETS
 from shipyard.schemas.views import ArtifactView, AttemptView, JobDetail, JobView
-from shipyard.services import agent, audit, rbac, storage
+from shipyard.services import agent, audit, data_roots, rbac, storage
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import estimate_job
 from shipyard.services.planning import hardware_catalog
@@ -45,9 +47,7 @@ _JOBS = cast(Table, Job.__table__)
 
 def load_spec_file(path: Path) -> JobSpec:
     """Read and validate a job spec file; relative paths inside it are taken from its folder."""
-    if not path.is_file():
-        raise NotFound(f"job spec {path} does not exist", hint="give the path of a YAML job spec")
-    spec = parse_job_spec(path.read_text(), source=str(path))
+    spec = parse_job_spec(read_document_file(path), source=str(path))
     return absolutize(spec, path.resolve().parent)
 
 
@@ -96,26 +96,29 @@ def submit(
 
 
 def admit(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_from: str | None) -> Admitted:
-    """Every check a submission must pass: data, model, fit on this node, permission, resume point."""
-    spec.data.check_content()  # missing or empty dataset: fail now, not in the job's log
-    for name in spec.data.stored():  # present, readable by the submitter, not empty
-        if storage.stat(ctx, name, spec.project).size_bytes == 0:
-            raise DatasetError(f"dataset store:{name} is empty", hint="store text or JSONL files in it")
-    _check_model(spec)
-    request = Request.of(spec.resources)
-    unplaceable = ctx.executor.check_feasible(request)
-    if unplaceable is not None:
-        inventory = ", ".join(f"{k}: {v}" for k, v in ctx.executor.inventory().items())
-        raise Unschedulable(
-            f"job {spec.name!r} can never run on this node: {unplaceable.reason}",
-            hint=f"this node has {inventory} (cpu counts cores); lower resources.devices or "
-            "resources.min_memory_gib, or list an accelerator type it has in resources.accelerator",
-        )
-    spec.training.grad_accum_steps(request.devices)
-    estimate = estimate_job(spec, ctx.executor.devices, hardware_catalog(ctx.settings))
+    """Every check a submission must pass: permission, paths inside the project's data roots,
+    data, model, fit on this node, resume point. The permission and the roots come first, so
+    that no answer about a path reaches a caller who may not read it."""
     with ctx.db.read() as session:
         rbac.require(ctx, session, "job.submit", f"project/{spec.project}", spec.project)
-        checkpoint = _resume_point(session, spec, resume, resume_from)
+        data_roots.confine(ctx, spec)
+        spec.data.check_content()  # missing, empty or binary dataset: fail now, not in the job's log
+        for name in spec.data.stored():  # present, readable by the submitter, not empty
+            if storage.stat(ctx, name, spec.project).size_bytes == 0:
+                raise DatasetError(f"dataset store:{name} is empty", hint="store text or JSONL files in it")
+        _check_model(spec)
+        request = Request.of(spec.resources)
+        unplaceable = ctx.executor.check_feasible(request)
+        if unplaceable is not None:
+            inventory = ", ".join(f"{k}: {v}" for k, v in ctx.executor.inventory().items())
+            raise Unschedulable(
+                f"job {spec.name!r} can never run on this node: {unplaceable.reason}",
+                hint=f"this node has {inventory} (cpu counts cores); lower resources.devices or "
+                "resources.min_memory_gib, or list an accelerator type it has in resources.accelerator",
+            )
+        spec.training.grad_accum_steps(request.devices)
+        estimate = estimate_job(spec, ctx.executor.devices, hardware_catalog(ctx.settings))
+        checkpoint = _resume_point(ctx, session, spec, resume, resume_from)
     return Admitted(ctx, spec, request, estimate, checkpoint)
 
 
@@ -281,17 +284,11 @@ def _check_model(spec: JobSpec) -> None:
         )
 
 
-def _resume_point(session: Session, spec: JobSpec, resume: bool, resume_from: str | None) -> Path | None:
+def _resume_point(
+    ctx: ServiceContext, session: Session, spec: JobSpec, resume: bool, resume_from: str | None
+) -> Path | None:
     if resume_from:
-        path = Path(resume_from).expanduser()
-        if not path.exists():
-            job = session.get(Job, resume_from)
-            if job is None:
-                raise NotFound(
-                    f"--resume-from {resume_from!r} is neither a checkpoint path nor a job id",
-                    hint="give a job id from `shipyard jobs list` or a checkpoint directory",
-                )
-            path = Path(job.run_dir) / CHECKPOINT_DIR
+        path = _resume_source(ctx, session, spec, resume_from)
         # A checkpoints folder means its newest checkpoint; anything else is one checkpoint.
         is_folder = path.name == CHECKPOINT_DIR or (path / CHECKPOINT_POINTER).exists()
         found = latest_checkpoint(path) if is_folder else path
@@ -313,6 +310,33 @@ def _resume_point(session: Session, spec: JobSpec, resume: bool, resume_from: st
         f"--resume: no earlier job named {spec.name!r} in project {spec.project!r} left a checkpoint",
         hint="submit without --resume to start from scratch",
     )
+
+
+def _resume_source(ctx: ServiceContext, session: Session, spec: JobSpec, resume_from: str) -> Path:
+    """``--resume-from``: a checkpoint folder, or the id of a job whose checkpoints the caller
+    may read. Through the server, a folder must lie inside the project's data roots and anything
+    without a slash is a job id: a job's run folder is the platform's, not the caller's."""
+    if has_control_character(resume_from) or len(resume_from) > MAX_PATH:
+        raise InvalidSpec(
+            f"--resume-from {shown(resume_from)} is neither a path nor a job id",
+            hint="give a job id from `shipyard jobs list` or a checkpoint directory",
+        )
+    roots = data_roots.roots_for(ctx, spec.project)
+    looks_like_path = "/" in resume_from or resume_from.startswith((".", "~"))
+    if roots is not None and looks_like_path:
+        data_roots.require_inside(ctx, roots, spec.project, "--resume-from", resume_from)
+    if roots is None or looks_like_path:
+        path = Path(resume_from).expanduser() if roots is None else Path(resume_from)
+        if path.exists() or roots is not None:
+            return path
+    job = session.get(Job, resume_from)
+    if job is None:
+        raise NotFound(
+            f"--resume-from {resume_from!r} is neither a checkpoint path nor a job id",
+            hint="give a job id from `shipyard jobs list` or a checkpoint directory",
+        )
+    _get_allowed(ctx, session, job.id, "job.read")  # another project's checkpoints are its own
+    return Path(job.run_dir) / CHECKPOINT_DIR
 
 
 def list_jobs(ctx: ServiceContext, *, state: str | None = None, limit: int = 50) -> list[JobView]:

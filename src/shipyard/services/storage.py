@@ -21,7 +21,9 @@ from sqlalchemy import exists, func, select
 from sqlalchemy.orm import Session
 
 from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
+from shipyard.domain.paths import refuse_overwrite
 from shipyard.errors import Conflict, InvalidSpec, NotFound
+from shipyard.schemas.documents import validate_document
 from shipyard.schemas.jobspec import STORE_SCHEME
 from shipyard.schemas.views import (
     GcReport,
@@ -250,9 +252,11 @@ def get(
     project: str = DEFAULT_PROJECT,
     progress: Callable[[int], Progress] | None = None,
     session: Session | None = None,
+    force: bool = False,
 ) -> StoredArtifactView:
-    """Write artifact ``project/name`` to ``out``: a file, or a folder that appears whole.
-    ``session``: the caller's open transaction, when it holds one (the agent launching a job)."""
+    """Write artifact ``project/name`` to ``out``: a file (an existing one only with ``force``),
+    or a folder that appears whole, never over anything. ``session``: the caller's open
+    transaction, when it holds one (the agent launching a job)."""
     with _within(ctx, session) as session:
         artifact = _readable(ctx, session, project, name, "artifact.read")
         audit.append(session, ctx.audit_key, ctx.actor, "artifact.get", f"artifact/{project}/{name}")
@@ -263,6 +267,7 @@ def get(
     out = out.expanduser()
     if view.kind == "file":
         target = out / blobs[0][0] if out.is_dir() else out
+        refuse_overwrite(target, force=force)
         store.blobs.get_file(blobs[0][1], target, report)
         return view
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -603,18 +608,24 @@ def add_root(
         raise NotFound(
             f"{path.parent} does not exist", hint="mount the disk first, or give an existing folder"
         )
+    domains = {k: v for k, v in {"rack": rack, "node": node, "disk": disk}.items() if v}
+    root = validate_document(RootConfig, {"path": path, **domains}, source="the root", hint=DOMAIN_HINT)
+    if path.exists() and not path.is_dir():
+        raise InvalidSpec(f"{path} is a file, not a folder", hint="give a folder on the disk to use")
     path.mkdir(exist_ok=True)
     if not os.access(path, os.W_OK):
         raise InvalidSpec(
             f"{path} is not writable by this user", hint="fix its owner or mode, then add it again"
         )
-    root = RootConfig(path=path, **{k: v for k, v in {"rack": rack, "node": node, "disk": disk}.items() if v})
     default = storage_config.default_root(ctx.settings.home)
     if not config.roots and default.path.is_dir() and any(default.path.iterdir()):
         config.roots.append(default)  # the built-in root becomes an explicit one: its blobs stay found
     config.roots.append(root)
     storage_config.save(ctx.settings.home, config)
     return scrub(ctx, repair=True, verify=False)
+
+
+DOMAIN_HINT = "name --rack, --node and --disk with letters, digits, '.', '_' and '-'"
 
 
 def remove_root(ctx: ServiceContext, path: Path) -> ScrubReport:

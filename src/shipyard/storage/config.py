@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -31,11 +31,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+DomainLabel = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+"""A failure domain's name: a host name or a label, never text that would drive a terminal."""
+
+
 class RootConfig(_Strict):
     path: Path
-    rack: str = "rack0"
-    node: str = Field(default_factory=socket.gethostname)
-    disk: str = ""
+    rack: DomainLabel = "rack0"
+    node: DomainLabel = Field(default_factory=lambda: socket.gethostname()[:63])
+    disk: Annotated[str, Field(pattern=r"^([A-Za-z0-9][A-Za-z0-9._/-]{0,254})?$")] = ""
     """Empty: the root's own path stands for its disk."""
 
     def domains(self) -> tuple[str, str, str]:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import unicodedata
-
+from shipyard.domain.text import has_control_character
 from shipyard.errors import InvalidSpec
 
 MAX_NAME = 255
@@ -26,7 +25,7 @@ def _problem(name: str) -> str | None:
         return "is empty"
     if len(name) > MAX_NAME:
         return f"is {len(name)} characters long (at most {MAX_NAME})"
-    if any(unicodedata.category(c).startswith("C") for c in name):
+    if has_control_character(name):
         return "holds a control character"
     if "\\" in name:
         return "holds a backslash"

@@ -108,12 +108,15 @@ class TokenizedData:
         return [np.memmap(p, dtype=self.dtype, mode="r") for p in paths]
 
 
-def prepare(data: DataSection, cache_dir: Path, log: object = print) -> TokenizedData:
-    """Tokenizer and token shards for ``data``, built once and cached by content.
+def prepare(
+    data: DataSection, cache_dir: Path, log: object = print, within: list[Path] | None = None
+) -> TokenizedData:
+    """Tokenizer and token shards for ``data``, built once and cached by content; ``within``:
+    folders every data file must resolve inside.
 
     Safe to call from several processes: one builds under a file lock while the others wait.
     """
-    files = data.files()
+    files = data.files(within)
     fingerprint = corpus_fingerprint(files, data.text_field)
     tok = data.tokenizer
     tokenizer_key = _dir_digest(Path(tok.path)) if tok.path else f"bpe-{tok.vocab_size}-{fingerprint}"

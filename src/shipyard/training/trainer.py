@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from shipyard.errors import InvalidSpec
+from shipyard.schemas.data_roots import refuse_escaped_folders
 from shipyard.schemas.jobspec import JobSpec, ScheduleSection
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
@@ -153,11 +154,15 @@ class Trainer:
         torch.manual_seed(t.seed)
 
         # 1. Data: rank 0 tokenizes (or finds the cache), the others then read the same shards.
+        # A job from the server reads only inside its data roots, checked again on the files.
+        within = [Path(root) for root in plan.data_roots] if plan.data_roots is not None else None
+        if within is not None:
+            refuse_escaped_folders(spec, within)
         if d.is_main:
-            self.data = prepare(spec.data, Path(plan.cache_dir), log=self.log)
+            self.data = prepare(spec.data, Path(plan.cache_dir), log=self.log, within=within)
         parallel.barrier(d)
         if not d.is_main:
-            self.data = prepare(spec.data, Path(plan.cache_dir), log=lambda _: None)
+            self.data = prepare(spec.data, Path(plan.cache_dir), log=lambda _: None, within=within)
         self.windows = TokenWindows(self.data, t.seq_len, spec.data.eval_fraction, t.seed)
 
         # 2. Model, spread over the devices; the optimizer and its schedule.
