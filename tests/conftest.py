@@ -119,6 +119,7 @@ class Server:
         admin_password: str,
         queues_yaml: str | None = None,
         env: dict[str, str] | None = None,
+        args: list[str] | None = None,
     ) -> None:
         import socket
 
@@ -141,7 +142,7 @@ class Server:
             **(env or {}),
         }
         self.process = subprocess.Popen(
-            [*SHIPYARD, "server", "--port", str(self.port)],
+            [*SHIPYARD, "server", "--port", str(self.port), *(args or [])],
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

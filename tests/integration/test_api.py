@@ -143,7 +143,7 @@ def test_bad_input_is_a_clear_problem_and_changes_nothing(server: Server) -> Non
         token = root.issue_token("x'; DROP TABLE users; --", ["read", "write"])
         names = [t["name"] for t in root.list_tokens()]
         assert "x'; DROP TABLE users; --" in names  # stored verbatim
-        with pytest.raises(InvalidSpec, match="is not a valid name"):
+        with pytest.raises(InvalidSpec, match="job_id: must be a valid name"):
             root.get_job("..hidden")
         with pytest.raises(InvalidSpec, match="is not a valid name"):
             root.list_models("../../etc/passwd")

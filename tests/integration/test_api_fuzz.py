@@ -1,4 +1,6 @@
-"""Schemathesis fuzzes every operation of the OpenAPI document against a real server."""
+"""Schemathesis fuzzes every operation of the OpenAPI document against a real server: examples,
+coverage, fuzzing, then stateful sequences that follow the document's links between operations
+(a submitted job's id into show, cancel and logs; a token's into revoke; ...)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from tests.integration.test_rbac_matrix import HOLD
 
 
 @pytest.mark.slow
-def test_a_thousand_generated_requests_get_no_server_error_and_match_the_schema(tmp_path: Path) -> None:
+def test_a_thousand_generated_requests_and_stateful_sequences_get_no_server_error_and_match_the_schema(
+    tmp_path: Path,
+) -> None:
     server = Server(tmp_path / "home", f"sqlite:///{tmp_path / 'shipyard.db'}", "correct horse battery", HOLD)
     try:
         client, issued = Client.login(server.url, "admin", server.admin_password)
@@ -46,3 +50,7 @@ def test_a_thousand_generated_requests_get_no_server_error_and_match_the_schema(
     assert found, done.stdout[-2000:]
     generated, passed = int(found[1]), int(found[2])
     assert generated >= 1000 and passed == generated
+    stateful = re.search(
+        r"Stateful \(in [^)]*\)\s+Scenarios:\s+(\d+)\s+API Links:\s+(\d+) covered", done.stdout
+    )
+    assert stateful and int(stateful[1]) > 0 and int(stateful[2]) > 0, done.stdout[-3000:]

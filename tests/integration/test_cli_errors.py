@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,96 @@ def test_bad_queue_configurations_change_nothing(cli: Cli, tmp_path: Path) -> No
         cli, "queues", "remove", "a", message="no cluster queue named 'a'", hint="cluster queues: none"
     )
     assert cli.json("queues", "config")["config"] is None  # nothing was applied
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 9)}]\n" for i in range(9)
+)
+"""Nine levels of nine aliases: under a kilobyte that expands to 9**10 values."""
+
+
+@pytest.mark.parametrize(
+    ("content", "message", "hint"),
+    [
+        (BOMB.encode(), "expands to more than 100,000 values", "write the values out"),
+        (b"name: x\n" + b"a: " + b"[" * 5000 + b"]" * 5000, "nests deeper than 32 levels", "a job spec is"),
+        (
+            bytes(range(256)),
+            "is not UTF-8 text (byte 128 is 0x80)",
+            "give a YAML job spec, not a binary file",
+        ),
+        (b"name: " + b"x" * (2 << 20), "is 2,097,158 bytes; at most 1,048,576 are read", "a job spec holds"),
+    ],
+    ids=["alias-bomb", "deep", "binary", "huge"],
+)
+def test_hostile_spec_files(cli: Cli, tmp_path: Path, content: bytes, message: str, hint: str) -> None:
+    spec = tmp_path / "hostile.yaml"
+    spec.write_bytes(content)
+    expect_error(cli, "jobs", "submit", str(spec), message=message, hint=hint)
+
+
+def test_a_folder_as_the_spec(cli: Cli, tmp_path: Path) -> None:
+    expect_error(
+        cli, "jobs", "submit", str(tmp_path), message="is a folder, not a file", hint="give the path"
+    )
+
+
+def test_strict_types_and_bounds_in_a_spec(cli: Cli, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path, training={"steps": True})
+    expect_error(cli, "jobs", "submit", str(spec), message="`training.steps`: Input should be a valid",
+                 hint="fix the fields")  # fmt: skip
+    spec = write_spec(tmp_path, priority=10**30)
+    expect_error(cli, "jobs", "submit", str(spec), message="`priority`: Input should be less than or equal",
+                 hint="fix the fields")  # fmt: skip
+    spec = write_spec(tmp_path, resources={"accelerator": "h100"})
+    expect_error(cli, "jobs", "submit", str(spec), message="did you mean 'h100-pcie'?", hint="fix the fields")
+
+
+def test_a_binary_file_as_training_text(cli: Cli, tmp_path: Path) -> None:
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"\x80\x81" + bytes(range(256)) * 16)
+    spec = write_spec(tmp_path, data={"paths": [str(weights)]})
+    expect_error(
+        cli, "jobs", "submit", str(spec), message="is not UTF-8 text", hint="give text or JSONL files"
+    )
+
+
+def test_json_errors_are_one_object_on_stderr(cli: Cli) -> None:
+    for args, code in ((["jobs", "show", "nope"], "not_found"), (["jobs", "show", "--bogus"], "usage_error")):
+        done = cli.run(*args, "--json", check=False)
+        assert done.returncode == 1 and done.stdout == ""
+        error = json.loads(done.stderr)
+        assert set(error) == {"code", "message", "hint"} and error["code"] == code
+
+
+def test_commands_never_overwrite_a_file_without_force(cli: Cli, tmp_path: Path) -> None:
+    source = tmp_path / "weights.bin"
+    source.write_bytes(b"stored bytes")
+    cli.run("storage", "put", str(source), "w.bin")
+    target = tmp_path / "mine.txt"
+    target.write_text("my own notes")
+    expect_error(cli, "storage", "get", "w.bin", str(target), message="exists; nothing was written",
+                 hint="give another path, or --force")  # fmt: skip
+    assert target.read_text() == "my own notes"
+    cli.run("storage", "get", "w.bin", str(target), "--force")
+    assert target.read_bytes() == b"stored bytes"
+    export = tmp_path / "audit.jsonl"
+    export.write_text("keep me")
+    expect_error(cli, "audit", "export", "--out", str(export), message="exists; nothing was written",
+                 hint="give another path, or --force")  # fmt: skip
+    assert export.read_text() == "keep me"
+    cli.run("audit", "export", "--out", str(export), "--force")
+    assert export.read_text().startswith("{")
+
+
+def test_bad_planner_figures_and_storage_roots(cli: Cli, tmp_path: Path) -> None:
+    for value in ("inf", "nan", "1e400"):
+        expect_error(cli, "plan", "train", "--params", value, "--accelerator", "h100-sxm", "--count", "8",
+                     message="--params must be above zero", hint="give --params a finite")  # fmt: skip
+    a_file = tmp_path / "not-a-folder"
+    a_file.write_text("x")
+    expect_error(
+        cli, "storage", "roots", "add", str(a_file), message="is a file, not a folder", hint="give a folder"
+    )
+    expect_error(cli, "storage", "roots", "add", str(tmp_path / "r"), "--rack", "r1\x1b[31m",
+                 message="`rack`", hint="name --rack")  # fmt: skip

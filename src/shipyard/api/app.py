@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi import Path as PathParam
@@ -38,7 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shipyard import __version__
 from shipyard.errors import InvalidSpec, PayloadTooLarge, ShipyardError, Throttled, Unauthenticated
-from shipyard.schemas.documents import MAX_DOCUMENT_BYTES
+from shipyard.schemas.documents import MAX_DOCUMENT_BYTES, PATTERN_WORDS
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.queues import QUEUE_NAME_PATTERN, ClusterQueueSpec, Devices, QueueConfig, QueueName
 from shipyard.schemas.views import DeviceView, JobDetail, JobView, ModelVersionView, StoredArtifactView
@@ -56,11 +56,16 @@ log = logging.getLogger("shipyard.api")
 PROBLEM = "application/problem+json"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 """Ids and names in paths: no slashes, no dots first, so nothing can walk out of a folder."""
+PATTERN_WORDS[ID_PATTERN] = (
+    "a valid name: 1-128 letters, digits, '.', '_', ':' and '-', starting with a letter or digit"
+)
 LOG_POLL_S = 0.5
 """How often a log stream looks for new bytes."""
 MAX_VERSION = 2**31 - 1
 """Version numbers are 32-bit integers in the database; a larger one is a 422, not an overflow."""
 Version = Annotated[int, PathParam(ge=1, le=MAX_VERSION)]
+Name = Annotated[str, PathParam(pattern=ID_PATTERN)]
+"""A path segment that names a job, token, user, project or model."""
 
 
 # --- request and response bodies ----------------------------------------------------------------
@@ -79,21 +84,21 @@ class TokenResponse(BaseModel):
 
 class NewToken(BaseModel):
     name: str = Field(min_length=1, max_length=64)
-    scopes: list[str] | None = None
+    scopes: list[Literal["read", "write", "admin"]] | None = Field(default=None, min_length=1, max_length=3)
     days: float | None = Field(default=accounts.DEFAULT_TOKEN_DAYS, gt=0, le=accounts.MAX_TOKEN_DAYS)
     user: str | None = None
     """For another user (admins only); default: the caller."""
 
 
 class NewUser(BaseModel):
-    name: str = Field(min_length=1, max_length=64)
-    password: str | None = Field(default=None, max_length=1024)
+    name: str = Field(pattern=accounts.NAME.pattern)
+    password: str | None = Field(default=None, min_length=accounts.MIN_PASSWORD, max_length=1024)
     admin: bool = False
     service: bool = False
 
 
 class RoleBinding(BaseModel):
-    role: str
+    role: Literal["viewer", "member", "maintainer", "owner"]
 
 
 class Registration(BaseModel):
@@ -102,7 +107,7 @@ class Registration(BaseModel):
 
 
 class StageChange(BaseModel):
-    stage: str = Field(max_length=16)
+    stage: Literal["none", "staging", "production", "archived"]
 
 
 class Submission(BaseModel):
@@ -159,6 +164,11 @@ def problem(
     return JSONResponse(body.model_dump(), status_code=status, media_type=PROBLEM, headers=headers)
 
 
+def _in_words(error: Any) -> str:
+    pattern = (error.get("ctx") or {}).get("pattern")
+    return f"must be {PATTERN_WORDS[pattern]}" if pattern in PATTERN_WORDS else str(error["msg"])
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ShipyardError)
     async def known(_: Request, exc: ShipyardError) -> JSONResponse:
@@ -169,7 +179,7 @@ def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         fields = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}" for e in exc.errors()
+            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {_in_words(e)}" for e in exc.errors()
         )
         return problem(422, "invalid_request", f"the request is invalid: {fields}", "fix the fields named")
 
@@ -245,6 +255,11 @@ class Metrics:
                 self.utilization.labels(node, device).set(busy)
 
 
+DRAIN_BYTES = 64 << 20
+DRAIN_S = 2.0
+"""How much of a refused body is read and dropped, and for how long, before the connection closes."""
+
+
 class LimitBodies:
     """Refuses a request body past ``limit`` bytes with 413 before anything parses it: the
     declared length is checked first, a body without one is read up to the limit and handed on
@@ -269,6 +284,8 @@ class LimitBodies:
             body += message.get("body", b"")
             more = message.get("more_body", False)
             if len(body) > self.limit:
+                if more:
+                    await self._drain(receive)
                 await self._refuse(len(body), scope, receive, send)
                 return
         replayed = False
@@ -291,6 +308,21 @@ class LimitBodies:
             headers={"Connection": "close"},
         )
         await response(scope, receive, send)
+
+    async def _drain(self, receive: Receive) -> None:
+        """Read and drop the rest of a body sent without a declared length, for a moment and up
+        to a bound, before answering: the connection closes after the answer, and closing on
+        unread bytes resets it, so that the client would lose the 413 (a lingering close, as
+        web servers do). A body declared too large is refused before it is sent."""
+        left, deadline = DRAIN_BYTES, time.monotonic() + DRAIN_S
+        while left > 0 and (remaining := deadline - time.monotonic()) > 0:
+            try:
+                message = await asyncio.wait_for(receive(), remaining)
+            except TimeoutError:
+                return
+            if message["type"] == "http.disconnect" or not message.get("more_body", False):
+                return
+            left -= len(message.get("body", b""))
 
 
 def _is_upload(scope: Scope) -> bool:
@@ -321,6 +353,26 @@ class MeasureRequests:
             path = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.requests.labels(scope["method"], path, str(status[0])).inc()
             self.metrics.latency.labels(path).observe(time.perf_counter() - start)
+
+
+# --- links between operations (OpenAPI), which stateful clients and fuzzers follow -------------
+
+
+def _links(status: int, parameters: dict[str, str], *operation_ids: str) -> dict[int | str, Any]:
+    """``responses`` of a route whose answer names a resource the other operations take:
+    ``parameters`` maps each path parameter to the field of the answer that fills it."""
+    fields = {name: f"$response.body#/{field}" for name, field in parameters.items()}
+    return {status: {"links": {op: {"operationId": op, "parameters": fields} for op in operation_ids}}}
+
+
+JOB_LINKS = _links(201, {"job_id": "id"}, "getJob", "cancelJob", "jobLogs", "streamJobLogs")
+TOKEN_LINKS = _links(201, {"token_id": "id"}, "revokeToken")
+ARTIFACT_LINKS = _links(
+    201, {"project": "project", "name": "name"}, "getArtifact", "downloadArtifact", "deleteArtifact"
+)
+MODEL_LINKS = _links(
+    201, {"name": "name", "version": "version"}, "promoteModel", "modelLineage", "deleteModel"
+)
 
 
 # --- the app ------------------------------------------------------------------------------------
@@ -422,25 +474,30 @@ def create_app(
     def list_tokens(ctx: Caller) -> list[dict[str, Any]]:
         return accounts.list_tokens(ctx)
 
-    @app.post("/api/v1/tokens", operation_id="issueToken", response_model=TokenResponse, status_code=201)
+    @app.post(
+        "/api/v1/tokens",
+        operation_id="issueToken",
+        response_model=TokenResponse,
+        status_code=201,
+        responses=TOKEN_LINKS,
+    )
     def issue_token(body: NewToken, ctx: Caller) -> TokenResponse:
-        issued = accounts.issue_token(
-            ctx, body.user or ctx.actor.name, body.name, body.scopes, days=body.days
-        )
+        scopes = [str(scope) for scope in body.scopes] if body.scopes is not None else None
+        issued = accounts.issue_token(ctx, body.user or ctx.actor.name, body.name, scopes, days=body.days)
         return TokenResponse(**issued.to_dict())
 
     @app.delete("/api/v1/tokens/{token_id}", operation_id="revokeToken", status_code=204)
-    def revoke_token(token_id: str, ctx: Caller) -> Response:
+    def revoke_token(token_id: Name, ctx: Caller) -> Response:
         accounts.revoke_token(ctx, _name(token_id))
         return Response(status_code=204)
 
     @app.put("/api/v1/projects/{project}/members/{user}", operation_id="setRole", status_code=204)
-    def set_role(project: str, user: str, body: RoleBinding, ctx: Caller) -> Response:
+    def set_role(project: Name, user: Name, body: RoleBinding, ctx: Caller) -> Response:
         rbac.grant(ctx, _name(project), _name(user), body.role)
         return Response(status_code=204)
 
     @app.delete("/api/v1/projects/{project}/members/{user}", operation_id="removeRole", status_code=204)
-    def remove_role(project: str, user: str, ctx: Caller) -> Response:
+    def remove_role(project: Name, user: Name, ctx: Caller) -> Response:
         rbac.grant(ctx, _name(project), _name(user), None)
         return Response(status_code=204)
 
@@ -452,22 +509,24 @@ def create_app(
     ) -> list[JobView]:
         return job_service.list_jobs(ctx, state=state, limit=limit)
 
-    @app.post("/api/v1/jobs", operation_id="submitJob", response_model=JobView, status_code=201)
+    @app.post(
+        "/api/v1/jobs", operation_id="submitJob", response_model=JobView, status_code=201, responses=JOB_LINKS
+    )
     async def submit_job(body: Submission, ctx: Caller) -> JobView:
         # Checked and written by the process's submission writer, in its own thread.
         submission = job_service.Submission(ctx, validate_job_spec(body.spec), body.resume, body.resume_from)
         return await asyncio.wrap_future(holder["writer"].submit(submission))
 
     @app.get("/api/v1/jobs/{job_id}", operation_id="getJob", response_model=JobDetail)
-    def get_job(job_id: str, ctx: Caller) -> JobDetail:
+    def get_job(job_id: Name, ctx: Caller) -> JobDetail:
         return job_service.get(ctx, _name(job_id))
 
     @app.post("/api/v1/jobs/{job_id}/cancel", operation_id="cancelJob", response_model=JobView)
-    def cancel_job(job_id: str, ctx: Caller) -> JobView:
+    def cancel_job(job_id: Name, ctx: Caller) -> JobView:
         return job_service.cancel(ctx, _name(job_id))
 
     @app.get("/api/v1/jobs/{job_id}/logs", operation_id="jobLogs", response_model=LogChunkView)
-    def job_logs(job_id: str, ctx: Caller, offset: Annotated[int, Query(ge=0)] = 0) -> LogChunkView:
+    def job_logs(job_id: Name, ctx: Caller, offset: Annotated[int, Query(ge=0)] = 0) -> LogChunkView:
         chunk = job_service.read_log(ctx, _name(job_id), offset, must_exist=False)
         return LogChunkView(
             data=chunk.data.decode("utf-8", "replace"),
@@ -482,7 +541,7 @@ def create_app(
         responses={200: {"content": {"text/plain": {}}}},
     )
     async def stream_job_logs(
-        job_id: str, ctx: Caller, offset: Annotated[int, Query(ge=0)] = 0
+        job_id: Name, ctx: Caller, offset: Annotated[int, Query(ge=0)] = 0
     ) -> StreamingResponse:
         """The log from ``offset`` on as it is written, until the job ends (``curl -N``). The
         permission and the job's existence are checked before the first byte."""
@@ -546,8 +605,9 @@ def create_app(
         operation_id="registerModel",
         response_model=ModelVersionView,
         status_code=201,
+        responses=MODEL_LINKS,
     )
-    def register_model(name: str, body: Registration, ctx: Caller) -> ModelVersionView:
+    def register_model(name: Name, body: Registration, ctx: Caller) -> ModelVersionView:
         """Publish a finished job's export as the next version of ``name`` (maintainers and up)."""
         return models.register(ctx, _name(body.job_id), _name(name))
 
@@ -556,7 +616,7 @@ def create_app(
         operation_id="promoteModel",
         response_model=ModelVersionView,
     )
-    def promote_model(name: str, version: Version, body: StageChange, ctx: Caller) -> ModelVersionView:
+    def promote_model(name: Name, version: Version, body: StageChange, ctx: Caller) -> ModelVersionView:
         return models.promote(ctx, f"{_name(name)}:{version}", body.stage)
 
     @app.get(
@@ -565,7 +625,7 @@ def create_app(
         response_class=FileResponse,
         responses={200: {"content": {"application/octet-stream": {}}}},
     )
-    def download_model_file(name: str, version: Version, file: str, ctx: Caller) -> FileResponse:
+    def download_model_file(name: Name, version: Version, file: str, ctx: Caller) -> FileResponse:
         if file.startswith("/") or ".." in file.split("/"):
             raise InvalidSpec(
                 f"{file!r} is not a file of a model", hint="give a path inside the model, e.g. config.json"
@@ -574,12 +634,12 @@ def create_app(
         return FileResponse(path, media_type="application/octet-stream", filename=path.name)
 
     @app.get("/api/v1/models/{name}/versions/{version}/lineage", operation_id="modelLineage")
-    def model_lineage(name: str, version: Version, ctx: Caller) -> dict[str, Any]:
+    def model_lineage(name: Name, version: Version, ctx: Caller) -> dict[str, Any]:
         return models.lineage(ctx, f"{_name(name)}:{version}")
 
     @app.get("/api/v1/models/{name}/compare", operation_id="compareModels")
     def compare_models(
-        name: str,
+        name: Name,
         ctx: Caller,
         a: Annotated[int, Query(ge=1, le=MAX_VERSION)],
         b: Annotated[int, Query(ge=1, le=MAX_VERSION)],
@@ -588,7 +648,7 @@ def create_app(
         return models.compare(ctx, f"{_name(name)}:{a}", f"{_name(name)}:{b}")
 
     @app.delete("/api/v1/models/{name}/versions/{version}", operation_id="deleteModel", status_code=204)
-    def delete_model(name: str, version: Version, ctx: Caller) -> Response:
+    def delete_model(name: Name, version: Version, ctx: Caller) -> Response:
         models.delete(ctx, f"{_name(name)}:{version}")
         return Response(status_code=204)
 
@@ -612,6 +672,7 @@ def create_app(
         operation_id="uploadArtifact",
         response_model=StoredArtifactView,
         status_code=201,
+        responses=ARTIFACT_LINKS,
         openapi_extra={
             "requestBody": {
                 "required": True,

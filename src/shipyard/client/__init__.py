@@ -26,8 +26,10 @@ _BY_CODE: dict[str, type[errors.ShipyardError]] = {
         errors.Unauthenticated,
         errors.Forbidden,
         errors.AuditChainBroken,
+        errors.PayloadTooLarge,
     )
 }
+_BY_CODE["invalid_request"] = errors.InvalidSpec  # the API's own validation of a request
 
 
 class Client:

@@ -70,9 +70,9 @@ def confine(ctx: ServiceContext, spec: JobSpec) -> None:
     if roots is None:
         return
     for field, path in spec_paths(spec):
-        require_inside(
-            ctx, roots, spec.project, field, literal_part(path) if field.startswith("data.paths") else path
-        )
+        # A glob is judged by its folders before the first wildcard: every match lies below them.
+        judged = literal_part(path) if field.startswith("data.paths") else path
+        require_inside(ctx, roots, spec.project, field, path, judged=judged)
     for field, folder in (("model.path", spec.model.path), ("data.tokenizer.path", spec.data.tokenizer.path)):
         if folder:
             escaped = next(files_outside(Path(folder), roots), None)
@@ -80,8 +80,12 @@ def confine(ctx: ServiceContext, spec: JobSpec) -> None:
                 require_inside(ctx, roots, spec.project, field, str(escaped))
 
 
-def require_inside(ctx: ServiceContext, roots: list[Path], project: str, field: str, path: str) -> None:
-    if is_inside(path, roots):
+def require_inside(
+    ctx: ServiceContext, roots: list[Path], project: str, field: str, path: str, judged: str | None = None
+) -> None:
+    """Refuse ``path`` (what the caller gave for ``field``) unless ``judged`` (default: the path
+    itself) resolves inside ``roots``."""
+    if is_inside(path if judged is None else judged, roots):
         return
     with ctx.db.transaction() as session:
         audit.append(
