@@ -261,19 +261,15 @@ def test_commands_never_overwrite_a_file_without_force(cli: Cli, tmp_path: Path)
     source.write_bytes(b"stored bytes")
     cli.run("storage", "put", str(source), "w.bin")
     target = tmp_path / "mine.txt"
-    target.write_text("my own notes")
-    expect_error(cli, "storage", "get", "w.bin", str(target), message="exists; nothing was written",
-                 hint="give another path, or --force")  # fmt: skip
-    assert target.read_text() == "my own notes"
-    cli.run("storage", "get", "w.bin", str(target), "--force")
-    assert target.read_bytes() == b"stored bytes"
-    export = tmp_path / "audit.jsonl"
-    export.write_text("keep me")
-    expect_error(cli, "audit", "export", "--out", str(export), message="exists; nothing was written",
-                 hint="give another path, or --force")  # fmt: skip
-    assert export.read_text() == "keep me"
-    cli.run("audit", "export", "--out", str(export), "--force")
-    assert export.read_text().startswith("{")
+    for command, written in ((["storage", "get", "w.bin", str(target)], b"stored bytes"),
+                             (["audit", "export", "--out", str(target)], b"{")):  # fmt: skip
+        target.write_text("my own notes")
+        expect_error(
+            cli, *command, message="exists; nothing was written", hint="give another path, or --force"
+        )
+        assert target.read_text() == "my own notes"
+        cli.run(*command, "--force")
+        assert target.read_bytes().startswith(written)
 
 
 def test_bad_planner_figures_and_storage_roots(cli: Cli, tmp_path: Path) -> None:
@@ -287,3 +283,25 @@ def test_bad_planner_figures_and_storage_roots(cli: Cli, tmp_path: Path) -> None
     )
     expect_error(cli, "storage", "roots", "add", str(tmp_path / "r"), "--rack", "r1\x1b[31m",
                  message="`rack`", hint="name --rack")  # fmt: skip
+
+
+def test_counts_that_would_exhaust_the_machine(cli: Cli) -> None:
+    huge = str(10**23)
+    gavel = Path(__file__).resolve().parents[3] / "shared" / "data" / "scheduling" / "gavel"
+    sim = ["sim", "run", "--throughputs", str(gavel / "simulation_throughputs.json"), "--cluster", "v100=8"]
+    cases = [
+        (
+            [*sim, "--static-jobs", huge],
+            "--static-jobs must be above zero and at most 1e+06",
+            "give --static",
+        ),
+        ([*sim, "--rate", "1", "--round-s", "nan"], "--round-s must be above zero", "give --round-s"),
+        (["jobs", "list", "--limit", huge], "--limit must be 1 to 1000", "narrow the list"),
+        (
+            ["generate", "m", "-p", "x", "--max-new-tokens", huge],
+            "--max-new-tokens must be",
+            "give --max-new",
+        ),
+    ]
+    for args, message, hint in cases:
+        expect_error(cli, *args, message=message, hint=hint)

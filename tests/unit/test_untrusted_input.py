@@ -222,3 +222,23 @@ def test_generated_yaml_texts_are_parsed_or_refused_with_a_hint(text: str) -> No
         parse_job_spec(text)
     except ShipyardError as exc:
         assert exc.hint, f"{type(exc).__name__} without a hint: {exc.message}"
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ('{"hidden_size": "64"}', "`hidden_size`: Input should be a valid integer"),
+        ("[1, 2]", "Input should be an object"),
+        (b"\xff\xfe".decode("latin-1"), "Invalid JSON"),
+    ],
+)
+def test_a_models_config_is_typed_before_the_planner_reads_it(
+    tmp_path: Path, config: str, message: str
+) -> None:
+    from shipyard.services.estimates import job_arch
+
+    (tmp_path / "config.json").write_text(config)
+    document = spec_dict()
+    document["model"] = {"path": str(tmp_path)}
+    with pytest.raises(InvalidSpec, match=message):
+        job_arch(validate_job_spec(document))

@@ -64,6 +64,7 @@ LOG_POLL_S = 0.5
 MAX_VERSION = 2**31 - 1
 """Version numbers are 32-bit integers in the database; a larger one is a 422, not an overflow."""
 Version = Annotated[int, PathParam(ge=1, le=MAX_VERSION)]
+LogOffset = Annotated[int, Query(ge=0, le=job_service.MAX_OFFSET)]
 Name = Annotated[str, PathParam(pattern=ID_PATTERN)]
 """A path segment that names a job, token, user, project or model."""
 
@@ -505,7 +506,7 @@ def create_app(
     def list_jobs(
         ctx: Caller,
         state: Annotated[str | None, Query(max_length=16)] = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+        limit: Annotated[int, Query(ge=1, le=job_service.MAX_LISTED)] = 50,
     ) -> list[JobView]:
         return job_service.list_jobs(ctx, state=state, limit=limit)
 
@@ -526,7 +527,7 @@ def create_app(
         return job_service.cancel(ctx, _name(job_id))
 
     @app.get("/api/v1/jobs/{job_id}/logs", operation_id="jobLogs", response_model=LogChunkView)
-    def job_logs(job_id: Name, ctx: Caller, offset: Annotated[int, Query(ge=0)] = 0) -> LogChunkView:
+    def job_logs(job_id: Name, ctx: Caller, offset: LogOffset = 0) -> LogChunkView:
         chunk = job_service.read_log(ctx, _name(job_id), offset, must_exist=False)
         return LogChunkView(
             data=chunk.data.decode("utf-8", "replace"),
@@ -540,9 +541,7 @@ def create_app(
         response_class=StreamingResponse,
         responses={200: {"content": {"text/plain": {}}}},
     )
-    async def stream_job_logs(
-        job_id: Name, ctx: Caller, offset: Annotated[int, Query(ge=0)] = 0
-    ) -> StreamingResponse:
+    async def stream_job_logs(job_id: Name, ctx: Caller, offset: LogOffset = 0) -> StreamingResponse:
         """The log from ``offset`` on as it is written, until the job ends (``curl -N``). The
         permission and the job's existence are checked before the first byte."""
         first = await run_in_threadpool(job_service.read_log, ctx, _name(job_id), offset, must_exist=False)

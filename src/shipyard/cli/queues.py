@@ -12,7 +12,7 @@ import typer
 
 from shipyard.cli._output import JsonOpt, err_console, rows_or_json
 from shipyard.cli._remote import either
-from shipyard.errors import InvalidSpec, NotFound
+from shipyard.errors import InvalidSpec
 
 queues_app = typer.Typer(
     help="Cluster queues: quota, usage and borrowing per accelerator type; change quotas (admins).",
@@ -83,12 +83,11 @@ def show_config(json_out: JsonOpt = False) -> None:
 @queues_app.command("apply")
 def apply(file: Annotated[Path, typer.Argument(help="A queues YAML file (see `queues config`).")]) -> None:
     """Replace the whole queue configuration with FILE (cluster admins; audited)."""
+    from shipyard.schemas.documents import read_document_file
     from shipyard.schemas.queues import parse_queue_config
     from shipyard.services import queues as queue_settings
 
-    if not file.is_file():
-        raise NotFound(f"queue file {file} does not exist", hint="`shipyard queues config > FILE` writes one")
-    config = parse_queue_config(file.read_text(), source=str(file))
+    config = parse_queue_config(read_document_file(file, what="queue file"), source=str(file))
     _report(either(lambda c: c.apply_queue_config(config), lambda ctx: queue_settings.apply(ctx, config)))
 
 

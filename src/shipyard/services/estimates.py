@@ -7,17 +7,19 @@ measured figures.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from shipyard.errors import InvalidSpec, Unschedulable
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from shipyard.errors import InvalidSpec, ShipyardError, Unschedulable
 from shipyard.hardware import Device
 from shipyard.hardware.catalog import AcceleratorSpec, Catalog
 from shipyard.planner.shapes import ModelShape
 from shipyard.planner.training import TrainingPlan, plan_training
 from shipyard.planner.workload import LayoutRequest, TrainingWorkload, cluster_of
+from shipyard.schemas.documents import describe_error, read_document_file
 from shipyard.schemas.jobspec import JobSpec
 from shipyard.schemas.presets import PRESETS, ModelArch
 
@@ -27,22 +29,42 @@ def job_arch(spec: JobSpec) -> ModelArch:
     if not spec.model.path:
         return PRESETS[spec.model.preset or ""].with_vocab(spec.data.tokenizer.vocab_size)
     config_path = Path(spec.model.path) / "config.json"
+    hint = "give a folder written by save_pretrained or a Shipyard export"
     try:
-        config = json.loads(config_path.read_text())
-        return ModelArch(
-            dim=config["hidden_size"],
-            n_layers=config["num_hidden_layers"],
-            n_heads=config["num_attention_heads"],
-            n_kv_heads=config.get("num_key_value_heads", config["num_attention_heads"]),
-            ffn_dim=config["intermediate_size"],
-            vocab_size=config["vocab_size"],
-            tie_embeddings=config.get("tie_word_embeddings", False),
-        )
-    except (OSError, ValueError, KeyError) as exc:
-        raise InvalidSpec(
-            f"model.path {spec.model.path}: cannot read the model's shape from config.json ({exc})",
-            hint="give a folder written by save_pretrained or a Shipyard export",
-        ) from None
+        text = read_document_file(config_path, what="model config")
+        shape = HFShape.model_validate_json(text)
+    except ValidationError as exc:
+        problems = "; ".join(describe_error(error, HFShape) for error in exc.errors())
+        raise InvalidSpec(f"model.path {spec.model.path}: config.json {problems}", hint=hint) from None
+    except ShipyardError as exc:
+        raise InvalidSpec(f"model.path {spec.model.path}: {exc.message}", hint=hint) from None
+    return ModelArch(
+        dim=shape.hidden_size,
+        n_layers=shape.num_hidden_layers,
+        n_heads=shape.num_attention_heads,
+        n_kv_heads=shape.num_key_value_heads or shape.num_attention_heads,
+        ffn_dim=shape.intermediate_size,
+        vocab_size=shape.vocab_size,
+        tie_embeddings=shape.tie_word_embeddings,
+    )
+
+
+Size = Annotated[int, Field(strict=True, gt=0, le=1 << 24)]
+
+
+class HFShape(BaseModel):
+    """What the planner reads of a Hugging Face ``config.json``: typed and bounded, since the
+    file is the caller's (the rest of it is the model's own business)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    hidden_size: Size
+    num_hidden_layers: Size
+    num_attention_heads: Size
+    num_key_value_heads: Size | None = None
+    intermediate_size: Size
+    vocab_size: Size
+    tie_word_embeddings: bool = False
 
 
 def job_workload(spec: JobSpec) -> TrainingWorkload:

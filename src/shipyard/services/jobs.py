@@ -339,7 +339,18 @@ def _resume_source(ctx: ServiceContext, session: Session, spec: JobSpec, resume_
     return Path(job.run_dir) / CHECKPOINT_DIR
 
 
+MAX_LISTED = 1000
+"""Most jobs one listing returns."""
+MAX_OFFSET = 2**62
+"""Largest log offset asked for: inside a 64-bit file position."""
+
+
 def list_jobs(ctx: ServiceContext, *, state: str | None = None, limit: int = 50) -> list[JobView]:
+    if not 1 <= limit <= MAX_LISTED:
+        raise InvalidSpec(
+            f"--limit must be 1 to {MAX_LISTED}, got {limit}",
+            hint="narrow the list with --state instead",
+        )
     with ctx.db.read() as session:
         query = select(Job).order_by(Job.submitted_at.desc()).limit(limit)
         if not ctx.actor.is_admin:  # the jobs of one's projects, and one's own
@@ -433,6 +444,8 @@ class LogChunk:
 
 def read_log(ctx: ServiceContext, job_id: str, offset: int = 0, *, must_exist: bool = True) -> LogChunk:
     """The bytes of the newest attempt's log from ``offset`` on (empty while the job waits)."""
+    if not 0 <= offset <= MAX_OFFSET:
+        raise InvalidSpec(f"log offset {offset} is out of range", hint="give a byte offset from 0")
     with ctx.db.transaction() as session:
         job = _get_allowed(ctx, session, job_id, "job.logs")
         ended = JobState(job.state).is_final

@@ -144,6 +144,10 @@ def _find(session: Session, name: str, version: str) -> ModelVersion:
     return found
 
 
+MAX_PROMPT_BYTES = 64 << 10
+"""A prompt travels on the sampler's command line, which the kernel caps (ARG_MAX)."""
+
+
 def generate(
     ctx: ServiceContext,
     ref: str,
@@ -155,6 +159,17 @@ def generate(
     seed: int = 0,
 ) -> Completion:
     """Sample a completion in a child process (the runtime, which holds torch)."""
+    for flag, value, low, high in (
+        ("--max-new-tokens", max_new_tokens, 1, 1 << 16),
+        ("--temperature", temperature, 0, 100),
+        ("--top-k", top_k, 0, 1 << 20),
+        ("--seed", seed, 0, 2**32 - 1),
+        ("the prompt's length", len(prompt.encode()), 0, MAX_PROMPT_BYTES),
+    ):
+        if not low <= value <= high:  # NaN fails too
+            raise InvalidSpec(
+                f"{flag} must be {low} to {high:,}, got {value}", hint=f"give {flag} in that range"
+            )
     label, folder = resolve(ctx, ref)
     if not (folder / "config.json").is_file():
         raise NotFound(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from shipyard.errors import InvalidSpec
 from shipyard.hardware.catalog import catalog
+from shipyard.planner.shapes import positive
 from shipyard.scheduling.model import Throughputs
 from shipyard.scheduling.policies import policy_named
 from shipyard.sim.simulator import SimConfig, SimResult, cluster_nodes, simulate
@@ -73,6 +74,11 @@ def parse_window(text: str | None) -> tuple[int, int] | None:
     return window
 
 
+MAX_JOBS = 1_000_000
+"""Jobs of one simulation: far past any trace, and a bound on its time and memory."""
+MAX_DEVICES = 1_000_000
+
+
 def run(request: SimRequest, progress: Callable[[int, int], None] | None = None) -> SimResult:
     policy = policy_named(request.policy)
     throughputs = load_throughputs(request.throughputs)
@@ -84,13 +90,17 @@ def run(request: SimRequest, progress: Callable[[int, int], None] | None = None)
                 f"--cluster: type {accelerator_type!r} has no throughputs in {request.throughputs}",
                 hint=f"types in that file: {', '.join(known)}",
             )
-        if count <= 0:
-            raise InvalidSpec(
-                f"--cluster: {accelerator_type}={count} must be positive", hint="give a device count"
-            )
-    if request.devices_per_node <= 0:
-        raise InvalidSpec("--gpus-per-node must be positive", hint="e.g. --gpus-per-node 4")
+        positive(f"--cluster {accelerator_type}", count, at_most=MAX_DEVICES)
+    positive("--gpus-per-node", request.devices_per_node, at_most=1024)
+    positive("--round-s", request.round_s, at_most=1e7)
+    if not 0 <= request.restart_cost_s <= 1e7:  # NaN fails too
+        raise InvalidSpec(
+            f"--restart-cost-s must be at least 0 and at most 1e+07, got {request.restart_cost_s:g}",
+            hint="e.g. --restart-cost-s 10",
+        )
     window = parse_window(request.window)
+    if window is not None and window[1] > MAX_JOBS:
+        raise InvalidSpec(f"--window ends past job {MAX_JOBS:,}", hint="simulate at most a million jobs")
     jobs = _jobs(request, throughputs, window)
     largest = max(cluster.values())
     too_big = [j for j in jobs if j.devices > largest]
@@ -113,10 +123,6 @@ def run(request: SimRequest, progress: Callable[[int, int], None] | None = None)
         prices=prices,
         spread_slowdown=request.spread_slowdown,
     )
-    if request.round_s <= 0 or request.restart_cost_s < 0:
-        raise InvalidSpec(
-            "--round-s must be positive and --restart-cost-s not negative", hint="e.g. --round-s 360"
-        )
     nodes = cluster_nodes(cluster, request.devices_per_node)
     return simulate(jobs, nodes, throughputs, policy, config, progress=progress)
 
@@ -129,8 +135,7 @@ def _jobs(request: SimRequest, throughputs: Throughputs, window: tuple[int, int]
             f"--workload {request.workload!r} is not known", hint="use --workload gavel, or --trace PATH"
         )
     if request.static_jobs is not None:
-        if request.static_jobs <= 0:
-            raise InvalidSpec("--static-jobs must be positive", hint="e.g. --static-jobs 700")
+        positive("--static-jobs", request.static_jobs, at_most=MAX_JOBS)
         return generate_gavel_jobs(
             throughputs,
             count=request.static_jobs,
@@ -138,7 +143,9 @@ def _jobs(request: SimRequest, throughputs: Throughputs, window: tuple[int, int]
             multi_gpu=request.multi_gpu,
             seed=request.seed,
         )
-    if request.rate_per_h is None or request.rate_per_h <= 0:
+    if request.jobs is not None:
+        positive("--jobs", request.jobs, at_most=MAX_JOBS)
+    if request.rate_per_h is None or not 0 < request.rate_per_h <= 1e6:
         raise InvalidSpec(
             "--workload gavel needs a positive --rate (jobs per hour) or --static-jobs N",
             hint="e.g. --rate 2.4 --window 4000:5000",
