@@ -48,7 +48,7 @@ from shipyard.settings import Settings
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks import local_slurm  # noqa: E402
-from tests.builders import spec_dict  # noqa: E402
+from tests.builders import STDLIB, spec_dict  # noqa: E402
 
 PASSWORD = "benchmark passphrase"
 HOLD = "clusterQueues: [{name: hold, nominal: {cpu: 0}}]\nlocalQueues: {default: hold}\n"
@@ -67,6 +67,7 @@ def free_port() -> int:
 def start_server(home: Path, db_url: str, workers: int) -> tuple[subprocess.Popen[bytes], str]:
     home.mkdir(parents=True, exist_ok=True)
     (home / "queues.yaml").write_text(HOLD)
+    (home / "server.yaml").write_text(f'data_roots: {{"*": ["{STDLIB}"]}}\n')  # where the spec's corpus is
     port = free_port()
     env = {**os.environ, "SHIPYARD_HOME": str(home), "SHIPYARD_DB_URL": db_url,
            "SHIPYARD_INIT_ADMIN": f"admin:{PASSWORD}", "SHIPYARD_AUDIT_KEY": "benchmark-key"}  # fmt: skip

@@ -1,18 +1,16 @@
 """FastAPI app factory. Routes are thin: authenticate, call one use case, return its view.
 
 Every permission check lives in the service layer (so the CLI and the API share them); this
-module only turns a bearer token into the caller, and errors into problem JSON
-(``{type, title, status, detail, code, hint}``) without a stack trace ever reaching a client.
+module only turns a bearer token into the caller. Errors become problem JSON in ``errors``,
+bodies are bounded in ``limits``, requests are counted in ``metrics``.
 """
 
 import asyncio
 import logging
-import math
 import os
 import re
 import shutil
 import tempfile
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,25 +18,21 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi import Path as PathParam
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, PlainTextResponse, Response, StreamingResponse
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
     generate_latest,
 )
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from shipyard import __version__
-from shipyard.errors import InvalidSpec, PayloadTooLarge, ShipyardError, Throttled, Unauthenticated
-from shipyard.schemas.documents import MAX_DOCUMENT_BYTES, PATTERN_WORDS
+from shipyard.api.errors import PROBLEM, Problem, install_error_handlers
+from shipyard.api.limits import LimitBodies
+from shipyard.api.metrics import MeasureRequests, Metrics
+from shipyard.errors import InvalidSpec, PayloadTooLarge, Unauthenticated
+from shipyard.schemas.documents import PATTERN_WORDS
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.queues import QUEUE_NAME_PATTERN, ClusterQueueSpec, Devices, QueueConfig, QueueName
 from shipyard.schemas.views import DeviceView, JobDetail, JobView, ModelVersionView, StoredArtifactView
@@ -53,7 +47,6 @@ from shipyard.settings import Settings
 from shipyard.storage.names import check_name
 
 log = logging.getLogger("shipyard.api")
-PROBLEM = "application/problem+json"
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 """Ids and names in paths: no slashes, no dots first, so nothing can walk out of a folder."""
 PATTERN_WORDS[ID_PATTERN] = (
@@ -137,225 +130,6 @@ class LogChunkView(BaseModel):
     job_ended: bool
 
 
-class Problem(BaseModel):
-    type: str
-    title: str
-    status: int
-    detail: str
-    code: str
-    hint: str | None = None
-
-
-# --- errors as problem JSON ---------------------------------------------------------------------
-
-
-def problem(
-    status: int, code: str, detail: str, hint: str | None = None, headers: dict[str, str] | None = None
-) -> JSONResponse:
-    body = Problem(
-        type=f"https://shipyard.dev/problems/{code}",
-        title=code.replace("_", " "),
-        status=status,
-        detail=detail,
-        code=code,
-        hint=hint,
-    )
-    if status == 401:
-        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
-    return JSONResponse(body.model_dump(), status_code=status, media_type=PROBLEM, headers=headers)
-
-
-def _in_words(error: Any) -> str:
-    pattern = (error.get("ctx") or {}).get("pattern")
-    return f"must be {PATTERN_WORDS[pattern]}" if pattern in PATTERN_WORDS else str(error["msg"])
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ShipyardError)
-    async def known(_: Request, exc: ShipyardError) -> JSONResponse:
-        status = 400 if isinstance(exc, InvalidSpec) and exc.http_status == 422 else exc.http_status
-        headers = {"Retry-After": str(math.ceil(exc.retry_after_s))} if isinstance(exc, Throttled) else None
-        return problem(status, exc.code, exc.message, exc.hint, headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        fields = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {_in_words(e)}" for e in exc.errors()
-        )
-        return problem(422, "invalid_request", f"the request is invalid: {fields}", "fix the fields named")
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return problem(exc.status_code, "http_error", str(exc.detail))
-
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
-        return problem(
-            500, "internal_error", f"unexpected {type(exc).__name__}", "the server log has the details"
-        )
-
-
-# --- metrics ------------------------------------------------------------------------------------
-
-
-class Metrics:
-    """Prometheus series: requests of this server process, and the platform's state read from the
-    database at each scrape (so every server of a cluster reports the same figures)."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-
-        def gauge(name: str, text: str, labels: tuple[str, ...] = ()) -> Gauge:
-            return Gauge(name, text, labels, registry=self.registry)
-
-        self.requests = Counter(
-            "shipyard_http_requests", "HTTP requests", ["method", "route", "status"], registry=self.registry
-        )
-        self.latency = Histogram(
-            "shipyard_http_request_seconds", "HTTP request latency", ["route"], registry=self.registry
-        )
-        self.jobs = gauge("shipyard_jobs", "Jobs by state", ("state",))
-        self.queue_wait = gauge("shipyard_queue_wait_seconds_max", "Longest wait of a queued job")
-        self.wait_quantiles = gauge(
-            "shipyard_queue_wait_seconds", "Submission to start, jobs started in the last hour", ("quantile",)
-        )
-        self.pass_s = gauge("shipyard_agent_pass_seconds", "Duration of the agent's last pass", ("node",))
-        self.schedule_s = gauge(
-            "shipyard_scheduling_seconds", "Scheduling decision and launches in the last pass", ("node",)
-        )
-        self.pass_age = gauge(
-            "shipyard_agent_last_pass_age_seconds", "Since the agent's last pass", ("node",)
-        )
-        self.devices = gauge("shipyard_devices", "Devices (cpu: cores) per type", ("node", "type"))
-        self.in_use = gauge(
-            "shipyard_devices_in_use", "Devices (cpu: cores) leased to jobs", ("node", "type")
-        )
-        self.utilization = gauge(
-            "shipyard_device_utilization_ratio", "Busy fraction the vendor reports", ("node", "device")
-        )
-
-    def observe(self, state: telemetry.ClusterMetrics) -> None:
-        for series in (self.wait_quantiles, self.pass_s, self.schedule_s, self.pass_age, self.devices,
-                       self.in_use, self.utilization):  # fmt: skip
-            series.clear()  # a node or quantile that is gone must not linger with its last value
-        for job_state, count in state.jobs_by_state.items():
-            self.jobs.labels(job_state).set(count)
-        self.queue_wait.set(state.oldest_queued_wait_s)
-        for quantile, seconds in state.queue_wait_s.items():
-            self.wait_quantiles.labels(str(quantile)).set(seconds)
-        for agent in state.agents:
-            node = agent["node"]
-            self.pass_s.labels(node).set(agent["pass_s"])
-            self.schedule_s.labels(node).set(agent["schedule_s"])
-            self.pass_age.labels(node).set(agent["age_s"])
-            for accelerator_type, counts in agent["devices"].items():
-                self.devices.labels(node, accelerator_type).set(counts["total"])
-                self.in_use.labels(node, accelerator_type).set(counts["in_use"])
-            for device, busy in agent["utilization"].items():
-                self.utilization.labels(node, device).set(busy)
-
-
-DRAIN_BYTES = 64 << 20
-DRAIN_S = 2.0
-"""How much of a refused body is read and dropped, and for how long, before the connection closes."""
-
-
-class LimitBodies:
-    """Refuses a request body past ``limit`` bytes with 413 before anything parses it: the
-    declared length is checked first, a body without one is read up to the limit and handed on
-    whole. Artifact uploads stream to disk under their own limit and pass through."""
-
-    def __init__(self, app: ASGIApp, limit: int = MAX_DOCUMENT_BYTES) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD") or _is_upload(scope):
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(int(declared), scope, receive, send)
-            return
-        body, more = bytearray(), True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.limit:
-                if more:
-                    await self._drain(receive)
-                await self._refuse(len(body), scope, receive, send)
-                return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()  # a disconnect, while the app streams its answer
-            replayed = True
-            return {"type": "http.request", "body": bytes(body), "more_body": False}
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, size: int, scope: Scope, receive: Receive, send: Send) -> None:
-        response = problem(
-            413,
-            PayloadTooLarge.code,
-            f"the request body is {size:,} bytes or more; this server reads at most {self.limit:,}",
-            "a request carries settings, not data: store files with `shipyard storage put`",
-            headers={"Connection": "close"},
-        )
-        await response(scope, receive, send)
-
-    async def _drain(self, receive: Receive) -> None:
-        """Read and drop the rest of a body sent without a declared length, for a moment and up
-        to a bound, before answering: the connection closes after the answer, and closing on
-        unread bytes resets it, so that the client would lose the 413 (a lingering close, as
-        web servers do). A body declared too large is refused before it is sent."""
-        left, deadline = DRAIN_BYTES, time.monotonic() + DRAIN_S
-        while left > 0 and (remaining := deadline - time.monotonic()) > 0:
-            try:
-                message = await asyncio.wait_for(receive(), remaining)
-            except TimeoutError:
-                return
-            if message["type"] == "http.disconnect" or not message.get("more_body", False):
-                return
-            left -= len(message.get("body", b""))
-
-
-def _is_upload(scope: Scope) -> bool:
-    return scope["method"] == "PUT" and str(scope["path"]).startswith("/api/v1/artifacts/")
-
-
-class MeasureRequests:
-    """Counts and times every request by route template. A plain ASGI middleware: Starlette's
-    ``BaseHTTPMiddleware`` runs each request through an extra task and memory stream."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start, status = time.perf_counter(), [500]
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        finally:
-            path = getattr(scope.get("route"), "path", "unmatched")
-            self.metrics.requests.labels(scope["method"], path, str(status[0])).inc()
-            self.metrics.latency.labels(path).observe(time.perf_counter() - start)
-
-
 # --- links between operations (OpenAPI), which stateful clients and fuzzers follow -------------
 
 
@@ -419,7 +193,7 @@ def create_app(
             for status in (400, 401, 403, 404, 409, 413, 422, 429, 507)
         },
     )
-    _install_error_handlers(app)
+    install_error_handlers(app)
 
     app.add_middleware(LimitBodies)
     app.add_middleware(MeasureRequests, metrics=metrics)

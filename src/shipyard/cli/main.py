@@ -98,9 +98,16 @@ def main() -> None:
     if "--json" not in argv:
         exit_code_of(app, argv)
         return
-    # With --json, usage errors too become one JSON object: click raises them instead of printing.
+    # With --json, usage errors too become one JSON object: click raises them instead of printing
+    # (and hands back the code of a deliberate exit, which must still leave the process).
     command = typer.main.get_command(app)
-    exit_code_of(lambda: command.main(args=argv, prog_name="shipyard", standalone_mode=False), argv)
+
+    def run() -> None:
+        code = command.main(args=argv, prog_name="shipyard", standalone_mode=False)
+        if isinstance(code, int) and code:
+            raise SystemExit(code)
+
+    exit_code_of(run, argv)
 
 
 if __name__ == "__main__":

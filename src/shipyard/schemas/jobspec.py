@@ -151,8 +151,9 @@ class DataSection(_Section):
             self.files()  # raises, saying what it found
 
 
-SAMPLE_BYTES = 64 << 10
-"""How much of a dataset's first file is decoded at submit to tell text from a binary file."""
+SAMPLE_BYTES = 8000
+"""How much of a dataset's first file is decoded at submit to tell text from a binary file (as
+much as git reads to decide the same)."""
 
 
 def _refuse_binary(path: str) -> None:
