@@ -12,6 +12,7 @@ submit, the training runtime checks every file it opens at launch.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shipyard.domain.paths import is_inside
+from shipyard.domain.paths import is_inside, resolved
 from shipyard.domain.text import DNS_LABEL
 from shipyard.errors import DatasetError
 from shipyard.schemas.documents import load_mapping, validate_document
@@ -38,9 +39,17 @@ class ServerConfig(BaseModel):
     """Project (or ``*``) -> absolute folders its jobs may read data, models and tokenizers from."""
 
     def roots_for(self, project: str) -> list[Path]:
-        """The resolved roots of ``project``: its own and those of every project."""
-        folders = [*self.data_roots.get(EVERY_PROJECT, []), *self.data_roots.get(project, [])]
-        return [Path(os.path.realpath(folder)) for folder in folders if os.path.isabs(folder)]
+        """The resolved roots of ``project``: its own and those of every project (resolved once
+        per project and configuration: this is on every submission's path)."""
+        found = self._resolved.get(project)
+        if found is None:
+            folders = [*self.data_roots.get(EVERY_PROJECT, []), *self.data_roots.get(project, [])]
+            found = self._resolved[project] = [Path(resolved(f)) for f in folders if os.path.isabs(f)]
+        return found
+
+    @functools.cached_property
+    def _resolved(self) -> dict[str, list[Path]]:
+        return {}
 
 
 def parse_server_config(text: str, source: str) -> ServerConfig:
@@ -54,14 +63,10 @@ GLOB_MAGIC = frozenset("*?[")
 
 def literal_part(pattern: str) -> str:
     """The folders of a glob before its first wildcard (``/data/a/**/*.txt`` -> ``/data/a``):
-    every match lies below it, so it is what must be inside a root."""
-    parts = Path(pattern).parts
-    literal = []
-    for part in parts:
-        if GLOB_MAGIC & set(part):
-            break
-        literal.append(part)
-    return str(Path(*literal)) if literal else ""
+    every match lies below them, so they are what must be inside a root."""
+    parts = pattern.split("/")
+    literal = next((i for i, part in enumerate(parts) if GLOB_MAGIC & set(part)), len(parts))
+    return "/".join(parts[:literal]) or ("/" if pattern.startswith("/") and literal else "")
 
 
 def spec_paths(spec: JobSpec) -> Iterator[tuple[str, str]]:

@@ -4,7 +4,7 @@ names each bad field, the value given and what would be valid."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -121,7 +121,7 @@ def _load_bounded(text: str, source: str) -> Any:
             raise _too_deep(source) from None
         if node is None:
             return None
-        check_shape(node, _yaml_children, source)
+        _check_graph(node, source)
         return loader.construct_document(node)
     finally:
         loader.dispose()
@@ -135,20 +135,10 @@ def _yaml_children(node: Any) -> Iterable[Any]:
     return ()
 
 
-def _value_children(value: Any) -> Iterable[Any]:
-    if isinstance(value, dict):
-        return [*value.keys(), *value.values()]
-    if isinstance(value, list | tuple):
-        return value
-    return ()
-
-
-def check_shape(
-    root: Any, children: Callable[[Any], Iterable[Any]] = _value_children, source: str = "the document"
-) -> None:
-    """Refuse a document nested deeper than ``MAX_DEPTH`` or holding more than ``MAX_NODES``
-    values with shared parts (YAML aliases) counted each time they are used, without expanding
-    anything: each shared part is measured once."""
+def _check_graph(root: yaml.Node, source: str) -> None:
+    """Refuse a YAML node graph nested deeper than ``MAX_DEPTH`` or holding more than
+    ``MAX_NODES`` values with aliases counted each time they are used, without expanding
+    anything: each shared node is measured once."""
     measured: dict[int, tuple[int, int]] = {}  # id -> (values, height)
     in_progress: set[int] = set()
 
@@ -163,19 +153,41 @@ def check_shape(
             raise _too_deep(source)
         in_progress.add(key)
         size, height = 1, 0
-        for child in children(node):
+        for child in _yaml_children(node):
             child_size, child_height = measure(child, depth + 1)
             size, height = size + child_size, max(height, child_height + 1)
             if size > MAX_NODES:
-                raise PayloadTooLarge(
-                    f"{source} expands to more than {MAX_NODES:,} values (YAML aliases count each use)",
-                    hint="write the values out, or use fewer aliases",
-                )
+                raise _too_many(source)
         in_progress.discard(key)
         measured[key] = (size, height)
         return size, height
 
     measure(root, 0)
+
+
+def check_shape(document: Any, source: str = "the document") -> None:
+    """Refuse a built document (JSON, or YAML already measured as a graph) nested deeper than
+    ``MAX_DEPTH`` or holding more than ``MAX_NODES`` values. Iterative and bounded by those two:
+    cheap on the few dozen values of a real spec, and it stops a self-referring object too."""
+    pending, seen = [(document, 0)], 0
+    while pending:
+        value, depth = pending.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            raise _too_many(source)
+        if depth > MAX_DEPTH:
+            raise _too_deep(source)
+        if isinstance(value, dict):
+            pending.extend((child, depth + 1) for child in value.values())
+        elif isinstance(value, list | tuple):
+            pending.extend((child, depth + 1) for child in value)
+
+
+def _too_many(source: str) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"{source} expands to more than {MAX_NODES:,} values (YAML aliases count each use)",
+        hint="write the values out, or use fewer aliases",
+    )
 
 
 def _too_deep(source: str) -> InvalidSpec:
