@@ -20,7 +20,7 @@ def is_inside(path: str | Path, roots: Iterable[Path]) -> bool:
     return any(real == str(root) or real.startswith(f"{str(root).rstrip('/')}/") for root in roots)
 
 
-_FD_LINKS = Path("/proc/self/fd")
+_ASK_THE_KERNEL = hasattr(os, "O_PATH") and os.path.isdir("/proc/self/fd")
 
 
 def resolved(path: str | Path) -> str:
@@ -28,15 +28,14 @@ def resolved(path: str | Path) -> str:
     (``O_PATH``) and read back the name the kernel resolved — three system calls, where realpath
     makes one per component. A missing path (or a system without ``/proc``) takes realpath,
     which gives the same answer."""
-    flag = getattr(os, "O_PATH", None)
-    if flag is None or not _FD_LINKS.is_dir():
+    if not _ASK_THE_KERNEL:
         return os.path.realpath(path)
     try:
-        fd = os.open(path, flag | os.O_CLOEXEC)
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError:
         return os.path.realpath(path)
     try:
-        return os.readlink(_FD_LINKS / str(fd))
+        return os.readlink(f"/proc/self/fd/{fd}")
     finally:
         os.close(fd)
 

@@ -9,6 +9,7 @@ that names each bad field, the value given and what would be valid.
 from __future__ import annotations
 
 import codecs
+import functools
 import glob
 import itertools
 import math
@@ -165,20 +166,26 @@ def _refuse_binary(path: str) -> None:
             for name in sorted(names)
             if os.path.getsize(os.path.join(folder, name)) > 0
         )
+    info = os.stat(path)
+    problem = _binary_problem(path, info.st_mtime_ns, info.st_size)
+    if problem is not None:
+        raise DatasetError(
+            f"dataset file {path} {problem}",
+            hint="give text or JSONL files in data.paths; tokenizers and models go in their own fields",
+        )
+
+
+@functools.lru_cache(maxsize=4096)
+def _binary_problem(path: str, mtime_ns: int, size: int) -> str | None:  # noqa: ARG001 - the cache key
+    """Why the file's first bytes are no text, or None; remembered while the file is unchanged
+    (every submission of a dataset samples the same first file)."""
     with open(path, "rb") as f:
         sample = f.read(SAMPLE_BYTES)
     try:
         codecs.getincrementaldecoder("utf-8")().decode(sample, final=False)  # a cut last character is fine
     except UnicodeDecodeError as exc:
-        raise DatasetError(
-            f"dataset file {path} is not UTF-8 text (byte {exc.start} is {sample[exc.start]:#04x})",
-            hint="give text or JSONL files in data.paths; tokenizers and models go in their own fields",
-        ) from None
-    if b"\0" in sample:
-        raise DatasetError(
-            f"dataset file {path} holds NUL bytes: a binary file, not text",
-            hint="give text or JSONL files in data.paths",
-        )
+        return f"is not UTF-8 text (byte {exc.start} is {sample[exc.start]:#04x})"
+    return "holds NUL bytes: a binary file, not text" if b"\0" in sample else None
 
 
 def _refuse_outside(files: list[Path], roots: list[Path]) -> None:
@@ -341,6 +348,12 @@ class JobSpec(_Section):
     priority: Annotated[int, Field(ge=-INT32 - 1, le=INT32)] = 0
     """Higher runs first within a queue (a 32-bit integer)."""
     queue: Annotated[str, Field(pattern=QUEUE_NAME_PATTERN)] = "default"
+
+
+def stored_job_spec(document: dict[str, Any]) -> JobSpec:
+    """A spec as the platform stored it, after ``validate_job_spec`` accepted it at submit:
+    validated again, but not measured for depth and size (this is on every read of a job)."""
+    return JobSpec.model_validate(document)
 
 
 def parse_job_spec(text: str, *, source: str = "job spec") -> JobSpec:

@@ -26,7 +26,7 @@ from shipyard.db import Artifact, Attempt, Job, Metric, User, rows_changed
 from shipyard.domain import ExitReason, JobState
 from shipyard.errors import Conflict, NotFound, ShipyardError
 from shipyard.executors.base import Placement, Request, Unplaceable
-from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, validate_job_spec
+from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, stored_job_spec, validate_job_spec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     METRICS_FILE,
@@ -160,7 +160,7 @@ def _commit_outputs(ctx: ServiceContext, at_most: int = 4) -> None:
 def _with_fetched_data(ctx: ServiceContext, job: Job) -> tuple[JobSpec, dict[str, str]]:
     """The job's spec with each ``store:NAME`` dataset replaced by its verified local copy, and
     the content digest of each such dataset (recorded with the attempt, for lineage)."""
-    spec = validate_job_spec(job.spec)
+    spec = stored_job_spec(job.spec)
     if not spec.data.stored():
         return spec, {}
     session = object_session(job)
@@ -225,7 +225,7 @@ def _admit(ctx: ServiceContext, session: Session, agent_id: str) -> dict[str, Li
             reasons[waiting.id] = plan.pending_reasons.get(waiting.id, "waiting for the scheduler")
             continue
         job = session.get_one(Job, waiting.id)
-        spec = validate_job_spec(job.spec)
+        spec = stored_job_spec(job.spec)
         request = Request.of(spec.resources, [lease.accelerator_type])
         placed = ctx.executor.place(request, busy_devices, busy_cores)
         if isinstance(placed, Unplaceable):

@@ -26,7 +26,14 @@ from shipyard.domain.text import has_control_character
 from shipyard.errors import Conflict, DatasetError, InvalidSpec, NotFound, Unschedulable
 from shipyard.executors.base import Request
 from shipyard.schemas.documents import read_document_file, shown
-from shipyard.schemas.jobspec import MAX_PATH, STORE_SCHEME, JobSpec, parse_job_spec, validate_job_spec
+from shipyard.schemas.jobspec import (
+    MAX_PATH,
+    STORE_SCHEME,
+    JobSpec,
+    parse_job_spec,
+    stored_job_spec,
+    validate_job_spec,
+)
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     CHECKPOINT_POINTER,
@@ -470,7 +477,7 @@ def _view(job: Job, spec: JobSpec | None = None, latest: Mapping[str, Metric] | 
     just now, whose ``spec`` is given so that it is not validated again)."""
     latest = latest or {}
     last_train, last_eval = latest.get("train"), latest.get("eval")
-    spec = spec or validate_job_spec(job.spec)
+    spec = spec or stored_job_spec(job.spec)
     return JobView(
         id=job.id,
         name=job.name,
