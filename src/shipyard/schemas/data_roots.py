@@ -80,11 +80,18 @@ def spec_paths(spec: JobSpec) -> Iterator[tuple[str, str]]:
         yield "model.path", spec.model.path
 
 
+def spec_folders(spec: JobSpec) -> Iterator[tuple[str, Path]]:
+    """(field, folder) for the folders a spec names whose every file the job reads."""
+    for field, folder in (("model.path", spec.model.path), ("data.tokenizer.path", spec.data.tokenizer.path)):
+        if folder:
+            yield field, Path(folder)
+
+
 def refuse_escaped_folders(spec: JobSpec, roots: list[Path]) -> None:
     """At launch: every file of the model and tokenizer folders resolves inside ``roots`` (the
     data files are checked as they are listed, ``DataSection.files(within=...)``)."""
-    for field, folder in (("model.path", spec.model.path), ("data.tokenizer.path", spec.data.tokenizer.path)):
-        escaped = next(files_outside(Path(folder), roots), None) if folder else None
+    for field, folder in spec_folders(spec):
+        escaped = next(files_outside(folder, roots), None)
         if escaped is not None:
             raise DatasetError(
                 f"{field}: {escaped} resolves outside the project's data roots",

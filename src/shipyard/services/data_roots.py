@@ -20,6 +20,7 @@ from shipyard.schemas.data_roots import (
     files_outside,
     literal_part,
     parse_server_config,
+    spec_folders,
     spec_paths,
 )
 from shipyard.schemas.documents import read_document_file
@@ -73,11 +74,10 @@ def confine(ctx: ServiceContext, spec: JobSpec) -> None:
         # A glob is judged by its folders before the first wildcard: every match lies below them.
         judged = literal_part(path) if field.startswith("data.paths") else path
         require_inside(ctx, roots, spec.project, field, path, judged=judged)
-    for field, folder in (("model.path", spec.model.path), ("data.tokenizer.path", spec.data.tokenizer.path)):
-        if folder:
-            escaped = next(files_outside(Path(folder), roots), None)
-            if escaped is not None:
-                require_inside(ctx, roots, spec.project, field, str(escaped))
+    for field, folder in spec_folders(spec):
+        escaped = next(files_outside(folder, roots), None)
+        if escaped is not None:
+            require_inside(ctx, roots, spec.project, field, str(escaped))
 
 
 def require_inside(
