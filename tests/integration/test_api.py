@@ -16,6 +16,8 @@ from tests.builders import spec_dict, write_spec
 from tests.conftest import Cli, Server, seed_finished_job, seed_model_version
 from tests.integration.test_rbac_matrix import HOLD
 
+pytestmark = pytest.mark.integration  # real servers, databases or processes
+
 PASSWORD = "a long enough passphrase"
 
 

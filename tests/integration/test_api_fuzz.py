@@ -15,6 +15,8 @@ from shipyard.client import Client
 from tests.conftest import Server
 from tests.integration.test_rbac_matrix import HOLD
 
+pytestmark = pytest.mark.integration  # real servers, databases or processes
+
 
 @pytest.mark.slow
 def test_a_thousand_generated_requests_and_stateful_sequences_get_no_server_error_and_match_the_schema(

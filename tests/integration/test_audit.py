@@ -16,6 +16,8 @@ from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
 from tests.conftest import Cli
 
+pytestmark = pytest.mark.integration  # real servers, databases or processes
+
 ACTOR = audit.Actor(name="alice", source="127.0.0.1")
 
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+import pytest
+
 from shipyard.services.context import open_context
 from shipyard.settings import Settings
+
+pytestmark = pytest.mark.integration  # real servers, databases or processes
 
 
 def test_concurrent_agents_claim_each_queued_job_once(tmp_path: Path, db_url: str) -> None:

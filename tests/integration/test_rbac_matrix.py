@@ -21,6 +21,8 @@ from shipyard.schemas.queues import ClusterQueueSpec
 from tests.builders import spec_dict
 from tests.conftest import Server, seed_finished_job, seed_model_version
 
+pytestmark = pytest.mark.integration  # real servers, databases or processes
+
 PASSWORD = "a long enough passphrase"
 PROJECT = "research"
 ROLES = ("anonymous", "outsider", "viewer", "member", "maintainer", "owner", "admin")

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import NewType
 
-__all__ = ["AcceleratorType", "ExitReason", "JobId", "JobState"]
-
-JobId = NewType("JobId", str)
-AcceleratorType = NewType("AcceleratorType", str)
-"""A catalog key such as ``h100-sxm``, ``m2-ultra`` or ``cpu``."""
+__all__ = ["ExitReason", "JobState"]
 
 
 class JobState(StrEnum):

@@ -15,7 +15,6 @@ from typing import Any
 from shipyard.errors import InvalidSpec
 from shipyard.planner.calibration import CALIBRATION, Calibration
 from shipyard.planner.memory import (
-    GIB,
     GRADIENT_BYTES,
     WEIGHT_BYTES,
     MemoryBreakdown,
@@ -505,7 +504,3 @@ def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calib
     if spec.tflops.bf16 is None and workload.precision == "bf16":
         notes.append(f"{spec.key} has no bf16 units: fp16 with loss scaling assumed")
     return tuple(notes)
-
-
-def gib(value_bytes: float) -> float:
-    return value_bytes / GIB

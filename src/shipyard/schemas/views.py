@@ -52,12 +52,6 @@ class JobView(_View):
     finished_at: datetime | None
 
 
-class MetricView(_View):
-    kind: str
-    step: int
-    values: dict[str, Any]
-
-
 class ArtifactView(_View):
     kind: str
     path: str
