@@ -40,8 +40,9 @@ from typing import Any
 import httpx
 from sqlalchemy import create_engine, func, select, text
 
+from shipyard import audit
+from shipyard.daemon import supervisor
 from shipyard.db import Job
-from shipyard.services import agent, audit
 from shipyard.services.context import open_context
 from shipyard.settings import Settings
 
@@ -89,7 +90,7 @@ def start_server(home: Path, db_url: str, workers: int) -> tuple[subprocess.Pope
 
 def stop_agent(home: Path) -> None:
     """The server started the home's agent; it must not outlive the run (nor train the jobs)."""
-    lock = home / agent.AGENT_LOCK
+    lock = home / supervisor.AGENT_LOCK
     if lock.exists() and lock.read_text().strip():
         with contextlib.suppress(ProcessLookupError, ValueError):
             os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
@@ -105,7 +106,7 @@ def platform_processes(server: subprocess.Popen[bytes], home: Path, db_url: str)
     """The server (its worker processes, or itself with one worker), the home's agent and, on
     PostgreSQL, the database's processes (all of them: nothing else uses it meanwhile)."""
     children = subprocess.run(["pgrep", "-P", str(server.pid)], capture_output=True, text=True).stdout.split()
-    lock, log = home / agent.AGENT_LOCK, home / agent.AGENT_LOG
+    lock, log = home / supervisor.AGENT_LOCK, home / supervisor.AGENT_LOG
     # The warm-up started the agent. It writes its pid, then finds the devices (importing torch
     # takes a core for seconds here) and says it is serving: a running platform's agent is long
     # past that, so the measurement waits for it.
@@ -263,7 +264,7 @@ def run_slurm(jobs: int, clients: int) -> dict[str, Any]:
 
 def stored(db_url: str, home: Path) -> tuple[int, bool]:
     settings = Settings(home=home, db_url=db_url, audit_key="benchmark-key")
-    ctx = open_context(settings, autostart_agent=False)
+    ctx = open_context(settings)
     try:
         with ctx.db.transaction() as session:
             count = session.scalar(select(func.count()).select_from(Job)) or 0

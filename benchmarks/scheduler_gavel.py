@@ -8,7 +8,8 @@ Gavel's simulator. Runs, in one invocation, each policy through the same simulat
 the ratios between policies:
 
 - fidelity: fifo, fifo_perf and gavel_las_perf at 1.0 job/h; gavel_las_perf at 2.4 jobs/h;
-- the anchor: shipyard vs gavel_las_perf at 2.4 and 2.6 jobs/h, and makespan of 700 static jobs;
+- the anchor: shortest_remaining_perf (the default) vs gavel_las_perf at 2.4 and 2.6 jobs/h,
+  and makespan of 700 static jobs;
 - the same with a 30 s restart cost;
 - for the static runs, the fluid lower bound on the makespan of the same 700 jobs (a linear
   program no schedule can beat), so a policy's loss is told apart from the workload's.
@@ -57,19 +58,19 @@ EXPERIMENTS: list[tuple[str, str, float]] = [
     ("fifo", "1.0", 0),
     ("fifo_perf", "1.0", 0),
     ("gavel_las_perf", "1.0", 0),
-    ("shipyard", "1.0", 0),
+    ("shortest_remaining_perf", "1.0", 0),
     ("gavel_las_perf", "2.4", 0),
-    ("shipyard", "2.4", 0),
+    ("shortest_remaining_perf", "2.4", 0),
     ("gavel_las_perf", "2.6", 0),
-    ("shipyard", "2.6", 0),
+    ("shortest_remaining_perf", "2.6", 0),
     ("fifo", "static700", 0),
     ("gavel_las_perf", "static700", 0),
-    ("shipyard", "static700", 0),
+    ("shortest_remaining_perf", "static700", 0),
     ("min_makespan", "static700", 0),
     ("gavel_las_perf", "2.4", 30),
-    ("shipyard", "2.4", 30),
+    ("shortest_remaining_perf", "2.4", 30),
     ("gavel_las_perf", "static700", 30),
-    ("shipyard", "static700", 30),
+    ("shortest_remaining_perf", "static700", 30),
 ]
 
 
@@ -165,8 +166,8 @@ def main() -> None:
     print(f"fluid lower bound on the static makespan: {bound:.1f} h (per seed {per_seed})")
     by_key = {(s["policy"], s["load"], s["restart_cost_s"]): s["mean"] for s in summary}
     for load, cost in (("2.4", 0), ("2.6", 0), ("static700", 0), ("2.4", 30), ("static700", 30)):
-        ratio = by_key[("shipyard", load, cost)] / by_key[("gavel_las_perf", load, cost)]
-        print(f"shipyard / gavel_las_perf at {load}, restart {cost:.0f}s: {ratio:.3f}")
+        ratio = by_key[("shortest_remaining_perf", load, cost)] / by_key[("gavel_las_perf", load, cost)]
+        print(f"shortest_remaining_perf / gavel_las_perf at {load}, restart {cost:.0f}s: {ratio:.3f}")
 
 
 if __name__ == "__main__":

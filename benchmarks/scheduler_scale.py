@@ -1,8 +1,9 @@
 """How long one scheduling cycle takes as the cluster grows.
 
 Builds a synthetic snapshot — pending jobs of Gavel's 26 types and gang sizes, nodes of 8 devices
-spread over 6 accelerator types with heterogeneous throughputs — and times ``policy + run_cycle``
-(the work the daemon does each round) for each policy at several sizes, best of three.
+spread over 6 accelerator types with heterogeneous throughputs — and times the whole ``Cycle``
+(memory fit, admission, policy, leases, reasons: the work the daemon does each round) for each
+policy at several sizes, best of three.
 
     .venv/bin/python benchmarks/scheduler_scale.py [--json]
 """
@@ -14,9 +15,9 @@ import json
 import random
 import time
 
-from shipyard.scheduling.cycle import run_cycle
-from shipyard.scheduling.model import Job, Node, PolicyInput, Throughputs
-from shipyard.scheduling.policies import POLICIES, STRICT_ORDER_POLICIES
+from shipyard.scheduling.cycle import Cycle
+from shipyard.scheduling.model import Job, Node, Throughputs
+from shipyard.scheduling.policies import policy_named
 
 TYPES = ("h100-sxm", "a100-80gb", "v100-32gb", "rtx-4090", "mi250", "m2-ultra")
 SIZES = [(64, 200), (512, 2000), (8000, 10000)]
@@ -52,17 +53,10 @@ def snapshot(devices: int, jobs: int, seed: int = 0) -> tuple[list[Job], list[No
 
 def time_cycle(policy: str, devices: int, jobs: int) -> float:
     pending, nodes, throughputs = snapshot(devices, jobs)
-    capacity: dict[str, int] = {}
-    for node in nodes:
-        capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
-        allocation = POLICIES[policy](
-            PolicyInput(jobs=pending, capacity=capacity, throughputs=throughputs, now_s=1e5)
-        )
-        backfill = None if policy in STRICT_ORDER_POLICIES else throughputs  # as the live agent does
-        run_cycle(pending, nodes, allocation, now_s=1e5, round_s=360, backfill=backfill)
+        Cycle(policy=policy_named(policy), round_s=360).run(pending, nodes, throughputs, now_s=1e5)
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -70,7 +64,7 @@ def time_cycle(policy: str, devices: int, jobs: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--policies", default="shipyard,fifo_perf,gavel_las_perf")
+    parser.add_argument("--policies", default="shortest_remaining_perf,fifo_perf,gavel_las_perf")
     args = parser.parse_args()
     results = []
     for policy in args.policies.split(","):

@@ -21,13 +21,17 @@ import json
 import platform
 import shutil
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from shipyard.services import storage_bench
-from shipyard.storage.s3 import S3Objects
-from shipyard.storage.seaweedfs import SeaweedCluster
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the SeaweedFS harness is the tests' (tests/support)
+
+from shipyard.services import storage_bench  # noqa: E402
+from shipyard.storage.s3 import S3Objects  # noqa: E402
+from tests.support.seaweedfs import SeaweedCluster  # noqa: E402
 
 PLAIN = "plain file (fsync)"
 

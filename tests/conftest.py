@@ -199,9 +199,7 @@ def seed_finished_job(server: Server, name: str, project: str, owner: str) -> tu
     export = server.home / "exports" / tag
     export.mkdir(parents=True)
     (export / "config.json").write_text('{"model_type": "llama"}')
-    ctx = open_context(
-        Settings(home=server.home, db_url=server.env["SHIPYARD_DB_URL"]), autostart_agent=False
-    )
+    ctx = open_context(Settings(home=server.home, db_url=server.env["SHIPYARD_DB_URL"]))
     try:
         with ctx.db.transaction() as session:
             job_id = f"{name}-{tag}"
@@ -228,9 +226,7 @@ def seed_model_version(server: Server, name: str, project: str, owner: str) -> i
     from shipyard.settings import Settings
 
     job_id, artifact_id = seed_finished_job(server, name, project, owner)
-    ctx = open_context(
-        Settings(home=server.home, db_url=server.env["SHIPYARD_DB_URL"]), autostart_agent=False
-    )
+    ctx = open_context(Settings(home=server.home, db_url=server.env["SHIPYARD_DB_URL"]))
     try:
         with ctx.db.transaction() as session:
             latest = session.scalar(select(func.max(ModelVersion.version)).where(ModelVersion.name == name))

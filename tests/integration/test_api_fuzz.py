@@ -32,7 +32,7 @@ def test_a_thousand_generated_requests_and_stateful_sequences_get_no_server_erro
                 "run",
                 f"{server.url}/openapi.json",
                 "--header",
-                f"Authorization: Bearer {issued['token']}",
+                f"Authorization: Bearer {issued.token}",
                 "--checks",
                 "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
                 "--max-examples",

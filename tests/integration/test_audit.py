@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text
 
-from shipyard.services import audit
+from shipyard import audit
+from shipyard.services import submissions
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
 from tests.conftest import Cli
@@ -23,7 +24,7 @@ ACTOR = audit.Actor(name="alice", source="127.0.0.1")
 
 @pytest.fixture
 def ctx(tmp_path: Path, db_url: str) -> Iterator[ServiceContext]:
-    context = open_context(Settings(home=tmp_path / "home", db_url=db_url), autostart_agent=False)
+    context = open_context(Settings(home=tmp_path / "home", db_url=db_url))
     yield context
     context.close()
 
@@ -119,7 +120,7 @@ def test_string_fields_are_stored_verbatim(ctx: ServiceContext) -> None:
 def test_concurrent_writers_keep_one_chain(tmp_path: Path, db_url: str) -> None:
     """Six connections append at once (on SQLite a head read before the write lock was taken let
     two of them extend the same head)."""
-    ctx = open_context(Settings(home=tmp_path / "home", db_url=db_url), autostart_agent=False)
+    ctx = open_context(Settings(home=tmp_path / "home", db_url=db_url))
     try:
         errors: list[BaseException] = []
 
@@ -145,11 +146,10 @@ def test_batched_submissions_are_each_stored_once_in_one_chain(tmp_path: Path, d
     stored job, each job has one audit record, and the chain holds."""
     from shipyard.db import AuditRecord, Job
     from shipyard.schemas.jobspec import validate_job_spec
-    from shipyard.services import jobs
     from tests.builders import spec_dict
 
-    ctx = open_context(Settings(home=tmp_path / "home", db_url=db_url), autostart_agent=False)
-    writer = jobs.SubmissionWriter(ctx.db)
+    ctx = open_context(Settings(home=tmp_path / "home", db_url=db_url))
+    writer = submissions.SubmissionWriter(ctx.db)
     spec = validate_job_spec(spec_dict())
     answers: list[str] = []
     lock = threading.Lock()
@@ -158,7 +158,7 @@ def test_batched_submissions_are_each_stored_once_in_one_chain(tmp_path: Path, d
         def client(n: int) -> None:
             mine = ctx.acting_as(audit.Actor(name=f"local:client-{n}", source="test", is_admin=True))
             for _ in range(25):
-                view = jobs.submit(mine, spec, writer=writer)
+                view = writer.submit(submissions.Submission(mine, spec)).result()
                 with lock:
                     answers.append(view.id)
 
@@ -186,15 +186,16 @@ def test_one_bad_submission_in_a_batch_fails_alone(tmp_path: Path, postgres_url:
     from shipyard.db import Job
     from shipyard.schemas.jobspec import validate_job_spec
     from shipyard.services import jobs
+    from shipyard.services.submission_checks import check_submission
     from tests.builders import spec_dict
 
-    ctx = open_context(Settings(home=tmp_path / "home", db_url=postgres_url), autostart_agent=False)
-    writer = jobs.SubmissionWriter(ctx.db)
+    ctx = open_context(Settings(home=tmp_path / "home", db_url=postgres_url))
+    writer = submissions.SubmissionWriter(ctx.db)
     spec = validate_job_spec(spec_dict())
     try:
         names = [f"local:ok-{n}" for n in range(15)] + ["local:bad\x00name"]
-        admitted = [jobs.admit(ctx.acting_as(audit.Actor(n, "test", is_admin=True)), spec, False, None)
-                    for n in names]  # fmt: skip
+        actors = [ctx.acting_as(audit.Actor(n, "test", is_admin=True)) for n in names]
+        admitted = [check_submission(actor, spec, False, None) for actor in actors]
         # One batch, as the writer's thread forms it from requests that arrive together.
         batch = [(a, Future[jobs.JobView]()) for a in admitted]
         writer._commit(batch)
@@ -215,7 +216,7 @@ def _outcome(done: Future[Any]) -> str:
 
 def test_the_cli_exits_1_naming_the_record_and_exports_jsonl(cli: Cli, tmp_path: Path, db_url: str) -> None:
     cli.env["SHIPYARD_DB_URL"] = db_url
-    ctx = open_context(Settings(home=cli.home, db_url=db_url), autostart_agent=False)
+    ctx = open_context(Settings(home=cli.home, db_url=db_url))
     write(ctx, 4)
     assert "audit log intact: 4 records" in cli.run("audit", "verify").stdout
     out = tmp_path / "audit.jsonl"

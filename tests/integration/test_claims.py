@@ -19,7 +19,7 @@ def test_concurrent_agents_claim_each_queued_job_once(tmp_path: Path, db_url: st
     from shipyard.domain import JobState
     from shipyard.services.agent import _claim
 
-    ctx = open_context(Settings(home=tmp_path / "home", db_url=db_url), autostart_agent=False)
+    ctx = open_context(Settings(home=tmp_path / "home", db_url=db_url))
     try:
         with ctx.db.transaction() as session:
             for i in range(40):

@@ -79,7 +79,7 @@ def test_the_agent_places_a_job_on_the_gpu_and_records_its_utilization(cli: Cli,
     assert job["state"] == "succeeded", job["message"]
     assert cli.json("jobs", "show", job["id"])["attempts"][-1]["accelerator_type"] == gpu["accelerator_type"]
     settings = Settings(home=cli.home, db_url=f"sqlite:///{cli.home / 'shipyard.db'}")
-    ctx = open_context(settings, autostart_agent=False)
+    ctx = open_context(settings)
     try:
         (agent,) = cluster_metrics(ctx).agents
     finally:

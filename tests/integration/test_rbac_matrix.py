@@ -81,7 +81,7 @@ class World:
 
     def fresh_token(self) -> str:
         with self.as_("admin") as root:
-            return str(root.issue_token(f"t{next(self.counter)}", ["read"])["id"])
+            return root.issue_token(f"t{next(self.counter)}", ["read"]).id
 
 
 Request = Callable[[World], tuple[str, dict[str, Any]]]
@@ -212,7 +212,7 @@ def world(tmp_path: Path, db_url: str) -> Iterator[World]:
             name, password = ("admin", server.admin_password) if role == "admin" else (role, PASSWORD)
             client, issued = Client.login(server.url, name, password)
             client.close()
-            tokens[role] = issued["token"]
+            tokens[role] = issued.token
         yield World(server, tokens, itertools.count())
     finally:
         server.stop()

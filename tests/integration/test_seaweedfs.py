@@ -16,13 +16,15 @@ from sqlalchemy import select
 from shipyard.db import StoredBlob
 from shipyard.errors import DependencyMissing
 from shipyard.services import storage as store
+from shipyard.services import storage_upkeep as upkeep
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
 from shipyard.storage import config as storage_config
 from shipyard.storage.blobs import Blob, BlobStore
 from shipyard.storage.crypto import Keyring
+from shipyard.storage.opening import open_store
 from shipyard.storage.s3 import S3Objects
-from shipyard.storage.seaweedfs import SeaweedCluster
+from tests.support.seaweedfs import SeaweedCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,7 +47,7 @@ def ctx(tmp_path: Path, cluster: SeaweedCluster, monkeypatch: pytest.MonkeyPatch
     prefix = f"{tmp_path.name}/"  # each test its own corner of the bucket
     s3 = cluster.s3.model_copy(update={"prefix": prefix})
     storage_config.save(home, storage_config.StorageConfig(backend="s3", s3=s3))
-    context = open_context(Settings(home=home, db_url=f"sqlite:///{tmp_path / 'db'}"), autostart_agent=False)
+    context = open_context(Settings(home=home, db_url=f"sqlite:///{tmp_path / 'db'}"))
     yield context
     context.close()
 
@@ -62,19 +64,19 @@ def test_artifacts_round_trip_through_s3_with_multipart_encryption_and_dedup(
     store.put(ctx, folder / "weights.bin", "secret", encrypt=True)
     with ctx.db.transaction() as session:
         assert len(session.scalars(select(StoredBlob)).all()) == 3
-    assert store.status(ctx).roots[0]["reachable"] is True
+    assert upkeep.status(ctx).roots[0]["reachable"] is True
 
     store.get(ctx, "ckpt/7", tmp_path / "back")
     assert (tmp_path / "back" / "weights.bin").read_bytes() == (folder / "weights.bin").read_bytes()
     store.get(ctx, "secret", tmp_path / "secret.bin")
     assert (tmp_path / "secret.bin").read_bytes() == (folder / "weights.bin").read_bytes()
-    report = store.scrub(ctx, repair=False)
+    report = upkeep.scrub(ctx, repair=False)
     assert (report.checked, report.corrupt, report.lost) == (3, 0, 0)
     assert report.bytes_verified > 80 << 20
     store.delete(ctx, "ckpt/7")
     store.delete(ctx, "ckpt/7-copy")
-    assert store.gc(ctx, grace_s=0).blobs_removed == 2
-    backend = store.open_store(ctx).backend
+    assert upkeep.gc(ctx, grace_s=0).blobs_removed == 2
+    backend = open_store(ctx.settings.home).backend
     assert len(list(backend.objects())) == 1  # only the encrypted blob is left
 
 

@@ -91,9 +91,9 @@ def test_paths_outside_the_data_roots_are_refused_alike_whether_or_not_they_exis
         answers[exists] = refused.value.message.replace(repr(path), "PATH"), refused.value.hint
     assert answers[True] == answers[False]  # nothing tells an existing file from a missing one
     with admin(site.server) as root:
-        denied = [r for r in root.audit() if r["outcome"] == "denied" and r["actor"] == "mia"]
+        denied = [r for r in root.audit() if r.outcome == "denied" and r.actor == "mia"]
     assert len(denied) >= len(attacks)
-    assert all(r["detail"]["reason"] == "path outside the data roots" for r in denied)
+    assert all(r.detail is not None and r.detail["reason"] == "path outside the data roots" for r in denied)
 
 
 def test_model_and_tokenizer_folders_and_checkpoints_are_confined_too(site: Site, tmp_path: Path) -> None:

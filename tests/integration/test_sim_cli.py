@@ -23,7 +23,7 @@ needs_data = pytest.mark.skipif(
 
 
 @needs_data
-@pytest.mark.parametrize("policy", ["fifo", "fifo_perf", "gavel_las_perf", "shipyard"])
+@pytest.mark.parametrize("policy", ["fifo", "fifo_perf", "gavel_las_perf", "shortest_remaining_perf"])
 def test_sim_run_json_contract(cli: Cli, policy: str) -> None:
     args = ["--policy", policy, "--workload", "gavel", "--multi-gpu", "--rate", "0.5", "--seed", "0"]
     out = json.loads(cli.run(*BASE, *args, "--window", "10:40", "--round-s", "360", "--json").stdout)
@@ -37,7 +37,7 @@ def test_static_jobs_and_the_same_answer_for_the_same_seed(cli: Cli) -> None:
     args = [
         *BASE,
         "--policy",
-        "shipyard",
+        "shipyard",  # the default policy's former name, still accepted
         "--multi-gpu",
         "--static-jobs",
         "30",
@@ -62,7 +62,7 @@ def test_a_gavel_trace_replays(cli: Cli) -> None:
 
 def test_sim_policies_lists_the_default_first(cli: Cli) -> None:
     names = json.loads(cli.run("sim", "policies", "--json").stdout)
-    assert names[0] == "shipyard"
+    assert names[0] == "shortest_remaining_perf"
     assert {"fifo", "fifo_perf", "gavel_las_perf", "min_makespan", "max_throughput_per_dollar"} <= set(names)
 
 

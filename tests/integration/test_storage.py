@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from shipyard.audit import Actor
 from shipyard.db import StoredBlob
 from shipyard.errors import Conflict, Forbidden, IntegrityError, InvalidSpec, NotFound, StorageError
 from shipyard.services import accounts, rbac
 from shipyard.services import storage as store
-from shipyard.services.audit import Actor
+from shipyard.services import storage_upkeep as upkeep
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
 from shipyard.storage import config as storage_config
@@ -35,9 +36,9 @@ def ctx(tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterato
     """A store with three roots in three racks."""
     monkeypatch.delenv("SHIPYARD_STORAGE_KEY", raising=False)
     home = tmp_path / "home"
-    context = open_context(Settings(home=home, db_url=db_url), autostart_agent=False)
+    context = open_context(Settings(home=home, db_url=db_url))
     for i in range(3):
-        store.add_root(context, tmp_path / f"root{i}", rack=f"rack{i}", node=None, disk=None)
+        upkeep.add_root(context, tmp_path / f"root{i}", rack=f"rack{i}", node=None, disk=None)
     yield context
     context.close()
 
@@ -78,7 +79,7 @@ def test_files_and_folders_round_trip_and_unchanged_shards_are_stored_once(
         blob = session.scalars(select(StoredBlob).where(StoredBlob.size_bytes == 300_000)).one()
     copies = _replica_files(ctx, blob.name)
     assert len(copies) == 2 and all(c.read_bytes() == shards["shards/0.bin"] for c in copies)
-    assert store.status(ctx).artifacts == 2
+    assert upkeep.status(ctx).artifacts == 2
 
 
 def test_encrypted_artifacts_read_back_and_survive_key_rotation(ctx: ServiceContext, tmp_path: Path) -> None:
@@ -90,7 +91,7 @@ def test_encrypted_artifacts_read_back_and_survive_key_rotation(ctx: ServiceCont
         blob = session.scalars(select(StoredBlob)).one()
     for copy in _replica_files(ctx, blob.name):
         assert secret[:4096] not in copy.read_bytes()  # nothing of the plaintext on disk
-    rotated = store.rotate_key(ctx)
+    rotated = upkeep.rotate_key(ctx)
     assert rotated["rewrapped"] == 1
     store.get(ctx, "models/secret", tmp_path / "back.bin")
     assert (tmp_path / "back.bin").read_bytes() == secret
@@ -120,12 +121,12 @@ def test_scrub_repairs_every_blob_after_losing_and_corrupting_replicas(
             damaged = bytearray(copies[1].read_bytes())
             damaged[len(damaged) // 2] ^= 0xFF
             copies[1].write_bytes(bytes(damaged))
-    found = store.scrub(ctx, repair=False)
+    found = upkeep.scrub(ctx, repair=False)
     assert (found.checked, found.missing, found.corrupt, found.lost) == (300, 300, 60, 0)
 
-    repaired = store.scrub(ctx, repair=True)
+    repaired = upkeep.scrub(ctx, repair=True)
     assert (repaired.repaired, repaired.lost) == (360, 0)
-    clean = store.scrub(ctx, repair=False)
+    clean = upkeep.scrub(ctx, repair=False)
     assert (clean.missing, clean.corrupt, clean.lost) == (0, 0, 0)
     for name, data in originals.items():
         store.get(ctx, name, tmp_path / "out.bin", force=True)  # the same file, read back each time
@@ -223,7 +224,7 @@ def test_roles_decide_who_reads_writes_and_deletes(ctx: ServiceContext, tmp_path
     with pytest.raises(Forbidden):
         store.delete(member, "d", project="vision")  # maintainers and owners delete
     with pytest.raises(Forbidden):
-        store.scrub(member, repair=True)  # upkeep is the cluster admin's
+        upkeep.scrub(member, repair=True)  # upkeep is the cluster admin's
     assert [a.name for a in store.list_artifacts(outsider)] == []
     store.delete(ctx, "d", project="vision")
 
@@ -237,31 +238,31 @@ def test_gc_frees_unreferenced_blobs_and_leftovers_after_the_grace_period(
     leftover.parent.mkdir(exist_ok=True)
     leftover.write_bytes(b"half a blob from a killed writer")
     store.delete(ctx, "a")
-    assert store.gc(ctx).blobs_removed == 0  # within the default grace period
+    assert upkeep.gc(ctx).blobs_removed == 0  # within the default grace period
     os.utime(leftover, (time.time() - 10, time.time() - 10))
-    report = store.gc(ctx, grace_s=0)
+    report = upkeep.gc(ctx, grace_s=0)
     assert (report.blobs_removed, report.bytes_freed, report.orphans_removed) == (1, 1000, 1)
-    assert not leftover.exists() and store.status(ctx).blobs == 0
+    assert not leftover.exists() and upkeep.status(ctx).blobs == 0
 
 
 def test_adding_a_rack_spreads_copies_and_removing_a_root_moves_them_off(tmp_path: Path, db_url: str) -> None:
-    context = open_context(Settings(home=tmp_path / "home", db_url=db_url), autostart_agent=False)
+    context = open_context(Settings(home=tmp_path / "home", db_url=db_url))
     for i in range(2):
-        store.add_root(context, tmp_path / f"same{i}", rack="a", node=None, disk=None)
+        upkeep.add_root(context, tmp_path / f"same{i}", rack="a", node=None, disk=None)
     for i in range(20):
         (tmp_path / "f.bin").write_bytes(os.urandom(2000))
         store.put(context, tmp_path / "f.bin", f"f{i}", replicas=2)
-    moved = store.add_root(context, tmp_path / "other", rack="b", node=None, disk=None)
+    moved = upkeep.add_root(context, tmp_path / "other", rack="b", node=None, disk=None)
     assert moved.repaired == 20  # each blob gets its copy in rack b
     assert len(list((tmp_path / "other").rglob("blobs/*/*"))) == 20
     before = sum(1 for _ in (tmp_path / "same0").rglob("blobs/*/*")) + sum(
         1 for _ in (tmp_path / "same1").rglob("blobs/*/*")
     )
     assert before == 20  # and drops the second copy it had in rack a
-    store.remove_root(context, tmp_path / "same0")
+    upkeep.remove_root(context, tmp_path / "same0")
     assert len(storage_config.load(context.settings.home).roots) == 2
     assert not list((tmp_path / "same0").rglob("blobs/*/*"))
-    assert store.scrub(context, repair=False).missing == 0
+    assert upkeep.scrub(context, repair=False).missing == 0
     context.close()
 
 
@@ -275,7 +276,7 @@ def test_a_full_root_fails_the_write_naming_it_and_leaves_the_rest(tmp_path: Pat
         pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.decode().strip()}")
     try:
         context = open_context(Settings(home=tmp_path / "home", db_url=f"sqlite:///{tmp_path / 'db'}"))
-        store.add_root(context, small, rack="only", node=None, disk=None)
+        upkeep.add_root(context, small, rack="only", node=None, disk=None)
         (tmp_path / "ok.bin").write_bytes(os.urandom(500_000))
         store.put(context, tmp_path / "ok.bin", "fits", replicas=1)
         (tmp_path / "big.bin").write_bytes(os.urandom(3 << 20))
@@ -295,7 +296,7 @@ import sys
 from pathlib import Path
 from shipyard.services import storage
 from shipyard.services.context import open_context
-storage.put(open_context(autostart_agent=False), Path(sys.argv[1]), sys.argv[2], replicas=3)
+storage.put(open_context(), Path(sys.argv[1]), sys.argv[2], replicas=3)
 print("done", flush=True)
 """
 

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from shipyard.scheduling.cycle import run_cycle
 from shipyard.scheduling.model import Job, Lease, Node, PolicyInput, Throughputs
-from shipyard.scheduling.policies import POLICIES, gavel_las_perf, shipyard
+from shipyard.scheduling.policies import POLICIES, gavel_las_perf, policy_named, shortest_remaining_perf
+from shipyard.scheduling.reasons import Reason
 
 TYPES = ("v100", "p100", "k80")
 SPEED = {"v100": 3.0, "p100": 2.0, "k80": 1.0}
@@ -99,12 +100,12 @@ def test_gangs_pack_on_one_node_before_spreading() -> None:
 def test_a_job_bigger_than_any_type_says_so() -> None:
     job = Job(id="x", job_type="a", devices=16, total_steps=1, arrival_s=0)
     plan = run_cycle([job], nodes(), {}, now_s=0, round_s=360)
-    assert plan.pending_reasons["x"] == "needs 16 devices of one type; the largest type here has 8"
+    assert plan.pending_reasons["x"].message == "needs 16 devices of one type; the largest type here has 8"
+    assert plan.pending_reasons["x"].code == Reason.GANG_TOO_LARGE
 
 
 def test_a_job_runs_only_where_devices_have_the_memory_it_asks_for() -> None:
     from shipyard.scheduling.cycle import schedule
-    from shipyard.scheduling.policies import fifo_perf
 
     cluster = [
         Node(id="v100-0", accelerator_type="v100", devices=4, memory_gib=32),
@@ -115,16 +116,18 @@ def test_a_job_runs_only_where_devices_have_the_memory_it_asks_for() -> None:
     huge = Job(id="huge", job_type="a", devices=1, total_steps=10, arrival_s=1, min_memory_gib=40)
     # Two jobs fill the v100s first, so the 16 GiB job could only go to a k80 — which is too small.
     first = [Job(id=f"f{i}", job_type="a", devices=2, total_steps=10, arrival_s=-1) for i in range(2)]
-    plan, _ = schedule([*first, big, huge], cluster, tp, fifo_perf, now_s=0, round_s=360)
+    plan = schedule([*first, big, huge], cluster, tp, POLICIES["fifo_perf"], now_s=0, round_s=360).plan
     assert set(plan.leases) == {"f0", "f1"}
-    assert plan.pending_reasons["big"] == (
+    assert plan.pending_reasons["big"].code == Reason.INSUFFICIENT_DEVICES
+    assert plan.pending_reasons["big"].message == (
         "0/2 nodes: 1 wrong accelerator type, 1 insufficient free v100 (v100: 0 of 4 free, needs 2); "
         "too little memory per device on k80 has 12 GiB, needs 16"
     )
-    assert plan.pending_reasons["huge"] == (
+    assert plan.pending_reasons["huge"].code == Reason.INSUFFICIENT_MEMORY
+    assert plan.pending_reasons["huge"].message == (
         "0/2 nodes: 2 insufficient device memory (needs 40 GiB per device, the largest here has 32 GiB)"
     )
-    alone, _ = schedule([big], cluster, tp, fifo_perf, now_s=0, round_s=360)
+    alone = schedule([big], cluster, tp, POLICIES["fifo_perf"], now_s=0, round_s=360).plan
     assert alone.leases["big"].accelerator_type == "v100"
 
 
@@ -145,7 +148,9 @@ def test_shipyard_runs_the_shortest_work_first_on_the_type_it_gains_from() -> No
         Job(id="short-c", job_type="c", devices=8, total_steps=10, arrival_s=5),
         Job(id="short-a", job_type="a", devices=8, total_steps=10, arrival_s=6),
     ]
-    allocation = shipyard(PolicyInput(jobs=jobs, capacity={"v100": 8, "k80": 16}, throughputs=tp))
+    allocation = shortest_remaining_perf(
+        PolicyInput(jobs=jobs, capacity={"v100": 8, "k80": 16}, throughputs=tp)
+    )
     assert allocation["short-c"] == {"v100": 1.0}
     assert allocation["short-a"] == {"k80": 1.0}
     # The longest job sets the horizon of all known work: starting it last would end the batch
@@ -204,13 +209,14 @@ def test_a_queue_borrows_idle_quota_of_its_cohort() -> None:
     admission = admit([job("a", "team-a", 6)], LAB)
     assert [j.id for j in admission.jobs] == ["a"]
     admission = admit([job("a", "team-a", 6, running=True), job("b", "team-a", 4)], LAB)
-    assert admission.reasons["b"] == "quota exhausted in cohort lab (v100: 2 more needed)"
+    assert admission.reasons["b"].code == Reason.QUOTA_EXHAUSTED
+    assert admission.reasons["b"].message == "quota exhausted in cohort lab (v100: 2 more needed)"
     assert admission.usage.borrowed["research"] == {"v100": 2}
 
 
 def test_a_queue_without_cohort_cannot_borrow() -> None:
     admission = admit([job("s", "solo", 3)], LAB)
-    assert admission.reasons["s"] == "quota exhausted in queue solo (v100: 1 more needed)"
+    assert admission.reasons["s"].message == "quota exhausted in queue solo (v100: 1 more needed)"
 
 
 def test_the_owner_reclaims_borrowed_quota_by_preemption() -> None:
@@ -219,14 +225,18 @@ def test_the_owner_reclaims_borrowed_quota_by_preemption() -> None:
     admission = admit([borrower, owner], LAB)
     assert admission.reclaimed == ("a",)
     cluster = [Node(id="v100-0", accelerator_type="v100", devices=8)]
-    plan, _ = schedule([borrower, owner], cluster, throughputs(["a"]), shipyard, LAB, now_s=20, round_s=360)
+    plan = schedule(
+        [borrower, owner], cluster, throughputs(["a"]), policy_named("shipyard"), LAB, now_s=20, round_s=360
+    ).plan
     assert plan.preempted == ("a",)
-    assert "borrowed quota" in plan.pending_reasons["a"]
+    assert plan.pending_reasons["a"].code == Reason.RECLAIMED
+    assert "borrowed quota" in plan.pending_reasons["a"].message
 
 
 def test_unknown_queue_is_named() -> None:
     admission = admit([job("x", "nope", 1)], LAB)
-    assert admission.reasons["x"].startswith("queue 'nope' does not exist")
+    assert admission.reasons["x"].code == Reason.NO_SUCH_QUEUE
+    assert admission.reasons["x"].message.startswith("queue 'nope' does not exist")
 
 
 @settings(max_examples=50, deadline=None)
@@ -274,7 +284,7 @@ def test_every_job_finishes_no_faster_than_alone_and_runs_repeat(
     tp = throughputs(["a", "b", "c"])
     jobs = [TraceJob(job_type=t, devices=d, total_steps=s, arrival_s=a) for t, d, s, a in raw]
     nodes = cluster_nodes({"v100": 4, "p100": 4, "k80": 4}, 4)
-    config = SimConfig(policy_name=policy, round_s=360, restart_cost_s=restart_cost)
+    config = SimConfig(round_s=360, restart_cost_s=restart_cost)
     first = simulate(jobs, nodes, tp, POLICIES[policy], config)
     assert first.jobs_measured == len(jobs)  # nothing starves forever, nothing is lost
     alone = min(
@@ -304,8 +314,8 @@ def test_the_fluid_makespan_bound_is_exact_where_it_can_be_and_never_beaten() ->
     tp3 = throughputs(["a", "b", "c"])
     nodes3 = cluster_nodes({"v100": 4, "p100": 4, "k80": 4}, 4)
     bound = fluid_makespan_s(batch, tp3, {"v100": 4, "p100": 4, "k80": 4})
-    for policy in ("min_makespan", "shipyard", "gavel_las_perf"):
-        result = simulate(batch, nodes3, tp3, POLICIES[policy], SimConfig(policy_name=policy, round_s=360))
+    for policy in ("min_makespan", "shortest_remaining_perf", "gavel_las_perf"):
+        result = simulate(batch, nodes3, tp3, POLICIES[policy], SimConfig(round_s=360))
         assert result.makespan_h * 3600 >= bound * 0.999
 
 
@@ -333,7 +343,7 @@ class RoundsMachine(RuleBasedStateMachine):
     @rule(policy=st.sampled_from(sorted(POLICIES)))
     def round(self, policy: str) -> None:
         live = [j for j in self.jobs.values() if j.remaining_steps > 0]
-        plan, _ = schedule(live, self.nodes, self.tp, POLICIES[policy], now_s=self.now, round_s=360)
+        plan = schedule(live, self.nodes, self.tp, POLICIES[policy], now_s=self.now, round_s=360).plan
         self.last_plan = plan
         for job in live:
             lease = plan.leases.get(job.id)

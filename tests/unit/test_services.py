@@ -1,4 +1,4 @@
-"""Service use cases on a real SQLite database, with no agent running (``autostart_agent=False``)
+"""Service use cases on a real SQLite database, with no agent running (no ``start_agent``)
 and a fake vendor query standing in for a node with two cores."""
 
 from __future__ import annotations
@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from shipyard import audit
 from shipyard.errors import Conflict, Forbidden, NotFound, Unschedulable
 from shipyard.hardware import VendorQueries
 from shipyard.hardware.discovery import CpuInfo
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.services import agent, audit, jobs, telemetry
+from shipyard.services import agent, jobs, outputs, submissions, telemetry
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
 from tests.builders import spec_dict
@@ -28,7 +29,7 @@ TWO_CORES = VendorQueries(
 @pytest.fixture
 def ctx(tmp_path: Path) -> Iterator[ServiceContext]:
     settings = Settings(home=tmp_path, db_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
-    context = open_context(settings, vendor_queries=TWO_CORES, autostart_agent=False)
+    context = open_context(settings, vendor_queries=TWO_CORES)
     yield context
     context.close()
 
@@ -109,7 +110,7 @@ def h200_node(count: int) -> VendorQueries:
 
 def test_a_job_that_fits_no_accelerator_here_is_refused_with_the_numbers(tmp_path: Path) -> None:
     settings = Settings(home=tmp_path, db_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
-    ctx = open_context(settings, vendor_queries=h200_node(8), autostart_agent=False)
+    ctx = open_context(settings, vendor_queries=h200_node(8))
     spec = spec_dict(
         model={"preset": "llama-7b"},
         training={"steps": 10, "global_batch_tokens": 65536, "micro_batch_size": 32, "seq_len": 2048},
@@ -150,7 +151,7 @@ def test_a_job_id_drawn_twice_is_drawn_again(
     draws = iter(["00000000", "00000000", "00000000", "0000beef"])
     monkeypatch.setattr(jobs.secrets, "token_hex", lambda _: next(draws))
     settings = Settings(home=tmp_path, db_url=db_url)
-    ctx = open_context(settings, vendor_queries=TWO_CORES, autostart_agent=False)
+    ctx = open_context(settings, vendor_queries=TWO_CORES)
     spec = validate_job_spec(spec_dict(name="twin"))
     first, second = jobs.submit(ctx, spec), jobs.submit(ctx, spec)
     assert (first.id, second.id) == ("twin-00000000", "twin-0000beef")
@@ -164,7 +165,7 @@ def test_each_agent_pass_reports_devices_utilization_and_its_duration(tmp_path: 
     """The vendor's utilization counters are faked (this machine has no GPU)."""
     settings = Settings(home=tmp_path, db_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
     node = dataclasses.replace(h200_node(2), utilization=lambda: {0: 0.35, 1: 0.0})
-    ctx = open_context(settings, vendor_queries=node, autostart_agent=False)
+    ctx = open_context(settings, vendor_queries=node)
     before = telemetry.cluster_metrics(ctx)
     assert before.agents == [] and before.queue_wait_s == {}
     assert before.jobs_by_state == dict.fromkeys(["queued", "running", "succeeded", "failed", "cancelled"], 0)
@@ -186,9 +187,10 @@ def test_a_finished_jobs_export_is_published_only_for_those_who_may(
     maintainer registers it. Registering is checked, audited and done once per export."""
     from sqlalchemy import select
 
+    from shipyard import audit
     from shipyard.db import AuditRecord, Job
     from shipyard.schemas.launch import AttemptResult
-    from shipyard.services import accounts, audit, models, rbac
+    from shipyard.services import accounts, models, rbac
 
     for user, role in (("mia", "maintainer"), ("max", "member")):
         accounts.create_user(ctx, user, "a long enough passphrase")
@@ -206,7 +208,7 @@ def test_a_finished_jobs_export_is_published_only_for_those_who_may(
             job = session.get(Job, view.id)
             assert job is not None
             job.owner, job.state = owner, "succeeded"
-            agent._register_outputs(ctx, session, job, finished)
+            outputs.register_outputs(ctx, session, job, finished)
         owners[owner] = view.id
     assert [(v.name, v.metrics) for v in models.list_versions(ctx)] == [("job-mia", {"eval_loss_end": 2.5})]
     assert "a maintainer can: shipyard models register" in (jobs.get(ctx, owners["max"]).message or "")
@@ -245,10 +247,10 @@ def test_a_submission_refused_by_its_checks_fails_alone_in_its_batch(ctx: Servic
 
     ok = validate_job_spec(spec_dict())
     too_big = validate_job_spec(spec_dict(resources={"accelerator": "cpu", "devices": 4}))
-    writer = jobs.SubmissionWriter(ctx.db)
-    batch = [(jobs.Submission(ctx, spec), Future[jobs.JobView]()) for spec in (ok, too_big, ok)]
+    writer = submissions.SubmissionWriter(ctx.db)
+    batch = [(submissions.Submission(ctx, spec), Future[jobs.JobView]()) for spec in (ok, too_big, ok)]
     try:
-        writer._commit(writer._admit(batch))  # one batch, as the writer's thread forms it
+        writer._commit(writer._check(batch))  # one batch, as the writer's thread forms it
     finally:
         writer.close()
     assert isinstance(batch[1][1].exception(timeout=10), Unschedulable)
@@ -262,12 +264,12 @@ def test_a_submission_whose_request_went_away_is_not_written(ctx: ServiceContext
     from concurrent.futures import Future
 
     spec = validate_job_spec(spec_dict())
-    writer = jobs.SubmissionWriter(ctx.db)
+    writer = submissions.SubmissionWriter(ctx.db)
     gone, kept = Future[jobs.JobView](), Future[jobs.JobView]()
     gone.cancel()
     try:
-        writer._commit(writer._admit([(jobs.Submission(ctx, spec), done) for done in (gone, kept)]))
-        after = jobs.submit(ctx, spec, writer=writer)  # the writer's thread still serves
+        writer._commit(writer._check([(submissions.Submission(ctx, spec), done) for done in (gone, kept)]))
+        after = writer.submit(submissions.Submission(ctx, spec)).result()  # the writer's thread still serves
     finally:
         writer.close()
     assert {j.id for j in jobs.list_jobs(ctx)} == {kept.result().id, after.id}

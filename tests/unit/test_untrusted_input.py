@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
+from shipyard.audit import Actor
 from shipyard.cli import _output
 from shipyard.domain.paths import is_inside
 from shipyard.domain.text import printable
@@ -24,7 +25,6 @@ from shipyard.schemas.data_roots import literal_part, parse_server_config, refus
 from shipyard.schemas.documents import MAX_NODES, check_shape, load_mapping
 from shipyard.schemas.jobspec import parse_job_spec, validate_job_spec
 from shipyard.services import jobs as job_service
-from shipyard.services.audit import Actor
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
 from tests.builders import spec_dict
@@ -183,7 +183,7 @@ def confined(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service
     home = base / "home"
     home.mkdir()
     (home / "server.yaml").write_text(f'data_roots: {{"*": [{data}]}}\n')
-    ctx = open_context(Settings(home=home, db_url=f"sqlite:///{base / 'db.sqlite'}"), autostart_agent=False)
+    ctx = open_context(Settings(home=home, db_url=f"sqlite:///{base / 'db.sqlite'}"))
     yield ctx.acting_as(Actor(name="fuzzer", source="test", is_admin=True)), str(data / "corpus.txt")
     ctx.close()
 

@@ -4,10 +4,13 @@ command is written once."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from shipyard.cli._remote import client, server_url
+from shipyard.daemon.supervisor import Supervisor
 from shipyard.schemas.views import JobDetail, JobView
 from shipyard.services import jobs as job_service
 from shipyard.services.context import ServiceContext
@@ -26,7 +29,7 @@ class Embedded:
     def __init__(self, ctx: ServiceContext | None = None) -> None:
         from shipyard.services.context import open_context
 
-        self.ctx = ctx or open_context()
+        self.ctx = ctx or open_context(start_agent=Supervisor())
 
     def submit(self, spec: Path, *, resume: bool, resume_from: str | None) -> JobView:
         return job_service.submit(
@@ -54,29 +57,40 @@ class Remote:
     filesystem), or name ``store:`` datasets."""
 
     def __init__(self) -> None:
-        self.client: Any = client()
+        self.client = client()
 
     def submit(self, spec: Path, *, resume: bool, resume_from: str | None) -> JobView:
         document = job_service.load_spec_file(spec).model_dump(mode="json", by_alias=True)
-        return self.client.submit_job(document, resume=resume, resume_from=resume_from)  # type: ignore[no-any-return]
+        return self.client.submit_job(document, resume=resume, resume_from=resume_from)
 
     def list(self, state: str | None, limit: int) -> list[JobView]:
-        return self.client.list_jobs(state, limit)  # type: ignore[no-any-return]
+        return self.client.list_jobs(state, limit)
 
     def get(self, job_id: str) -> JobDetail:
-        return self.client.get_job(job_id)  # type: ignore[no-any-return]
+        return self.client.get_job(job_id)
 
     def status(self, job_id: str) -> JobView:
         return self.get(job_id)
 
     def cancel(self, job_id: str) -> JobView:
-        return self.client.cancel_job(job_id)  # type: ignore[no-any-return]
+        return self.client.cancel_job(job_id)
 
     def log(self, job_id: str, offset: int, *, must_exist: bool) -> job_service.LogChunk:
         del must_exist  # the server answers an empty chunk for a job that has not started
         chunk = self.client.job_logs(job_id, offset)
-        return job_service.LogChunk(chunk["data"].encode(), chunk["next_offset"], chunk["job_ended"])
+        return job_service.LogChunk(chunk.data.encode(), chunk.next_offset, chunk.job_ended)
 
 
-def jobs() -> Jobs:
-    return Remote() if server_url() else Embedded()
+@contextmanager
+def jobs() -> Iterator[Jobs]:
+    """The configured server's jobs, else the embedded platform's; closed after the command."""
+    if server_url():
+        remote = Remote()
+        with remote.client:
+            yield remote
+        return
+    embedded = Embedded()
+    try:
+        yield embedded
+    finally:
+        embedded.ctx.close()

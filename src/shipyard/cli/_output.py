@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import typer
 from pydantic import BaseModel
@@ -15,6 +15,7 @@ from rich.text import Text
 
 from shipyard.domain.text import printable
 
+View = TypeVar("View", bound=BaseModel)
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 console = Console()
@@ -42,14 +43,14 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[obj
 
 
 def rows_or_json(
-    records: list[dict[str, Any]],
+    records: Sequence[View],
     json_out: bool,
     columns: Sequence[str],
-    row: Callable[[dict[str, Any]], Sequence[object]],
+    row: Callable[[View], Sequence[object]],
 ) -> None:
     """``--json``: the records as JSON; otherwise a table with one ``row(record)`` each."""
     if json_out:
-        typer.echo(json.dumps(records, indent=2))
+        print_json(records)
     else:
         table(None, columns, [row(record) for record in records])
 

@@ -7,11 +7,15 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from shipyard.errors import Unauthenticated
 from shipyard.settings import Settings
 from shipyard.storage.files import write_atomically
+
+if TYPE_CHECKING:
+    from shipyard.client import Client
+    from shipyard.services.context import ServiceContext
 
 CREDENTIALS = "credentials.json"
 T = TypeVar("T")
@@ -41,7 +45,7 @@ def save_credentials(url: str, user: str, token: str) -> Path:
     return path
 
 
-def client() -> Any:
+def client() -> Client:
     """A ``shipyard.client.Client`` for the configured server (imported only when one is)."""
     from shipyard.client import Client
 
@@ -53,14 +57,14 @@ def client() -> Any:
     return Client(url, token)
 
 
-def either(remote: Callable[[Any], T], embedded: Callable[[Any], T]) -> T:
+def either(remote: Callable[[Client], T], embedded: Callable[[ServiceContext], T]) -> T:
     """Run on the configured server, else on the embedded platform as the local admin."""
     if server_url():
         with client() as remote_client:
             return remote(remote_client)
     from shipyard.services.context import open_context
 
-    ctx = open_context(autostart_agent=False)
+    ctx = open_context()
     try:
         return embedded(ctx)
     finally:

@@ -4,13 +4,14 @@ SHIPYARD_URL (or ``shipyard login``) or on the embedded platform."""
 from __future__ import annotations
 
 import getpass
-import json
 import os
-from typing import Annotated, Any
+from collections.abc import Sequence
+from typing import Annotated
 
 import typer
+from pydantic import BaseModel
 
-from shipyard.cli._output import JsonOpt, table
+from shipyard.cli._output import JsonOpt, print_json, rows_or_json
 from shipyard.cli._remote import either
 
 users_app = typer.Typer(help="People and service accounts.", no_args_is_help=True)
@@ -20,11 +21,8 @@ tokens_app = typer.Typer(
 projects_app = typer.Typer(help="Roles in projects: owner, maintainer, member, viewer.", no_args_is_help=True)
 
 
-def _show(rows: list[dict[str, Any]], columns: list[str], json_out: bool) -> None:
-    if json_out:
-        typer.echo(json.dumps(rows, indent=2))
-    else:
-        table(None, columns, [[row.get(c) for c in columns] for row in rows])
+def _show(rows: Sequence[BaseModel], columns: list[str], json_out: bool) -> None:
+    rows_or_json(rows, json_out, columns, lambda row: [getattr(row, c) for c in columns])
 
 
 @users_app.command("add")
@@ -68,13 +66,13 @@ def create_token(
 
     issued = either(
         lambda c: c.issue_token(name, scope, days, user),
-        lambda ctx: accounts.issue_token(ctx, user or ctx.actor.name, name, scope, days=days).to_dict(),
+        lambda ctx: accounts.issue_token(ctx, user or ctx.actor.name, name, scope, days=days).view(),
     )
     if json_out:
-        typer.echo(json.dumps(issued, indent=2))
+        print_json(issued)
         return
-    typer.echo(f"token {issued['id']} (expires {issued['expires_at']}); copy it now, it is not shown again:")
-    typer.echo(issued["token"])
+    typer.echo(f"token {issued.id} (expires {issued.expires_at}); copy it now, it is not shown again:")
+    typer.echo(issued.token)
 
 
 @tokens_app.command("list")

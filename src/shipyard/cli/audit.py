@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from shipyard.cli._output import JsonOpt
+from shipyard import audit
+from shipyard.cli._output import JsonOpt, print_json
 from shipyard.domain.paths import refuse_overwrite
 from shipyard.errors import AuditChainBroken
-from shipyard.services import audit
 from shipyard.services.context import open_context
 
 app = typer.Typer(help="The audit log: who trained, downloaded or published what.", no_args_is_help=True)
@@ -22,10 +21,10 @@ app = typer.Typer(help="The audit log: who trained, downloaded or published what
 def verify(json_out: JsonOpt = False) -> None:
     """Walk the hash chain; exit 1 naming the first record that was modified, deleted, inserted
     or reordered (on the embedded database, or the server's with SHIPYARD_DB_URL)."""
-    ctx = open_context(autostart_agent=False)
+    ctx = open_context()
     verdict = audit.verify_log(ctx.db, ctx.audit_key)
     if json_out:
-        typer.echo(json.dumps(verdict.to_dict(), indent=2))
+        print_json(verdict.view())
         if not verdict.ok:
             raise typer.Exit(1)
         return
@@ -50,7 +49,7 @@ def export(
     """
     if out is not None:
         refuse_overwrite(out, force=force)
-    ctx = open_context(autostart_agent=False)
+    ctx = open_context()
     moment = audit.parse_since(since) if since else None
     if out is None:
         audit.export_log(ctx.db, ctx.audit_key, sys.stdout, moment)

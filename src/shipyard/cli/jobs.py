@@ -36,14 +36,13 @@ def submit(
     json_out: JsonOpt = False,
 ) -> None:
     """Queue a training job; the local agent starts it when its devices are free."""
-    platform = jobs_backend()
-    view = platform.submit(spec, resume=resume, resume_from=resume_from)
-    if not json_out:
-        console.print(
-            f"submitted [bold]{view.id}[/]" + (f" (resuming {view.resume_from})" if view.resume_from else "")
-        )
-    if wait:
-        view = follow(platform, view.id)
+    with jobs_backend() as platform:
+        view = platform.submit(spec, resume=resume, resume_from=resume_from)
+        if not json_out:
+            resuming = f" (resuming {view.resume_from})" if view.resume_from else ""
+            console.print(f"submitted [bold]{view.id}[/]{resuming}")
+        if wait:
+            view = follow(platform, view.id)
     if json_out:
         print_json(view)
     elif wait:
@@ -68,7 +67,8 @@ def list_(
     json_out: JsonOpt = False,
 ) -> None:
     """Jobs, newest first, with progress and why queued ones wait."""
-    views = jobs_backend().list(state, limit)
+    with jobs_backend() as platform:
+        views = platform.list(state, limit)
     if json_out:
         print_json(views)
         return
@@ -94,7 +94,8 @@ def list_(
 @sub_app.command()
 def show(job_id: JobIdArg, json_out: JsonOpt = False) -> None:
     """One job: state, attempts, summary figures and artifacts."""
-    detail = jobs_backend().get(job_id)
+    with jobs_backend() as platform:
+        detail = platform.get(job_id)
     if json_out:
         print_json(detail)
         return
@@ -184,25 +185,26 @@ def logs(
     ] = False,
 ) -> None:
     """The job's training log (its newest attempt)."""
-    platform = jobs_backend()
-    offset = 0
-    while True:
-        chunk = platform.log(job_id, offset, must_exist=not follow_)
-        if chunk.data:
-            typer.echo(chunk.data.decode(errors="replace"), nl=False)
-        offset = chunk.next_offset
-        if not follow_:
-            return
-        if chunk.job_ended:
-            follow_ = False  # one last read for lines written just before the end
-            continue
-        time.sleep(1.0)
+    with jobs_backend() as platform:
+        offset = 0
+        while True:
+            chunk = platform.log(job_id, offset, must_exist=not follow_)
+            if chunk.data:
+                typer.echo(chunk.data.decode(errors="replace"), nl=False)
+            offset = chunk.next_offset
+            if not follow_:
+                return
+            if chunk.job_ended:
+                follow_ = False  # one last read for lines written just before the end
+                continue
+            time.sleep(1.0)
 
 
 @sub_app.command()
 def cancel(job_id: JobIdArg, json_out: JsonOpt = False) -> None:
     """Cancel a job: a running one checkpoints first (SIGTERM), and is killed after a grace period."""
-    view = jobs_backend().cancel(job_id)
+    with jobs_backend() as platform:
+        view = platform.cancel(job_id)
     if json_out:
         print_json(view)
     elif view.state == JobState.CANCELLED:

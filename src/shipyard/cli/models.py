@@ -3,7 +3,7 @@ SHIPYARD_URL or ``shipyard login`` when there is one) and ``shipyard generate`` 
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -12,6 +12,10 @@ from shipyard.cli._remote import either
 from shipyard.errors import InvalidSpec, NotFound
 from shipyard.services import models as model_service
 from shipyard.services.context import open_context
+
+if TYPE_CHECKING:
+    from shipyard.client import Client
+    from shipyard.schemas.views import ModelComparisonView
 
 sub_app = typer.Typer(help="Registered model versions.", no_args_is_help=True)
 
@@ -76,7 +80,7 @@ def show(version: Annotated[str, typer.Argument(help="NAME:VERSION")], json_out:
     if json_out:
         print_json(found)
         return
-    table(None, ["field", "value"], sorted(model_service.flatten(found).items()))
+    table(None, ["field", "value"], sorted(model_service.flatten(found.model_dump(mode="json")).items()))
 
 
 @sub_app.command()
@@ -92,7 +96,7 @@ def compare(
     if json_out:
         print_json(found)
         return
-    table(None, ["field", first, second], [(key, a, b) for key, (a, b) in found["differences"].items()])
+    table(None, ["field", first, second], [(key, a, b) for key, (a, b) in found.differences.items()])
 
 
 @sub_app.command("register")
@@ -113,7 +117,7 @@ def register_version(
         typer.echo(f"{published.name}:{published.version} published from job {published.job_id}")
 
 
-def _numbered(remote: Any, ref: str) -> tuple[str, int]:
+def _numbered(remote: Client, ref: str) -> tuple[str, int]:
     """``NAME:VERSION`` -> (name, version); ``NAME`` alone is its newest version."""
     name, _, number = ref.partition(":")
     if number:
@@ -126,11 +130,11 @@ def _numbered(remote: Any, ref: str) -> tuple[str, int]:
     return name, max(versions)
 
 
-def _compare_remote(remote: Any, first: str, second: str) -> dict[str, Any]:
+def _compare_remote(remote: Client, first: str, second: str) -> ModelComparisonView:
     (name, a), (other, b) = _numbered(remote, first), _numbered(remote, second)
     if name != other:
         raise InvalidSpec("the server compares versions of one model", hint=f"e.g. {name}:{a} {name}:{b}")
-    return dict(remote.compare_models(name, a, b))
+    return remote.compare_models(name, a, b)
 
 
 def generate(

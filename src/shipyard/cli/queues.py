@@ -4,15 +4,15 @@ SHIPYARD_URL (or ``shipyard login``), or on the embedded platform."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from shipyard.cli._output import JsonOpt, err_console, rows_or_json
+from shipyard.cli._output import JsonOpt, err_console, print_json, rows_or_json
 from shipyard.cli._remote import either
 from shipyard.errors import InvalidSpec
+from shipyard.schemas.views import QueueChangeView, QueueStatusView
 
 queues_app = typer.Typer(
     help="Cluster queues: quota, usage and borrowing per accelerator type; change quotas (admins).",
@@ -20,7 +20,7 @@ queues_app = typer.Typer(
 )
 
 
-def _status() -> dict[str, Any]:
+def _status() -> QueueStatusView:
     from shipyard.services.scheduler import queue_status
 
     return either(lambda c: c.queues(), queue_status)
@@ -29,17 +29,10 @@ def _status() -> dict[str, Any]:
 def queue(json_out: JsonOpt = False) -> None:
     """Pending jobs, oldest first, each with why the scheduler keeps it waiting."""
     rows_or_json(
-        _status()["pending"],
+        _status().pending,
         json_out,
         ["job", "queue", "priority", "devices", "types", "waiting because"],
-        lambda p: (
-            p["id"],
-            p["queue"],
-            p["priority"],
-            p["devices"],
-            ",".join(p["accelerator_types"]),
-            p["reason"],
-        ),
+        lambda p: (p.id, p.queue, p.priority, p.devices, ",".join(p.accelerator_types), p.reason),
     )
 
 
@@ -53,11 +46,11 @@ def queues(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     if ctx.invoked_subcommand is not None:
         return
     rows_or_json(
-        _status()["queues"],
+        _status().queues,
         json_out,
         ["queue", "cohort", "nominal", "in use", "borrowed", "local queues"],
-        lambda q: (q["name"], q["cohort"] or "-", _pairs(q["nominal"]) if q["nominal"] else "no limit",
-                   _pairs(q["used"]), _pairs(q["borrowed"]), ",".join(q["local_queues"]) or "-"),
+        lambda q: (q.name, q.cohort or "-", _pairs(q.nominal) if q.nominal else "no limit",
+                   _pairs(q.used), _pairs(q.borrowed), ",".join(q.local_queues) or "-"),
     )  # fmt: skip
 
 
@@ -68,16 +61,16 @@ def show_config(json_out: JsonOpt = False) -> None:
 
     current = either(lambda c: c.queue_config(), queue_settings.show)
     if json_out:
-        typer.echo(json.dumps(current, indent=2))
+        print_json(current)
         return
-    if current["config"] is None:
-        err_console.print(f"no queue configuration ({current['source']})")
+    if current.config is None:
+        err_console.print(f"no queue configuration ({current.source})")
         return
     import yaml
 
-    where = f"version {current['version']}" if current["version"] else f"from {current['source']}"
+    where = f"version {current.version}" if current.version else f"from {current.source}"
     typer.echo(f"# queue configuration in force: {where}")
-    typer.echo(yaml.safe_dump(current["config"], sort_keys=False), nl=False)
+    typer.echo(yaml.safe_dump(current.config, sort_keys=False), nl=False)
 
 
 @queues_app.command("apply")
@@ -147,17 +140,17 @@ def _counts(values: list[str], flag: str) -> dict[str, int]:
     return counts
 
 
-def _report(result: dict[str, Any]) -> None:
+def _report(result: QueueChangeView) -> None:
     from shipyard.services.queues import NO_CONFIG
 
-    changes = result["changes"]
+    changes = result.changes
     kinds = {"added": changes["added"], "changed": list(changes["changed"]), "removed": changes["removed"]}
     parts = [f"{kind} {', '.join(names)}" for kind, names in kinds.items() if names]
     if "local_queues" in changes:
         parts.append("local queues " + _pairs(changes["local_queues"]["after"]))
-    typer.echo(f"queue configuration version {result['version']} in force: {'; '.join(parts) or 'no change'}")
-    if result["replaced"] not in ("database", NO_CONFIG):
-        err_console.print(f"{result['replaced']} is no longer read: the applied configuration replaces it")
+    typer.echo(f"queue configuration version {result.version} in force: {'; '.join(parts) or 'no change'}")
+    if result.replaced not in ("database", NO_CONFIG):
+        err_console.print(f"{result.replaced} is no longer read: the applied configuration replaces it")
 
 
 def register(app: typer.Typer) -> None:

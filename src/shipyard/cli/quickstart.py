@@ -9,6 +9,7 @@ import typer
 from shipyard.cli._follow import follow
 from shipyard.cli._jobs_backend import Embedded
 from shipyard.cli._output import console, duration, table
+from shipyard.daemon.supervisor import Supervisor
 from shipyard.domain import JobState
 from shipyard.errors import ShipyardError
 from shipyard.schemas.presets import PRESETS
@@ -27,7 +28,7 @@ def quickstart(
     model: Annotated[str | None, typer.Option(help=f"Architecture preset: {', '.join(PRESETS)}.")] = None,
 ) -> None:
     """Train a LLaMA-style model on the Python standard library's source, then sample from it."""
-    ctx = open_context()
+    ctx = open_context(start_agent=Supervisor())
     spec = quickstart_service.spec(ctx, steps=steps, preset=model)
     arch = PRESETS[spec.model.preset or ""]
     where = f"{spec.resources.devices} x {spec.resources.accelerator[0]}"

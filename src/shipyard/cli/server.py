@@ -52,7 +52,7 @@ def server(
         from shipyard.services import accounts
         from shipyard.services.context import local_actor, open_context
 
-        ctx = open_context(autostart_agent=False, actor=local_actor("server"))
+        ctx = open_context(actor=local_actor("server"))
         if accounts.ensure_initial_admin(ctx, admin):
             typer.echo(f"created the first admin {admin.partition(':')[0]!r}", err=True)
         ctx.close()
@@ -100,8 +100,8 @@ def login(
     password = os.environ.get("SHIPYARD_PASSWORD") or getpass.getpass(f"password for {name} at {url}: ")
     remote, issued = Client.login(url, name, password)
     remote.close()
-    path = save_credentials(url, name, issued["token"])
-    typer.echo(f"signed in to {url} as {name}; token kept in {path} until {issued['expires_at']}")
+    path = save_credentials(url, name, issued.token)
+    typer.echo(f"signed in to {url} as {name}; token kept in {path} until {issued.expires_at}")
 
 
 def register(app: typer.Typer) -> None:

@@ -107,8 +107,8 @@ def policies(json_out: JsonOpt = False) -> None:
         typer.echo(json.dumps(names))
         return
     for name in names:
-        doc = (POLICIES[name].__doc__ or "").strip().splitlines()[0]
-        console.print(f"[bold]{name}[/]{' (default)' if name == DEFAULT_POLICY else ''}: {doc}")
+        default = " (default)" if name == DEFAULT_POLICY else ""
+        console.print(f"[bold]{name}[/]{default}: {POLICIES[name].summary}")
 
 
 def register(app: typer.Typer) -> None:

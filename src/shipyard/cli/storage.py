@@ -18,6 +18,7 @@ from shipyard.cli._output import JsonOpt, console, err_console, print_json, rows
 from shipyard.cli._remote import client, either, server_url
 from shipyard.errors import InvalidSpec, NotFound
 from shipyard.services import storage as storage_service
+from shipyard.services import storage_upkeep as upkeep
 from shipyard.services.context import open_context
 
 sub_app = typer.Typer(
@@ -213,7 +214,7 @@ def scrub(
 ) -> None:
     """Read and verify every replica of every blob; exit 1 if any blob is lost."""
     with _bar("scrub", quiet=json_out, in_bytes=False) as progress:
-        report = storage_service.scrub(open_context(), repair=repair, progress=progress)
+        report = upkeep.scrub(open_context(), repair=repair, progress=progress)
     if json_out:
         print_json(report)
     else:
@@ -240,7 +241,7 @@ def gc(
     json_out: JsonOpt = False,
 ) -> None:
     """Free blobs no artifact references and leftovers of interrupted writes."""
-    report = storage_service.gc(open_context(), grace_s=grace_s)
+    report = upkeep.gc(open_context(), grace_s=grace_s)
     if json_out:
         print_json(report)
     else:
@@ -253,7 +254,7 @@ def gc(
 @sub_app.command()
 def status(json_out: JsonOpt = False) -> None:
     """Roots with their failure domains and free space; artifacts, blobs and bytes."""
-    found = storage_service.status(open_context())
+    found = upkeep.status(open_context())
     if json_out:
         print_json(found)
         return
@@ -276,7 +277,7 @@ def status(json_out: JsonOpt = False) -> None:
 @sub_app.command("rotate-key")
 def rotate_key(json_out: JsonOpt = False) -> None:
     """A new master key: every data key is re-wrapped, no data is rewritten."""
-    result = storage_service.rotate_key(open_context())
+    result = upkeep.rotate_key(open_context())
     if json_out:
         print_json(result)
     else:
@@ -291,7 +292,7 @@ def bench(
     json_out: JsonOpt = False,
 ) -> None:
     """Store throughput beside a plain fsync'd file on the same disk (GB/s and ratios)."""
-    results = storage_service.bench(open_context(), size_mib * 2**20)
+    results = upkeep.bench(open_context(), size_mib * 2**20)
     if json_out:
         print_json({"results": results})
         return
@@ -313,7 +314,7 @@ def roots_add(
     json_out: JsonOpt = False,
 ) -> None:
     """Add a root and rebalance copies onto it where failure domains want them."""
-    moved = storage_service.add_root(open_context(), path, rack=rack, node=node, disk=disk)
+    moved = upkeep.add_root(open_context(), path, rack=rack, node=node, disk=disk)
     if json_out:
         print_json(moved)
     else:
@@ -327,7 +328,7 @@ def roots_remove(
     path: Annotated[Path, typer.Argument(help="The root to take out of service.")], json_out: JsonOpt = False
 ) -> None:
     """Copy every blob off a root onto the others, then stop using it."""
-    moved = storage_service.remove_root(open_context(), path)
+    moved = upkeep.remove_root(open_context(), path)
     if json_out:
         print_json(moved)
     else:
@@ -349,12 +350,12 @@ def datasets(
         json_out,
         ["project", "dataset", "digest", "size", "read by", "models"],
         lambda d: (
-            d["project"],
-            d["name"],
-            (d["digest"] or "deleted")[:16],
-            _gib(d["size_bytes"]) if d["size_bytes"] is not None else "-",
-            ", ".join(sorted({r["job"] for r in d["read_by"]})),
-            ", ".join(d["models"]) or "-",
+            d.project,
+            d.name,
+            (d.digest or "deleted")[:16],
+            _gib(d.size_bytes) if d.size_bytes is not None else "-",
+            ", ".join(sorted({r.job for r in d.read_by})),
+            ", ".join(d.models) or "-",
         ),
     )
 

@@ -6,14 +6,36 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, TypeAdapter
 
 from shipyard import errors
 from shipyard.domain.paths import refuse_overwrite
 from shipyard.schemas.queues import ClusterQueueSpec, QueueConfig
-from shipyard.schemas.views import DeviceView, JobDetail, JobView, ModelVersionView, StoredArtifactView
+from shipyard.schemas.views import (
+    AuditRecordView,
+    AuditVerdictView,
+    CallerView,
+    DatasetView,
+    DeviceView,
+    IssuedTokenView,
+    JobDetail,
+    JobView,
+    LogChunkView,
+    ModelComparisonView,
+    ModelLineageView,
+    ModelVersionView,
+    QueueChangeView,
+    QueueSettingsView,
+    QueueStatusView,
+    StoredArtifactView,
+    TokenView,
+    UserView,
+)
+
+View = TypeVar("View", bound=BaseModel)
 
 _BY_CODE: dict[str, type[errors.ShipyardError]] = {
     cls.code: cls
@@ -40,12 +62,11 @@ class Client:
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
 
     @classmethod
-    def login(cls, url: str, username: str, password: str) -> tuple[Client, dict[str, Any]]:
+    def login(cls, url: str, username: str, password: str) -> tuple[Client, IssuedTokenView]:
         with cls(url) as anonymous:
-            issued = anonymous._call(
-                "POST", "/api/v1/auth/token", json={"username": username, "password": password}
-            )
-        return cls(url, issued["token"]), issued
+            body = {"username": username, "password": password}
+            issued = anonymous._get(IssuedTokenView, "POST", "/api/v1/auth/token", json=body)
+        return cls(url, issued.token), issued
 
     def close(self) -> None:
         self._http.close()
@@ -68,33 +89,41 @@ class Client:
             raise _error(response)
         return response.json() if response.content else None
 
-    def list_users(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/api/v1/users"))
+    def _get(self, view: type[View], method: str, path: str, **kwargs: Any) -> View:
+        """One call whose answer is ``view``."""
+        return view.model_validate(self._call(method, path, **kwargs))
 
-    def list_tokens(self) -> list[dict[str, Any]]:
-        return list(self._call("GET", "/api/v1/tokens"))
+    def _list(self, view: type[View], path: str, **kwargs: Any) -> list[View]:
+        """A GET whose answer is a list of ``view``."""
+        return TypeAdapter(list[view]).validate_python(self._call("GET", path, **kwargs))  # type: ignore[valid-type]
 
-    def whoami(self) -> dict[str, Any]:
-        return dict(self._call("GET", "/api/v1/users/me"))
+    def list_users(self) -> list[UserView]:
+        return self._list(UserView, "/api/v1/users")
+
+    def list_tokens(self) -> list[TokenView]:
+        return self._list(TokenView, "/api/v1/tokens")
+
+    def whoami(self) -> CallerView:
+        return self._get(CallerView, "GET", "/api/v1/users/me")
 
     def list_jobs(self, state: str | None = None, limit: int = 50) -> list[JobView]:
         params: dict[str, Any] = {"limit": limit, **({"state": state} if state else {})}
-        return [JobView.model_validate(j) for j in self._call("GET", "/api/v1/jobs", params=params)]
+        return self._list(JobView, "/api/v1/jobs", params=params)
 
     def get_job(self, job_id: str) -> JobDetail:
-        return JobDetail.model_validate(self._call("GET", f"/api/v1/jobs/{job_id}"))
+        return self._get(JobDetail, "GET", f"/api/v1/jobs/{job_id}")
 
     def submit_job(
         self, spec: dict[str, Any], *, resume: bool = False, resume_from: str | None = None
     ) -> JobView:
         body = {"spec": spec, "resume": resume, "resume_from": resume_from}
-        return JobView.model_validate(self._call("POST", "/api/v1/jobs", json=body))
+        return self._get(JobView, "POST", "/api/v1/jobs", json=body)
 
     def cancel_job(self, job_id: str) -> JobView:
-        return JobView.model_validate(self._call("POST", f"/api/v1/jobs/{job_id}/cancel"))
+        return self._get(JobView, "POST", f"/api/v1/jobs/{job_id}/cancel")
 
-    def job_logs(self, job_id: str, offset: int = 0) -> dict[str, Any]:
-        return dict(self._call("GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset}))
+    def job_logs(self, job_id: str, offset: int = 0) -> LogChunkView:
+        return self._get(LogChunkView, "GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset})
 
     def follow_logs(self, job_id: str, offset: int = 0) -> Iterator[bytes]:
         """The job's log from ``offset`` on, as it is written, until the job ends."""
@@ -107,46 +136,39 @@ class Client:
                 raise _error(response)
             yield from response.iter_bytes()
 
-    def queues(self) -> dict[str, Any]:
+    def queues(self) -> QueueStatusView:
         """Pending jobs (of the projects the caller reads) with reasons; quota and usage per queue."""
-        return dict(self._call("GET", "/api/v1/queues"))
+        return self._get(QueueStatusView, "GET", "/api/v1/queues")
 
-    def queue_config(self) -> dict[str, Any]:
-        """The queue configuration in force: ``{version, source, config}``."""
-        return dict(self._call("GET", "/api/v1/queue-config"))
+    def queue_config(self) -> QueueSettingsView:
+        """The queue configuration in force, its version and source."""
+        return self._get(QueueSettingsView, "GET", "/api/v1/queue-config")
 
-    def apply_queue_config(self, config: QueueConfig) -> dict[str, Any]:
-        return dict(self._call("PUT", "/api/v1/queue-config", json=config.document()))
+    def apply_queue_config(self, config: QueueConfig) -> QueueChangeView:
+        return self._get(QueueChangeView, "PUT", "/api/v1/queue-config", json=config.document())
 
-    def set_queue(self, queue: ClusterQueueSpec, local_queues: list[str]) -> dict[str, Any]:
+    def set_queue(self, queue: ClusterQueueSpec, local_queues: list[str]) -> QueueChangeView:
         body = {**queue.model_dump(by_alias=True, exclude_none=True), "localQueues": local_queues}
         del body["name"]
-        return dict(self._call("PUT", f"/api/v1/queues/{queue.name}", json=body))
+        return self._get(QueueChangeView, "PUT", f"/api/v1/queues/{queue.name}", json=body)
 
-    def remove_queue(self, name: str) -> dict[str, Any]:
-        return dict(self._call("DELETE", f"/api/v1/queues/{name}"))
+    def remove_queue(self, name: str) -> QueueChangeView:
+        return self._get(QueueChangeView, "DELETE", f"/api/v1/queues/{name}")
 
     def nodes(self) -> list[DeviceView]:
-        return [DeviceView.model_validate(d) for d in self._call("GET", "/api/v1/nodes")]
+        return self._list(DeviceView, "/api/v1/nodes")
 
     def list_models(self, name: str | None = None) -> list[ModelVersionView]:
-        params = {"name": name} if name else {}
-        return [
-            ModelVersionView.model_validate(m) for m in self._call("GET", "/api/v1/models", params=params)
-        ]
+        return self._list(ModelVersionView, "/api/v1/models", params={"name": name} if name else {})
 
     def register_model(self, job_id: str, name: str) -> ModelVersionView:
         """Publish a finished job's export as the next version of model ``name``."""
         body = {"job_id": job_id}
-        return ModelVersionView.model_validate(
-            self._call("POST", f"/api/v1/models/{name}/versions", json=body)
-        )
+        return self._get(ModelVersionView, "POST", f"/api/v1/models/{name}/versions", json=body)
 
     def promote_model(self, name: str, version: int, stage: str) -> ModelVersionView:
-        body = {"stage": stage}
-        return ModelVersionView.model_validate(
-            self._call("POST", f"/api/v1/models/{name}/versions/{version}/stage", json=body)
-        )
+        path = f"/api/v1/models/{name}/versions/{version}/stage"
+        return self._get(ModelVersionView, "POST", path, json={"stage": stage})
 
     def download_model_file(
         self, name: str, version: int, file: str, out: Path, *, force: bool = False
@@ -155,16 +177,13 @@ class Client:
         only with ``force``); returns its size."""
         return self._download(f"/api/v1/models/{name}/versions/{version}/files/{file}", out, force=force)
 
-    def list_datasets(self, project: str | None = None) -> list[dict[str, Any]]:
+    def list_datasets(self, project: str | None = None) -> list[DatasetView]:
         """Stored datasets jobs trained on, with who read which content and the models made."""
-        return list(self._call("GET", "/api/v1/datasets", params={"project": project} if project else {}))
+        return self._list(DatasetView, "/api/v1/datasets", params={"project": project} if project else {})
 
     def list_artifacts(self, project: str | None = None, prefix: str = "") -> list[StoredArtifactView]:
         params = {"prefix": prefix, **({"project": project} if project else {})}
-        return [
-            StoredArtifactView.model_validate(a)
-            for a in self._call("GET", "/api/v1/artifacts", params=params)
-        ]
+        return self._list(StoredArtifactView, "/api/v1/artifacts", params=params)
 
     def upload_artifact(
         self, path: Path, project: str, name: str, *, replicas: int | None = None, encrypt: bool | None = None
@@ -185,7 +204,7 @@ class Client:
         return StoredArtifactView.model_validate(stored)
 
     def stat_artifact(self, project: str, name: str) -> StoredArtifactView:
-        return StoredArtifactView.model_validate(self._call("GET", f"/api/v1/artifacts/{project}/{name}"))
+        return self._get(StoredArtifactView, "GET", f"/api/v1/artifacts/{project}/{name}")
 
     def delete_artifact(self, project: str, name: str) -> None:
         self._call("DELETE", f"/api/v1/artifacts/{project}/{name}")
@@ -243,33 +262,34 @@ class Client:
             staged.unlink(missing_ok=True)
         return out.stat().st_size
 
-    def model_lineage(self, name: str, version: int) -> dict[str, Any]:
-        return dict(self._call("GET", f"/api/v1/models/{name}/versions/{version}/lineage"))
+    def model_lineage(self, name: str, version: int) -> ModelLineageView:
+        return self._get(ModelLineageView, "GET", f"/api/v1/models/{name}/versions/{version}/lineage")
 
-    def compare_models(self, name: str, a: int, b: int) -> dict[str, Any]:
-        return dict(self._call("GET", f"/api/v1/models/{name}/compare", params={"a": a, "b": b}))
+    def compare_models(self, name: str, a: int, b: int) -> ModelComparisonView:
+        path = f"/api/v1/models/{name}/compare"
+        return self._get(ModelComparisonView, "GET", path, params={"a": a, "b": b})
 
     def delete_model(self, name: str, version: int) -> None:
         self._call("DELETE", f"/api/v1/models/{name}/versions/{version}")
 
-    def audit(self, since: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+    def audit(self, since: str | None = None, limit: int = 1000) -> list[AuditRecordView]:
         params: dict[str, Any] = {"limit": limit, **({"since": since} if since else {})}
-        return list(self._call("GET", "/api/v1/audit", params=params))
+        return self._list(AuditRecordView, "/api/v1/audit", params=params)
 
-    def verify_audit(self) -> dict[str, Any]:
-        return dict(self._call("GET", "/api/v1/audit/verify"))
+    def verify_audit(self) -> AuditVerdictView:
+        return self._get(AuditVerdictView, "GET", "/api/v1/audit/verify")
 
     def create_user(
         self, name: str, password: str | None, *, admin: bool = False, service: bool = False
-    ) -> Any:
+    ) -> UserView:
         body = {"name": name, "password": password, "admin": admin, "service": service}
-        return self._call("POST", "/api/v1/users", json=body)
+        return self._get(UserView, "POST", "/api/v1/users", json=body)
 
     def issue_token(
         self, name: str, scopes: list[str] | None = None, days: float | None = 30.0, user: str | None = None
-    ) -> dict[str, Any]:
+    ) -> IssuedTokenView:
         body = {"name": name, "scopes": scopes, "days": days, "user": user}
-        return dict(self._call("POST", "/api/v1/tokens", json=body))
+        return self._get(IssuedTokenView, "POST", "/api/v1/tokens", json=body)
 
     def revoke_token(self, token_id: str) -> None:
         self._call("DELETE", f"/api/v1/tokens/{token_id}")

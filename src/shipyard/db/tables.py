@@ -22,6 +22,9 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from shipyard.domain import JobState
+from shipyard.domain.transitions import job_transition
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -74,6 +77,8 @@ class Job(Base):
     """Who submitted it (``local:USER`` on the embedded platform)."""
     """The scheduler asked the running attempt to checkpoint and stop; the job is requeued."""
     pending_reason: Mapped[str | None] = mapped_column(Text)
+    pending_code: Mapped[str | None] = mapped_column(String(32))
+    """The stable code of ``pending_reason`` (``shipyard.scheduling.reasons.Reason``)."""
     estimate: Mapped[dict[str, Any] | None]
     """The planner's prediction at submit time (memory, tokens/s, step time), shown beside the
     measured figures."""
@@ -89,6 +94,11 @@ class Job(Base):
         back_populates="job", order_by="Attempt.number", cascade="all, delete-orphan"
     )
 
+    def move(self, after: JobState, **details: Any) -> None:
+        """Move to ``after`` (``domain.transitions``: the moves that exist, what each sets)."""
+        for column, value in job_transition(self.state, after, at=utcnow(), **details).items():
+            setattr(self, column, value)
+
 
 class Attempt(Base):
     __tablename__ = "attempts"
@@ -103,6 +113,10 @@ class Attempt(Base):
     """Device indices (GPUs) or CPU core ids given to this attempt."""
     threads_per_process: Mapped[int] = mapped_column(Integer)
     pid: Mapped[int | None] = mapped_column(Integer)
+    node: Mapped[str | None] = mapped_column(String(128))
+    """The node it runs on (None: before nodes were recorded, the agent's own machine)."""
+    handle: Mapped[str | None] = mapped_column(String(256))
+    """The executor's name for it (the local executor's: the process id)."""
     agent_id: Mapped[str | None] = mapped_column(String(64))
     """The agent process that launched it (a restarted agent cannot wait on it)."""
     log_path: Mapped[str] = mapped_column(Text)
@@ -227,7 +241,7 @@ class ProjectRole(Base):
 
 
 class AuditRecord(Base):
-    """One security-relevant action. Append-only and hash-chained (see services/audit.py)."""
+    """One security-relevant action. Append-only and hash-chained (see shipyard/audit)."""
 
     __tablename__ = "audit_log"
 

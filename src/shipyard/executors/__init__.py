@@ -1,6 +1,28 @@
-"""Executors: where attempts run. This issue ships the local one (subprocess / torchrun)."""
+"""Executors: where attempts run, behind one interface (``base.Executor``). The local one runs
+them as subprocesses of this machine (one process, or ``torchrun`` for several devices)."""
 
-from shipyard.executors.base import Executor, Placement, Unplaceable
+from shipyard.executors.base import (
+    AttemptHandle,
+    Busy,
+    Executor,
+    NodeInventory,
+    Placement,
+    Request,
+    Unplaceable,
+    capacity_of,
+    devices_of,
+)
 from shipyard.executors.local import LocalExecutor
 
-__all__ = ["Executor", "LocalExecutor", "Placement", "Unplaceable"]
+__all__ = [
+    "AttemptHandle",
+    "Busy",
+    "Executor",
+    "LocalExecutor",
+    "NodeInventory",
+    "Placement",
+    "Request",
+    "Unplaceable",
+    "capacity_of",
+    "devices_of",
+]

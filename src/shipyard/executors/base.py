@@ -1,20 +1,76 @@
-"""The executor role: place an attempt on devices, launch it, watch it, stop it."""
+"""The executor interface: the nodes it runs (inventory), where an attempt fits on them
+(placement), and the attempt's life (launch, poll, graceful stop, logs).
+
+The scheduler decides which accelerator type and node a job gets; the executor obeys and picks
+the concrete devices. Every attempt is known by an ``AttemptHandle``: the node it runs on and the
+executor's own name for it (a process id for the local executor, an actor for Ray), never only a
+local process id.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from shipyard.hardware.discovery import Device
 from shipyard.schemas.jobspec import ResourcesSection
 from shipyard.schemas.launch import TorchDevice
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeInventory:
+    """One machine an executor runs attempts on: its devices and labels (rack, NVLink islands)."""
+
+    id: str
+    devices: tuple[Device, ...]
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def cpu(self) -> Device:
+        return next(d for d in self.devices if d.accelerator_type == "cpu")
+
+    @property
+    def accelerators(self) -> tuple[Device, ...]:
+        return tuple(d for d in self.devices if d.accelerator_type != "cpu")
+
+    def capacity(self) -> dict[str, int]:
+        """Devices per accelerator type; for ``cpu`` the number of cores."""
+        counts: dict[str, int] = {}
+        for device in self.devices:
+            size = device.cores if device.accelerator_type == "cpu" else 1
+            counts[device.accelerator_type] = counts.get(device.accelerator_type, 0) + size
+        return counts
+
+    def memory_gib(self) -> dict[str, float]:
+        """Memory per device of each type (the smallest, where a type's devices differ)."""
+        memory: dict[str, float] = {}
+        for device in self.devices:
+            kind = device.accelerator_type
+            memory[kind] = min(memory.get(kind, device.memory_gib), device.memory_gib)
+        return memory
+
+
+def devices_of(nodes: Sequence[NodeInventory]) -> list[Device]:
+    """Every device of ``nodes``, node by node."""
+    return [device for node in nodes for device in node.devices]
+
+
+def capacity_of(nodes: Sequence[NodeInventory]) -> dict[str, int]:
+    """Devices per accelerator type over ``nodes`` (cores for ``cpu``)."""
+    total: dict[str, int] = {}
+    for node in nodes:
+        for kind, count in node.capacity().items():
+            total[kind] = total.get(kind, 0) + count
+    return total
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Placement:
     """Concrete devices for one attempt on one node."""
 
+    node: str
     accelerator_type: str
     torch_device: TorchDevice
     device_ids: tuple[int, ...]
@@ -28,10 +84,26 @@ class Placement:
 
 @dataclass(frozen=True, slots=True)
 class Unplaceable:
-    """Why an attempt cannot start now (``transient``) or ever on this node."""
+    """Why an attempt cannot start now (``transient``) or ever on this executor's nodes."""
 
     reason: str
     transient: bool
+
+
+@dataclass(slots=True)
+class Busy:
+    """What running attempts hold on one node."""
+
+    devices: dict[str, set[int]] = field(default_factory=dict)
+    """Accelerator indices by type."""
+    cores: set[int] = field(default_factory=set)
+
+    def hold(self, accelerator_type: str, ids: Sequence[int]) -> None:
+        """Count an attempt's devices (for a CPU attempt, its cores) as taken."""
+        if accelerator_type == "cpu":
+            self.cores.update(ids)
+        else:
+            self.devices.setdefault(accelerator_type, set()).update(ids)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,20 +126,47 @@ class Request:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptHandle:
+    """Where an attempt runs and the executor's own name for it."""
+
+    node: str
+    handle: str
+    pid: int | None = None
+    """The process id, where the attempt is a process this machine can see."""
+
+
 @runtime_checkable
 class Executor(Protocol):
+    def nodes(self) -> Sequence[NodeInventory]:
+        """The nodes this executor runs attempts on, with their devices and labels."""
+        ...
+
+    def check_feasible(self, request: Request) -> Unplaceable | None:
+        """Why the request could never run on these nodes, even idle; None if it could."""
+        ...
+
     def place(
-        self, request: Request, busy_devices: Mapping[str, set[int]], busy_cores: set[int]
-    ) -> Placement | Unplaceable: ...
-
-    def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> int:
-        """Start the attempt; returns its process id."""
+        self, request: Request, busy: Mapping[str, Busy], on: Collection[str] | None = None
+    ) -> Placement | Unplaceable:
+        """Devices for the request now, given what ``busy`` holds per node; only on the nodes
+        ``on`` names when the scheduler chose them."""
         ...
 
-    def poll(self, pid: int) -> int | None:
-        """The exit code if the process ended, else None."""
+    def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> AttemptHandle: ...
+
+    def runs(self, handle: AttemptHandle) -> bool:
+        """Whether the attempt is on one of this executor's nodes (so it may poll and stop it)."""
         ...
 
-    def terminate(self, pid: int) -> None: ...
+    def poll(self, handle: AttemptHandle) -> int | None:
+        """The exit code if the attempt ended (-1 when it vanished without one), else None."""
+        ...
 
-    def kill(self, pid: int) -> None: ...
+    def stop(self, handle: AttemptHandle, *, force: bool = False) -> None:
+        """Ask the attempt to checkpoint and exit (SIGTERM); with ``force``, end it now."""
+        ...
+
+    def read_log(self, node: str | None, log_path: Path, offset: int, limit: int | None = None) -> bytes:
+        """Up to ``limit`` bytes (default: all) of an attempt's log from ``offset`` (empty when none yet)."""
+        ...

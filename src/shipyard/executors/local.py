@@ -8,16 +8,23 @@ runs in its own session, so stopping it reaches every process it started.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
+import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
-from shipyard.executors.base import Placement, Request, Unplaceable
+from shipyard.executors.base import AttemptHandle, Busy, NodeInventory, Placement, Request, Unplaceable
 from shipyard.hardware.discovery import Device
 from shipyard.schemas.launch import TorchDevice
+
+NODE_NAME_ENV = "SHIPYARD_NODE_NAME"
+"""This node's id in the inventory and on its attempts (default: the host name)."""
+NODE_LABELS_ENV = "SHIPYARD_NODE_LABELS"
+"""Labels of this node, ``rack=r1,zone=a``, shown with its inventory."""
 
 _TORCH_DEVICE: dict[str, TorchDevice] = {
     "nvidia": "cuda",
@@ -36,31 +43,53 @@ _ALL_VISIBLE_ENV = tuple(v for names in _VISIBLE_ENV.values() for v in names)
 
 
 class LocalExecutor:
-    def __init__(self, devices: list[Device]) -> None:
-        self.devices = devices
-        self.cpu = next(d for d in devices if d.accelerator_type == "cpu")
-        self.accelerators = [d for d in devices if d.accelerator_type != "cpu"]
+    """The ``Executor`` of one machine: its devices form one node, attempts are its processes."""
+
+    def __init__(
+        self, devices: Sequence[Device] | Callable[[], Sequence[Device]], *, node: str | None = None
+    ) -> None:
+        """``devices``, or how to discover them: only at the first use that needs them (reading
+        a log does not), since discovery may import torch."""
+        self._devices = devices
+        self._name = node
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
-    # --- placement --------------------------------------------------------------------------
+    @functools.cached_property
+    def node(self) -> NodeInventory:
+        devices = list(self._devices() if callable(self._devices) else self._devices)
+        name = self._name or os.environ.get(NODE_NAME_ENV) or socket.gethostname()
+        return NodeInventory(id=name, devices=tuple(devices), labels=_labels(devices))
 
-    def inventory(self) -> dict[str, int]:
-        """Devices per accelerator type; for ``cpu`` the number of cores."""
-        counts: dict[str, int] = {}
-        for d in self.accelerators:
-            counts[d.accelerator_type] = counts.get(d.accelerator_type, 0) + 1
-        counts["cpu"] = self.cpu.cores
-        return counts
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        return self.node.devices
+
+    @property
+    def cpu(self) -> Device:
+        return self.node.cpu
+
+    @property
+    def accelerators(self) -> tuple[Device, ...]:
+        return self.node.accelerators
+
+    # --- inventory and placement --------------------------------------------------------------
+
+    def nodes(self) -> list[NodeInventory]:
+        return [self.node]
 
     def check_feasible(self, request: Request) -> Unplaceable | None:
         """Could the request ever run here, on an idle node?"""
-        placed = self.place(request, {}, set())
+        placed = self.place(request, {})
         return placed if isinstance(placed, Unplaceable) else None
 
     def place(
-        self, request: Request, busy_devices: Mapping[str, set[int]], busy_cores: set[int]
+        self, request: Request, busy: Mapping[str, Busy], on: Collection[str] | None = None
     ) -> Placement | Unplaceable:
         """The first accelerator type of the request's any-of list that fits now, or why none does."""
+        if on is not None and self.node.id not in on:
+            return Unplaceable(f"node {self.node.id} is not among {sorted(on)}", transient=False)
+        held = busy.get(self.node.id, Busy())
+        busy_devices, busy_cores = held.devices, held.cores
         if request.nodes > 1:
             return Unplaceable(
                 f"the local executor runs single-node jobs; this job asks for {request.nodes} nodes",
@@ -105,6 +134,7 @@ class LocalExecutor:
                     f"cpu: {len(free)} of {self.cpu.cores} cores free, needs {need}", transient=True
                 )
             return Placement(
+                node=self.node.id,
                 accelerator_type="cpu",
                 torch_device="cpu",
                 device_ids=(),
@@ -140,6 +170,7 @@ class LocalExecutor:
         cores = tuple(free_cores[: threads * request.devices]) or tuple(all_cores)
         spec = chosen[0]
         return Placement(
+            node=self.node.id,
             accelerator_type=accelerator_type,
             torch_device=_TORCH_DEVICE.get(spec.vendor, "cuda"),
             device_ids=tuple(d.index for d in chosen),
@@ -183,7 +214,7 @@ class LocalExecutor:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> int:
+    def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> AttemptHandle:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         cores = set(placement.core_ids)
 
@@ -205,9 +236,13 @@ class LocalExecutor:
                 preexec_fn=pin,
             )
         self._children[process.pid] = process
-        return process.pid
+        return AttemptHandle(node=self.node.id, handle=str(process.pid), pid=process.pid)
 
-    def poll(self, pid: int) -> int | None:
+    def runs(self, handle: AttemptHandle) -> bool:
+        return handle.node == self.node.id
+
+    def poll(self, handle: AttemptHandle) -> int | None:
+        pid = int(handle.handle)
         child = self._children.get(pid)
         if child is not None:
             code = child.poll()
@@ -217,11 +252,29 @@ class LocalExecutor:
         # Launched by an earlier agent: we cannot wait on it, only see whether it still runs.
         return None if _alive(pid) else -1
 
-    def terminate(self, pid: int) -> None:
-        _signal_group(pid, signal.SIGTERM)
+    def stop(self, handle: AttemptHandle, *, force: bool = False) -> None:
+        _signal_group(int(handle.handle), signal.SIGKILL if force else signal.SIGTERM)
 
-    def kill(self, pid: int) -> None:
-        _signal_group(pid, signal.SIGKILL)
+    def read_log(self, node: str | None, log_path: Path, offset: int, limit: int | None = None) -> bytes:
+        del node  # every attempt of this executor ran here and wrote its log here
+        if not log_path.exists():
+            return b""
+        with open(log_path, "rb") as f:
+            f.seek(offset)
+            return f.read(-1 if limit is None else limit)
+
+
+def _labels(devices: Sequence[Device]) -> dict[str, str]:
+    """The host name, NVLink islands seen among the accelerators, and the operator's labels."""
+    labels = {"hostname": socket.gethostname()}
+    islands = {tuple(sorted({d.index, *d.nvlink_peers})) for d in devices if d.nvlink_peers}
+    if islands:
+        labels["nvlink_islands"] = " ".join(",".join(map(str, i)) for i in sorted(islands))
+    for pair in os.environ.get(NODE_LABELS_ENV, "").split(","):
+        key, _, value = pair.partition("=")
+        if key.strip() and value.strip():
+            labels[key.strip()] = value.strip()
+    return labels
 
 
 def _prefer_nvlink_island(free: list[Device], count: int) -> list[Device]:

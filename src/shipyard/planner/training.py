@@ -7,13 +7,12 @@ FLOPs: a full recompute repeats the forward (2N + 4*L*h*s), a selective one the 
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard.errors import InvalidSpec
 from shipyard.planner.calibration import CALIBRATION, Calibration
+from shipyard.planner.layouts import candidate_layouts, check_request
 from shipyard.planner.memory import (
     GRADIENT_BYTES,
     WEIGHT_BYTES,
@@ -21,7 +20,7 @@ from shipyard.planner.memory import (
     trainable_parameters,
     training_memory,
 )
-from shipyard.planner.workload import RECOMPUTE_CHOICES, Cluster, Layout, LayoutRequest, TrainingWorkload
+from shipyard.planner.workload import Cluster, Layout, LayoutRequest, TrainingWorkload
 
 ACTIVATION_BYTES_ON_WIRE = 2
 OPTIMIZER_BYTES_TOUCHED = 32
@@ -265,22 +264,8 @@ def step_time(
         sends = (n_micro + pp - 1) * layout.interleave
         bubble += 2 * send * sends * calibration.pipeline_send_exposed
 
-    data_parallel = 0.0
-    if dp > 1:
-        spans_nodes = cluster.count > cluster.devices_per_node or intra_bw == 0
-        bw = inter_bw if spans_nodes else intra_bw
-        shard_params = trainable_parameters(workload) / (tp * pp)
-        ring = (dp - 1) / dp
-        if layout.zero >= 3:
-            # All-gather weights for forward and backward, reduce-scatter gradients: every micro-batch.
-            traffic = 3 * ring * shard_params * WEIGHT_BYTES[workload.precision] / bw + 3 * latency
-            per_micro = max(0.0, traffic - calibration.dp_overlap * compute / n_micro)
-            data_parallel = n_micro * per_micro
-        else:
-            traffic = 2 * ring * shard_params * GRADIENT_BYTES[workload.precision] / bw + 2 * latency
-            backward_of_last = compute / n_micro * 2 / 3
-            data_parallel = max(0.0, traffic - calibration.dp_overlap * backward_of_last)
-
+    bw = inter_bw if cluster.count > cluster.devices_per_node or intra_bw == 0 else intra_bw
+    data_parallel = _data_parallel_s(workload, layout, calibration, compute, n_micro, bw) if dp > 1 else 0.0
     optimizer_shard = trainable_parameters(workload) / (tp * pp * (dp if layout.zero >= 1 else 1))
     optimizer = optimizer_shard * OPTIMIZER_BYTES_TOUCHED / memory_bw
     return StepTime(
@@ -290,6 +275,27 @@ def step_time(
         data_parallel_s=data_parallel,
         optimizer_s=optimizer,
     )
+
+
+def _data_parallel_s(
+    workload: TrainingWorkload,
+    layout: Layout,
+    calibration: Calibration,
+    compute: float,
+    n_micro: float,
+    bandwidth: float,
+) -> float:
+    """The part of the data-parallel exchange that compute does not hide, per step."""
+    shard_params = trainable_parameters(workload) / (layout.tp * layout.pp)
+    ring = (layout.dp - 1) / layout.dp
+    latency = calibration.collective_latency_s
+    if layout.zero >= 3:
+        # All-gather weights for forward and backward, reduce-scatter gradients: every micro-batch.
+        traffic = 3 * ring * shard_params * WEIGHT_BYTES[workload.precision] / bandwidth + 3 * latency
+        return n_micro * max(0.0, traffic - calibration.dp_overlap * compute / n_micro)
+    traffic = 2 * ring * shard_params * GRADIENT_BYTES[workload.precision] / bandwidth + 2 * latency
+    backward_of_last = compute / n_micro * 2 / 3
+    return max(0.0, traffic - calibration.dp_overlap * backward_of_last)
 
 
 def plan_training(
@@ -303,7 +309,7 @@ def plan_training(
     When nothing fits, the plan with the least memory per device comes back with ``fits`` false.
     """
     request = request or LayoutRequest()
-    _check_request(workload, cluster, request)
+    check_request(workload, cluster, request)
     if _peak(cluster, workload.precision) <= 0:
         raise InvalidSpec(
             f"{cluster.accelerator.key} has no {workload.precision} units",
@@ -351,107 +357,6 @@ def goodput(count: int, calibration: Calibration) -> float:
     """1 - expected share of time lost to interruptions, which arrive per device-hour."""
     lost = calibration.interruptions_per_device_hour * count * calibration.hours_lost_per_interruption
     return 1 / (1 + lost)
-
-
-def _check_request(workload: TrainingWorkload, cluster: Cluster, request: LayoutRequest) -> None:
-    count = cluster.count
-    if request.tp is not None and request.tp > count:
-        raise InvalidSpec(
-            f"--tp {request.tp} is larger than --count {count}",
-            hint=f"tensor parallelism splits layers over devices: use --tp {count} or less",
-        )
-    if request.tp is not None and workload.model.heads % request.tp:
-        raise InvalidSpec(
-            f"--tp {request.tp} does not divide --heads {workload.model.heads}",
-            hint="tensor parallelism splits attention heads evenly; pick a divisor of the head count",
-        )
-    if request.pp is not None and request.pp > workload.model.layers:
-        raise InvalidSpec(
-            f"--pp {request.pp} is more stages than the model's {workload.model.layers} layers",
-            hint=f"use --pp {workload.model.layers} or less",
-        )
-    model_parallel = (request.tp or 1) * (request.pp or 1)
-    if count % model_parallel:
-        raise InvalidSpec(
-            f"--tp x --pp = {model_parallel} does not divide --count {count}: "
-            "tp x pp x dp must equal the device count",
-            hint=f"pick a --count that is a multiple of {model_parallel}, or other --tp/--pp",
-        )
-    dp = count // model_parallel
-    if request.tp is not None and request.pp is not None and dp > workload.sequences_per_step:
-        raise InvalidSpec(
-            f"tp={request.tp} x pp={request.pp} leaves dp={dp} data-parallel replicas but a step holds only "
-            f"{workload.sequences_per_step} sequences",
-            hint="raise --global-batch-tokens or use fewer devices",
-        )
-
-
-def _powers_of_two(limit: int) -> list[int]:
-    return [2**i for i in range(limit.bit_length()) if 2**i <= limit]
-
-
-def _micro_batches(sequences: int) -> list[int]:
-    """Powers of two up to 64, and the whole per-replica batch when it is small and not one."""
-    sizes = _powers_of_two(min(sequences, 64))
-    if sequences <= 64 and sequences not in sizes:
-        sizes.append(sequences)
-    return sizes
-
-
-def _interleaves(layers: int, pp: int, requested: int | None) -> list[int]:
-    """Virtual stages per device, each of at least one layer (stages may differ by a layer, as
-    Megatron and torchtitan allow); no interleaving without a pipeline."""
-    if pp == 1:
-        return [1]
-    if requested is not None:
-        return [requested]
-    return [v for v in (1, 2, 4, 8) if pp * v <= layers]
-
-
-def candidate_layouts(
-    workload: TrainingWorkload, cluster: Cluster, request: LayoutRequest
-) -> Iterator[Layout]:
-    m = workload.model
-    count = cluster.count
-    tps = (
-        [request.tp]
-        if request.tp
-        else [t for t in _powers_of_two(min(count, cluster.devices_per_node)) if m.heads % t == 0]
-    )
-    zeros = [request.zero] if request.zero is not None else [1, 2, 3]
-    recomputes = [request.recompute] if request.recompute else list(RECOMPUTE_CHOICES)
-    if workload.flash_attention and request.recompute is None:
-        # Fused attention already stores no scores: selective recompute would save nothing.
-        recomputes.remove("selective")
-    for tp in tps:
-        rest = count // tp
-        if count % tp:
-            continue
-        pps = [request.pp] if request.pp else [p for p in range(1, min(rest, m.layers) + 1) if rest % p == 0]
-        for pp in pps:
-            if rest % pp:
-                continue
-            dp = rest // pp
-            sequences = workload.sequences_per_step // dp
-            if sequences < 1:
-                continue
-            micro_batches = [request.micro_batch] if request.micro_batch else _micro_batches(sequences)
-            interleaves = _interleaves(m.layers, pp, request.interleave)
-            for zero, recompute, micro_batch, interleave in itertools.product(
-                zeros, recomputes, micro_batches, interleaves
-            ):
-                yield Layout(
-                    tp=tp,
-                    pp=pp,
-                    dp=dp,
-                    zero=zero if dp > 1 else 0,
-                    recompute=recompute,
-                    micro_batch=micro_batch,
-                    sequence_parallel=tp > 1
-                    if request.sequence_parallel is None
-                    else request.sequence_parallel,
-                    interleave=interleave,
-                )
 
 
 def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calibration) -> tuple[str, ...]:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
 from shipyard.scheduling.policies import Policy
 from shipyard.scheduling.quota import Admission, Queues, admit
+from shipyard.scheduling.reasons import Pending, Reason, pending_reasons
 
 NEVER_RECEIVED = 1e9
 """Priority of a share allocated but never yet received: it goes before every other."""
@@ -158,51 +160,9 @@ def _place(devices: int, nodes: Sequence[Node], node_free: dict[str, int]) -> tu
     return tuple(placed)
 
 
-def pending_reasons(
-    waiting: Sequence[Job], nodes: Sequence[Node], node_free: Mapping[str, int]
-) -> dict[str, str]:
-    """Why each waiting job waits, counted over nodes as Kubernetes does:
-    ``0/3 nodes: 2 insufficient free v100, 1 wrong accelerator type (v100: 1 of 8 free, needs 4)``."""
-    capacity: dict[str, int] = {}
-    free: dict[str, int] = {}
-    free_by_node: dict[str, list[int]] = {}
-    for node in nodes:
-        capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
-        free[node.accelerator_type] = free.get(node.accelerator_type, 0) + node_free[node.id]
-        free_by_node.setdefault(node.accelerator_type, []).append(node_free[node.id])
-    for values in free_by_node.values():
-        values.sort()
-    reasons: dict[str, str] = {}
-    for job in waiting:
-        allowed = sorted(k for k in capacity if job.allows(k))
-        if not allowed:
-            reasons[job.id] = f"0/{len(nodes)} nodes: no device of type {', '.join(job.accelerator_types)}"
-            continue
-        largest = max(capacity[k] for k in allowed)
-        if largest < job.devices:
-            reasons[job.id] = f"needs {job.devices} devices of one type; the largest type here has {largest}"
-            continue
-        counts: dict[str, int] = {}
-        wrong = len(nodes) - sum(len(free_by_node[k]) for k in allowed)
-        if wrong:
-            counts["wrong accelerator type"] = wrong
-        for k in allowed:
-            if free[k] >= job.devices:
-                # Room on the type (maybe spread over nodes): the policy ranked other jobs first.
-                counts["free devices given to jobs the policy ranks first"] = counts.get(
-                    "free devices given to jobs the policy ranks first", 0
-                ) + len(free_by_node[k])
-            else:
-                counts[f"insufficient free {k}"] = len(free_by_node[k])
-        summary = ", ".join(f"{n} {why}" for why, n in counts.items())
-        detail = "; ".join(f"{k}: {free[k]} of {capacity[k]} free, needs {job.devices}" for k in allowed)
-        reasons[job.id] = f"0/{len(nodes)} nodes: {summary} ({detail})"
-    return reasons
-
-
 def fit_device_memory(
     jobs: Sequence[Job], nodes: Sequence[Node]
-) -> tuple[list[Job], dict[str, str], dict[str, str]]:
+) -> tuple[list[Job], dict[str, Pending], dict[str, str]]:
     """Narrow each job's accelerator types to those whose devices have the memory it asks for.
 
     A type counts with its smallest node. Returns the jobs that can still run (with the narrowed
@@ -216,7 +176,7 @@ def fit_device_memory(
                 memory.get(node.accelerator_type, node.memory_gib), node.memory_gib
             )
     kept: list[Job] = []
-    reasons: dict[str, str] = {}
+    reasons: dict[str, Pending] = {}
     notes: dict[str, str] = {}
     for job in jobs:
         types = {n.accelerator_type for n in nodes if job.allows(n.accelerator_type)}
@@ -230,11 +190,87 @@ def fit_device_memory(
         else:
             small = [n for n in nodes if n.accelerator_type in types]
             largest = max(memory[k] for k in types)
-            reasons[job.id] = (
+            reasons[job.id] = Pending(
+                Reason.INSUFFICIENT_MEMORY,
                 f"0/{len(nodes)} nodes: {len(small)} insufficient device memory "
-                f"(needs {job.min_memory_gib:g} GiB per device, the largest here has {largest:g} GiB)"
+                f"(needs {job.min_memory_gib:g} GiB per device, the largest here has {largest:g} GiB)",
             )
     return kept, reasons, notes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Decision:
+    """One cycle's outcome: the round's leases and reasons, and the quota admission behind them."""
+
+    plan: RoundPlan
+    admission: Admission
+    solved: bool
+    """Whether the policy was solved this cycle (else the last allocation was reused)."""
+
+
+@dataclass(slots=True, kw_only=True)
+class Cycle:
+    """The whole scheduling cycle, the one entry point of the live agent, the simulator and the
+    benchmarks: memory fit, quota admission, the policy's allocation, the round's leases (with
+    idle devices backfilled unless the policy's order must hold), and a reason for every job
+    left waiting.
+
+    A cycle that lives across rounds (the simulator's) re-solves a policy only when the set of
+    jobs changed, unless the policy asks to be solved every round; one made per pass (the live
+    agent's) always solves.
+    """
+
+    policy: Policy
+    queues: Queues | None = None
+    round_s: float
+    prices: Mapping[str, float] = field(default_factory=dict)
+    seed: int = 0
+    _allocation: Allocation = field(default_factory=dict, init=False, repr=False)
+    _solved_for: frozenset[str] | None = field(default=None, init=False, repr=False)
+
+    def run(
+        self, jobs: Sequence[Job], nodes: Sequence[Node], throughputs: Throughputs, *, now_s: float
+    ) -> Decision:
+        capacity: dict[str, int] = {}
+        for node in nodes:
+            capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
+        jobs, too_small, narrowed = fit_device_memory(jobs, nodes)
+        admission = admit(jobs, self.queues or Queues.unlimited(capacity))
+        candidates = [j for j in admission.jobs if j.id not in admission.reclaimed]
+        job_set = frozenset(j.id for j in candidates)
+        solved = self.policy.every_round or job_set != self._solved_for
+        if solved:
+            inp = PolicyInput(
+                jobs=candidates,
+                capacity=capacity,
+                throughputs=throughputs,
+                prices=self.prices,
+                now_s=now_s,
+                seed=self.seed,
+            )
+            self._allocation, self._solved_for = self.policy(inp), job_set
+        plan = run_cycle(
+            admission.jobs,
+            nodes,
+            self._allocation,
+            now_s=now_s,
+            round_s=self.round_s,
+            backfill=None if self.policy.strict_order else throughputs,
+            never_backfill=admission.reclaimed,
+        )
+        reasons = dict(plan.pending_reasons)
+        reasons.update(admission.reasons)
+        for job_id, note in narrowed.items():
+            if job_id in reasons:
+                reasons[job_id] = reasons[job_id].noted(note)
+        reasons.update(too_small)
+        for job_id in admission.reclaimed:
+            reasons[job_id] = Pending(Reason.RECLAIMED, RECLAIMED_MESSAGE)
+        plan = RoundPlan(leases=plan.leases, preempted=plan.preempted, pending_reasons=reasons)
+        return Decision(plan=plan, admission=admission, solved=solved)
+
+
+RECLAIMED_MESSAGE = "preempted: its queue borrowed quota that the owner needs back"
 
 
 def schedule(
@@ -246,43 +282,6 @@ def schedule(
     *,
     now_s: float,
     round_s: float,
-    prices: Mapping[str, float] | None = None,
-    seed: int = 0,
-    backfill: bool = True,
-) -> tuple[RoundPlan, Admission]:
-    """One whole cycle: admission by quota, the policy's allocation, then the round's leases
-    (with idle devices backfilled unless the policy's order must hold, as FIFO's)."""
-    capacity: dict[str, int] = {}
-    for node in nodes:
-        capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
-    jobs, too_small, narrowed = fit_device_memory(jobs, nodes)
-    admission = admit(jobs, queues or Queues.unlimited(capacity))
-    candidates = [j for j in admission.jobs if j.id not in admission.reclaimed]
-    allocation = policy(
-        PolicyInput(
-            jobs=candidates,
-            capacity=capacity,
-            throughputs=throughputs,
-            prices=prices or {},
-            now_s=now_s,
-            seed=seed,
-        )
-    )
-    plan = run_cycle(
-        admission.jobs,
-        nodes,
-        allocation,
-        now_s=now_s,
-        round_s=round_s,
-        backfill=throughputs if backfill else None,
-        never_backfill=admission.reclaimed,
-    )
-    reasons = dict(plan.pending_reasons)
-    reasons.update(admission.reasons)
-    for job_id, note in narrowed.items():
-        if job_id in reasons:
-            reasons[job_id] += f"; {note}"
-    reasons.update(too_small)
-    for job_id in admission.reclaimed:
-        reasons[job_id] = "preempted: its queue borrowed quota that the owner needs back"
-    return RoundPlan(leases=plan.leases, preempted=plan.preempted, pending_reasons=reasons), admission
+) -> Decision:
+    """One cycle of a fresh ``Cycle`` (nothing remembered from an earlier round)."""
+    return Cycle(policy=policy, queues=queues, round_s=round_s).run(jobs, nodes, throughputs, now_s=now_s)

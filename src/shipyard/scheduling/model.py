@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shipyard.scheduling.reasons import Pending
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,4 +113,4 @@ class RoundPlan:
     leases: Mapping[str, Lease]
     preempted: tuple[str, ...]
     """Jobs running now that do not run next round: checkpoint, then stop."""
-    pending_reasons: Mapping[str, str]
+    pending_reasons: Mapping[str, Pending]

@@ -1,4 +1,5 @@
-"""Allocation policies: one signature, ``allocate(PolicyInput) -> Allocation``.
+"""Allocation policies: one signature, ``allocate(PolicyInput) -> Allocation``, wrapped in a
+``Policy`` that carries the traits the cycle needs (strict order, re-solved every round).
 
 An allocation says, for each job, what share of time it should run on each accelerator type; the
 round mechanism (``cycle.py``) turns shares into concrete leases round after round. The
@@ -19,7 +20,7 @@ from scipy.sparse import coo_matrix
 from shipyard.errors import InvalidSpec
 from shipyard.scheduling.model import Allocation, Job, PolicyInput
 
-Policy = Callable[[PolicyInput], Allocation]
+Allocate = Callable[[PolicyInput], Allocation]
 
 
 def _types_of(job: Job, inp: PolicyInput) -> list[str]:
@@ -235,15 +236,15 @@ def max_throughput_per_dollar(inp: PolicyInput) -> Allocation:
     return problem.solve(inp, objective, [], extra_vars=0)
 
 
-# --- Shipyard's default --------------------------------------------------------------------------
+# --- shortest remaining work, performance-aware (the default) ----------------------------------
 
-SHIPYARD_AGING_S = 12 * 3600.0
+AGING_S = 12 * 3600.0
 """A waiting job's weight doubles every 12 h waited, so long jobs are never starved."""
-SHIPYARD_STAY = 1.2
+STAY_BONUS = 1.2
 """A running job values its current type 20 % more: moving costs a restart."""
-SHIPYARD_CRITICAL = 0.9
+CRITICAL_FRACTION = 0.9
 """A job within 90 % of the horizon of the known work is critical (see ``_critical``)."""
-SHIPYARD_CRITICAL_BOOST = 1e6
+CRITICAL_BOOST = 1e6
 PRICE_ITERATIONS = 60
 
 
@@ -256,10 +257,8 @@ def _srpt_weights(inp: PolicyInput, jobs: Sequence[Job], best: np.ndarray) -> np
     weights = np.empty(len(jobs))
     for i, job in enumerate(jobs):
         waited = 0.0 if job.running_on else max(0.0, inp.now_s - job.arrival_s)
-        boost = SHIPYARD_CRITICAL_BOOST if critical[i] else 1.0
-        weights[i] = (
-            job.priority * boost * (1 + waited / SHIPYARD_AGING_S) / max(remaining[i] * devices[i], 1.0)
-        )
+        boost = CRITICAL_BOOST if critical[i] else 1.0
+        weights[i] = job.priority * boost * (1 + waited / AGING_S) / max(remaining[i] * devices[i], 1.0)
     return weights
 
 
@@ -273,7 +272,7 @@ def _critical(remaining_s: np.ndarray, devices: np.ndarray, total_devices: int) 
     if remaining_s.size == 0:
         return np.zeros(0, dtype=bool)
     horizon = max(float(remaining_s.max()), float(remaining_s @ devices) / max(total_devices, 1))
-    return remaining_s >= SHIPYARD_CRITICAL * horizon
+    return remaining_s >= CRITICAL_FRACTION * horizon
 
 
 def _value_matrix(inp: PolicyInput) -> tuple[list[Job], list[str], np.ndarray, np.ndarray]:
@@ -292,12 +291,12 @@ def _value_matrix(inp: PolicyInput) -> tuple[list[Job], list[str], np.ndarray, n
     value = _srpt_weights(inp, jobs, best)[:, None] * speed * devices[:, None]
     for i, job in enumerate(jobs):
         if job.running_on in types:
-            value[i, types.index(job.running_on)] *= SHIPYARD_STAY
+            value[i, types.index(job.running_on)] *= STAY_BONUS
     value[rates <= 0] = -np.inf
     return jobs, types, value, devices
 
 
-def shipyard(inp: PolicyInput) -> Allocation:
+def shortest_remaining_perf(inp: PolicyInput) -> Allocation:
     """Shortest remaining work first, each job on the type it gains most from, sized to the cluster.
 
     Maximizes the sum over jobs of (weight x normalized throughput), the weight being priority x
@@ -352,23 +351,48 @@ def _round_to_gangs(
     return allocation
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    """An allocation policy and what the cycle must know of it."""
+
+    name: str
+    allocate: Allocate
+    strict_order: bool = False
+    """Its order is the point (FIFO, priority): idle devices are not backfilled with jobs further
+    back."""
+    every_round: bool = False
+    """Re-solved every round (its weights move with progress and waiting time); the others, like
+    Gavel's, only when the set of jobs changes."""
+
+    def __call__(self, inp: PolicyInput) -> Allocation:
+        return self.allocate(inp)
+
+    @property
+    def summary(self) -> str:
+        """The first line of its description."""
+        return (self.allocate.__doc__ or "").strip().splitlines()[0]
+
+
 POLICIES: Mapping[str, Policy] = {
-    "fifo": fifo,
-    "fifo_perf": fifo_perf,
-    "priority": priority,
-    "gavel_las_perf": gavel_las_perf,
-    "finish_time_fairness": finish_time_fairness,
-    "min_makespan": min_makespan,
-    "max_throughput_per_dollar": max_throughput_per_dollar,
-    "shipyard": shipyard,
+    p.name: p
+    for p in (
+        Policy(name="fifo", allocate=fifo, strict_order=True),
+        Policy(name="fifo_perf", allocate=fifo_perf, strict_order=True),
+        Policy(name="priority", allocate=priority, strict_order=True),
+        Policy(name="gavel_las_perf", allocate=gavel_las_perf),
+        Policy(name="finish_time_fairness", allocate=finish_time_fairness),
+        Policy(name="min_makespan", allocate=min_makespan),
+        Policy(name="max_throughput_per_dollar", allocate=max_throughput_per_dollar),
+        Policy(name="shortest_remaining_perf", allocate=shortest_remaining_perf, every_round=True),
+    )
 }
-DEFAULT_POLICY = "shipyard"
-STRICT_ORDER_POLICIES = frozenset({"fifo", "fifo_perf", "priority"})
-"""Policies whose order is the point: idle devices are not backfilled with jobs further back."""
+DEFAULT_POLICY = "shortest_remaining_perf"
+ALIASES = {"shipyard": DEFAULT_POLICY}
+"""Former names that settings and scripts may still give."""
 
 
 def policy_named(name: str) -> Policy:
     try:
-        return POLICIES[name]
+        return POLICIES[ALIASES.get(name, name)]
     except KeyError:
         raise InvalidSpec(f"unknown policy {name!r}", hint=f"use one of: {', '.join(POLICIES)}") from None

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from shipyard.scheduling.model import Job
+from shipyard.scheduling.reasons import Pending, Reason
 
 NO_LIMIT = 10**9
 
@@ -63,8 +64,8 @@ class Usage:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Admission:
     jobs: tuple[Job, ...]
-    """Admitted jobs, each restricted to the types its quota allows now."""
-    reasons: Mapping[str, str]
+    """Admitted jobs, in the order given, each restricted to the types its quota allows now."""
+    reasons: Mapping[str, Pending]
     """Why each job that was not admitted waits."""
     reclaimed: tuple[str, ...]
     """Running jobs that borrow quota its owner now needs: preempt them."""
@@ -75,7 +76,7 @@ def admit(jobs: Sequence[Job], queues: Queues) -> Admission:
     """Running jobs keep their quota; waiting ones are admitted by priority, then arrival."""
     used: dict[str, dict[str, int]] = {name: {} for name in queues.cluster_queues}
     admitted: list[Job] = []
-    reasons: dict[str, str] = {}
+    reasons: dict[str, Pending] = {}
     running = [j for j in jobs if j.running_on is not None]
     waiting = [j for j in jobs if j.running_on is None]
     waiting.sort(key=lambda j: (-j.priority, j.arrival_s, j.id))
@@ -89,7 +90,8 @@ def admit(jobs: Sequence[Job], queues: Queues) -> Admission:
         cq = queues.cluster_queue_of(job)
         if cq is None:
             known = ", ".join(sorted({*queues.local_queues, *queues.cluster_queues}))
-            reasons[job.id] = f"queue {job.queue!r} does not exist (queues: {known})"
+            message = f"queue {job.queue!r} does not exist (queues: {known})"
+            reasons[job.id] = Pending(Reason.NO_SUCH_QUEUE, message)
             continue
         allowed: list[str] = []
         short: list[str] = []
@@ -105,14 +107,16 @@ def admit(jobs: Sequence[Job], queues: Queues) -> Admission:
         if not allowed:
             where = f"in cohort {cq.cohort}" if cq.cohort else f"in queue {cq.name}"
             detail = "; ".join(short) or "no quota for the types it asks for"
-            reasons[job.id] = f"quota exhausted {where} ({detail})"
+            reasons[job.id] = Pending(Reason.QUOTA_EXHAUSTED, f"quota exhausted {where} ({detail})")
             continue
         # Count the job against the first type that has room, so later jobs see it.
         first = allowed[0]
         used[cq.name][first] = used[cq.name].get(first, 0) + job.devices
         admitted.append(replace(job, accelerator_types=tuple(allowed)))
+    # In the order given (the policies' tie-breaks follow it), not the order of admission.
+    by_id = {j.id: j for j in admitted}
     return Admission(
-        jobs=tuple(admitted),
+        jobs=tuple(by_id[j.id] for j in jobs if j.id in by_id),
         reasons=reasons,
         reclaimed=tuple(dict.fromkeys(reclaim)),
         usage=_usage(queues, used),

@@ -19,6 +19,8 @@ class AttemptView(_View):
     device_ids: list[int]
     threads_per_process: int
     pid: int | None
+    node: str | None = None
+    """The node it ran on (None for attempts recorded before nodes were)."""
     exit_code: int | None
     exit_reason: str | None
     log_path: str
@@ -35,6 +37,8 @@ class JobView(_View):
     state: str
     pending_reason: str | None = None
     """Why a queued job is not running yet."""
+    pending_code: str | None = None
+    """The stable code of that reason (``shipyard.scheduling.reasons.Reason``)."""
     devices: int
     accelerator_types: list[str]
     step: int = 0
@@ -94,6 +98,15 @@ class DeviceView(_View):
     peak_fp32_tflops: float
     cores: int
     nvlink_peers: tuple[int, ...]
+    node: str = ""
+    """The node (machine) the device belongs to."""
+
+
+class LogChunkView(_View):
+    data: str
+    """The bytes from the offset on, decoded as UTF-8 (undecodable bytes replaced)."""
+    next_offset: int
+    job_ended: bool
 
 
 class Completion(_View):
@@ -157,3 +170,157 @@ class StorageStatus(_View):
     """Bytes of the distinct blobs, before replication."""
     encrypted_blobs: int
     active_key: str | None
+
+
+# --- accounts ------------------------------------------------------------------------------------
+
+
+class HealthView(_View):
+    status: str
+    version: str
+
+
+class IssuedTokenView(_View):
+    id: str
+    token: str
+    """The secret: shown this once, never stored."""
+    expires_at: str | None
+
+
+class CallerView(_View):
+    """Who a token acts for."""
+
+    name: str
+    admin: bool
+    scopes: list[str]
+
+
+class UserView(_View):
+    name: str
+    admin: bool
+    service: bool
+    disabled: bool
+
+
+class TokenView(_View):
+    """A token without its secret."""
+
+    id: str
+    user: str
+    name: str
+    scopes: list[str]
+    created_at: str
+    expires_at: str | None
+    last_used_at: str | None
+    revoked: bool
+
+
+# --- queues --------------------------------------------------------------------------------------
+
+
+class PendingJobView(_View):
+    id: str
+    project: str
+    queue: str
+    priority: int
+    devices: int
+    accelerator_types: list[str]
+    submitted_at: str
+    reason: str
+    reason_code: str
+    """``shipyard.scheduling.reasons.Reason``: what a program matches on."""
+
+
+class QueueUsageView(_View):
+    name: str
+    cohort: str | None
+    nominal: dict[str, int]
+    """Devices per type it is guaranteed (a type without a limit is left out)."""
+    used: dict[str, int]
+    borrowed: dict[str, int]
+    local_queues: list[str]
+
+
+class QueueStatusView(_View):
+    pending: list[PendingJobView]
+    queues: list[QueueUsageView]
+
+
+class QueueSettingsView(_View):
+    version: int | None
+    """The applied version in force (None when read from the file, or when there is none)."""
+    source: str
+    config: dict[str, Any] | None
+    """The configuration as the queues YAML has it."""
+
+
+class QueueChangeView(QueueSettingsView):
+    replaced: str
+    """Where the configuration in force came from before the change."""
+    changes: dict[str, Any]
+    """``added``, ``removed`` and ``changed`` cluster queues (and ``local_queues`` if they moved)."""
+
+
+# --- lineage and audit ---------------------------------------------------------------------------
+
+
+class DatasetReadView(_View):
+    job: str
+    attempt: int
+    digest: str | None
+
+
+class DatasetView(_View):
+    project: str
+    name: str
+    digest: str | None
+    """The content digest now (None once the artifact is deleted)."""
+    size_bytes: int | None
+    read_by: list[DatasetReadView]
+    models: list[str]
+    """``name:version`` of the model versions trained on it."""
+
+
+class ModelLineageView(_View):
+    model: str
+    project: str
+    stage: str
+    created_at: str
+    job: str
+    owner: str | None
+    attempts: int
+    accelerator_type: str | None
+    checkpoint_step: int
+    base_model: str | None
+    dataset: list[dict[str, Any]]
+    stored_as: str | None
+    metrics: dict[str, Any]
+    estimate: dict[str, Any]
+
+
+class ModelComparisonView(_View):
+    a: ModelLineageView
+    b: ModelLineageView
+    differences: dict[str, list[Any]]
+    """Dotted field -> [value in a, value in b], for the fields that differ."""
+
+
+class AuditRecordView(_View):
+    seq: int
+    at: str
+    actor: str
+    action: str
+    resource: str
+    source: str | None
+    outcome: str
+    detail: dict[str, Any] | None
+    prev_hash: str
+    hash: str
+
+
+class AuditVerdictView(_View):
+    ok: bool
+    records: int
+    head_seq: int
+    first_bad: int | None = None
+    problem: str | None = None

@@ -11,28 +11,26 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import secrets
-import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
+from shipyard import audit
+from shipyard.auth import Permission
 from shipyard.db import LoginThrottle, Token, User
-from shipyard.db.tables import utcnow
 from shipyard.domain.text import has_control_character
 from shipyard.errors import Conflict, InvalidSpec, NotFound, Throttled, Unauthenticated
-from shipyard.services import audit, rbac
+from shipyard.schemas.requests import DEFAULT_TOKEN_DAYS, MAX_TOKEN_DAYS, MIN_PASSWORD, SCOPES, USER_NAME
+from shipyard.schemas.views import IssuedTokenView, TokenView, UserView
+from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
 from shipyard.services.verified_tokens import VerifiedToken
 
-NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-MIN_PASSWORD = 12
 FREE_FAILURES = 5
 """Failed logins of one name from one address allowed before that pair must wait."""
 LOCK_S = 30.0
@@ -41,12 +39,9 @@ FORGET_FAILURES_AFTER = timedelta(days=1)
 """A pair's failures are forgotten a day after the last one."""
 BAD_CREDENTIALS = "invalid user name or password"
 TOKEN_PREFIX = "shy"
-SCOPES = ("read", "write", "admin")
-DEFAULT_TOKEN_DAYS = 30.0
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 """A token's ``last_used_at`` is written at most this often (not on every request), which is
 enough to find the tokens nobody uses any more."""
-MAX_TOKEN_DAYS = 3650.0
 
 _hasher = PasswordHasher()  # argon2id with the library's current recommended parameters
 _DUMMY_HASH = _hasher.hash("an account that does not exist")
@@ -59,16 +54,13 @@ class IssuedToken:
     """The secret: shown this once, never stored."""
     expires_at: datetime | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "token": self.token,
-            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
-        }
+    def view(self) -> IssuedTokenView:
+        expires_at = self.expires_at.isoformat() if self.expires_at else None
+        return IssuedTokenView(id=self.id, token=self.token, expires_at=expires_at)
 
 
 def _check_name(name: str) -> None:
-    if not NAME.match(name):
+    if not USER_NAME.match(name):
         raise InvalidSpec(
             f"user name {name!r} is not valid",
             hint="use 1-64 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit",
@@ -85,7 +77,7 @@ def _check_password(password: str) -> None:
 
 def create_user(
     ctx: ServiceContext, name: str, password: str | None, *, admin: bool = False, service: bool = False
-) -> dict[str, Any]:
+) -> UserView:
     """A person (with a password) or a service account (tokens only); admins only."""
     _check_name(name)
     if not service:
@@ -93,7 +85,7 @@ def create_user(
             raise InvalidSpec(f"user {name!r} needs a password", hint="give one, or create a service account")
         _check_password(password)
     with ctx.db.transaction() as session:
-        rbac.require(ctx, session, "user.manage", f"user/{name}")
+        rbac.require(ctx, session, Permission.USER_MANAGE, f"user/{name}")
         if session.get(User, name) is not None:
             raise Conflict(f"user {name!r} already exists", hint="pick another name")
         user = User(
@@ -152,7 +144,7 @@ def login(ctx: ServiceContext, name: str, password: str, *, token_days: float = 
 
 def _check_login(ctx: ServiceContext, name: str, password: str) -> None:
     """Return when the password is right; else raise (the failure is committed and audited)."""
-    now = utcnow()
+    now = ctx.clock.now()
     who = audit.Actor(name=name, source=ctx.actor.source)
     key = (name, ctx.actor.source[:128])
     with ctx.db.transaction() as session:
@@ -237,7 +229,7 @@ def issue_token(
         )
     with ctx.db.transaction() as session:
         if user != ctx.actor.name:
-            rbac.require(ctx, session, "user.manage", f"user/{user}")
+            rbac.require(ctx, session, Permission.USER_MANAGE, f"user/{user}")
         owner = session.get(User, user)
         if owner is None:
             raise NotFound(f"no user named {user!r}", hint="`shipyard users list` shows them")
@@ -248,7 +240,7 @@ def issue_token(
                 f"user {user!r} is no admin; a token cannot hold the admin scope", hint="drop it"
             )
         token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
-        expires = utcnow() + timedelta(days=days) if days is not None else None
+        expires = ctx.clock.now() + timedelta(days=days) if days is not None else None
         session.add(
             Token(
                 id=token_id,
@@ -303,7 +295,7 @@ def authenticate(ctx: ServiceContext, bearer: str, source: str) -> audit.Actor:
             raise _invalid()
         if cache is not None:
             cache.put(token_id, verified)
-    return _accept(verified, secret, source)
+    return _accept(ctx, verified, secret, source)
 
 
 def authenticate_cached(ctx: ServiceContext, bearer: str, source: str) -> audit.Actor | None:
@@ -311,7 +303,7 @@ def authenticate_cached(ctx: ServiceContext, bearer: str, source: str) -> audit.
     (so without blocking); None when it has to be read."""
     token_id, secret = _parse_bearer(bearer)
     verified = ctx.verified_tokens.get(token_id) if ctx.verified_tokens is not None else None
-    return None if verified is None else _accept(verified, secret, source)
+    return None if verified is None else _accept(ctx, verified, secret, source)
 
 
 def _invalid() -> Unauthenticated:
@@ -326,10 +318,10 @@ def _parse_bearer(bearer: str) -> tuple[str, str]:
     return token_id, secret
 
 
-def _accept(verified: VerifiedToken, secret: str, source: str) -> audit.Actor:
+def _accept(ctx: ServiceContext, verified: VerifiedToken, secret: str, source: str) -> audit.Actor:
     if not hmac.compare_digest(verified.secret_hash, _digest(secret)):
         raise _invalid()
-    if verified.expires_at is not None and verified.expires_at <= utcnow():
+    if verified.expires_at is not None and verified.expires_at <= ctx.clock.now():
         raise _invalid()
     return audit.Actor(name=verified.user, source=source, is_admin=verified.is_admin, scopes=verified.scopes)
 
@@ -340,7 +332,7 @@ def _read_token(ctx: ServiceContext, token_id: str) -> VerifiedToken | None:
         found = connection.execute(_TOKEN_CHECK, {"token_id": token_id}).first()
         if found is None or found.revoked_at is not None or found.disabled:
             return None
-        now = utcnow()
+        now = ctx.clock.now()
         if found.last_used_at is None or now - found.last_used_at > LAST_USED_RESOLUTION:
             connection.execute(_TOKEN_USED, {"token_id": token_id, "now": now})  # autocommit
     return VerifiedToken(
@@ -349,7 +341,7 @@ def _read_token(ctx: ServiceContext, token_id: str) -> VerifiedToken | None:
         is_admin=found.is_admin and "admin" in found.scopes,
         scopes=frozenset(found.scopes),
         expires_at=found.expires_at,
-        read_at=time.monotonic(),
+        read_at=ctx.clock.monotonic(),
     )
 
 
@@ -359,9 +351,9 @@ def revoke_token(ctx: ServiceContext, token_id: str) -> None:
         if token is None:
             raise NotFound(f"no token {token_id!r}", hint="`shipyard tokens list` shows yours")
         if token.user != ctx.actor.name:
-            rbac.require(ctx, session, "user.manage", f"token/{token_id}")
+            rbac.require(ctx, session, Permission.USER_MANAGE, f"token/{token_id}")
         if token.revoked_at is None:
-            token.revoked_at = utcnow()
+            token.revoked_at = ctx.clock.now()
         audit.append(
             session,
             ctx.audit_key,
@@ -374,32 +366,32 @@ def revoke_token(ctx: ServiceContext, token_id: str) -> None:
         ctx.verified_tokens.forget(token_id)
 
 
-def list_tokens(ctx: ServiceContext) -> list[dict[str, Any]]:
+def list_tokens(ctx: ServiceContext) -> list[TokenView]:
     """The caller's tokens (an admin sees everyone's); never their secrets."""
     with ctx.db.transaction() as session:
         query = select(Token).order_by(Token.created_at)
         if not ctx.actor.is_admin:
             query = query.where(Token.user == ctx.actor.name)
         return [
-            {
-                "id": t.id,
-                "user": t.user,
-                "name": t.name,
-                "scopes": t.scopes,
-                "created_at": t.created_at.isoformat(),
-                "expires_at": t.expires_at.isoformat() if t.expires_at else None,
-                "last_used_at": t.last_used_at.isoformat() if t.last_used_at else None,
-                "revoked": t.revoked_at is not None,
-            }
+            TokenView(
+                id=t.id,
+                user=t.user,
+                name=t.name,
+                scopes=t.scopes,
+                created_at=t.created_at.isoformat(),
+                expires_at=t.expires_at.isoformat() if t.expires_at else None,
+                last_used_at=t.last_used_at.isoformat() if t.last_used_at else None,
+                revoked=t.revoked_at is not None,
+            )
             for t in session.scalars(query)
         ]
 
 
-def list_users(ctx: ServiceContext) -> list[dict[str, Any]]:
+def list_users(ctx: ServiceContext) -> list[UserView]:
     with ctx.db.transaction() as session:
-        rbac.require(ctx, session, "user.manage", "users")
+        rbac.require(ctx, session, Permission.USER_MANAGE, "users")
         return [_user_view(u) for u in session.scalars(select(User).order_by(User.name))]
 
 
-def _user_view(user: User) -> dict[str, Any]:
-    return {"name": user.name, "admin": user.is_admin, "service": user.is_service, "disabled": user.disabled}
+def _user_view(user: User) -> UserView:
+    return UserView(name=user.name, admin=user.is_admin, service=user.is_service, disabled=user.disabled)

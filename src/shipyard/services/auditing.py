@@ -4,23 +4,25 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select
 
+from shipyard import audit
+from shipyard.auth import Permission
 from shipyard.db import AuditRecord
-from shipyard.services import audit, rbac
+from shipyard.schemas.views import AuditRecordView
+from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
 
 
-def read_log(ctx: ServiceContext, since: datetime | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+def read_log(ctx: ServiceContext, since: datetime | None = None, limit: int = 1000) -> list[AuditRecordView]:
     with ctx.db.transaction() as session:
-        rbac.require(ctx, session, "audit.read", "audit")
+        rbac.require(ctx, session, Permission.AUDIT_READ, "audit")
         query = select(AuditRecord).order_by(AuditRecord.seq).limit(limit)
         if since is not None:
             query = query.where(AuditRecord.at >= since)
         records = [
-            {**json.loads(audit.canonical(r)), "prev_hash": r.prev_hash, "hash": r.hash}
+            AuditRecordView(**json.loads(audit.canonical(r)), prev_hash=r.prev_hash, hash=r.hash)
             for r in session.scalars(query)
         ]
         audit.append(
@@ -31,5 +33,5 @@ def read_log(ctx: ServiceContext, since: datetime | None = None, limit: int = 10
 
 def verify(ctx: ServiceContext) -> audit.Verdict:
     with ctx.db.transaction() as session:
-        rbac.require(ctx, session, "audit.read", "audit")
+        rbac.require(ctx, session, Permission.AUDIT_READ, "audit")
     return audit.verify_log(ctx.db, ctx.audit_key)

@@ -1,4 +1,4 @@
-"""What every use case needs: settings, the database and (lazily) this node's executor."""
+"""What every use case needs: settings, the database and (lazily) the executor and its nodes."""
 
 from __future__ import annotations
 
@@ -6,12 +6,16 @@ import dataclasses
 import functools
 import getpass
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from shipyard.audit import audit_key
 from shipyard.db import Database, open_database
-from shipyard.executors import LocalExecutor
-from shipyard.hardware import VendorQueries, discover
-from shipyard.services.audit import Actor, audit_key
+from shipyard.domain.actor import Actor
+from shipyard.domain.clock import SYSTEM_CLOCK, Clock
+from shipyard.executors import Executor, LocalExecutor, devices_of
+from shipyard.hardware import Device, VendorQueries, discover
+from shipyard.services.submitted_jobs import SubmittedJobs
 from shipyard.services.verified_tokens import VerifiedTokens
 from shipyard.settings import Settings
 
@@ -32,11 +36,17 @@ class ServiceContext:
     db: Database
     vendor_queries: VendorQueries | None = None
     """Injected by tests to stand in for hardware this machine lacks."""
-    autostart_agent: bool = True
+    start_agent: Callable[[Settings], None] | None = None
+    """Called once jobs are queued, to make sure an agent serves them (the CLI's and the server's
+    ``daemon.supervisor.Supervisor``); None: whoever runs this platform starts agents itself."""
     actor: Actor = field(default_factory=local_actor)
     """Who the use cases act for: the local user embedded, the authenticated caller on a server."""
     verified_tokens: VerifiedTokens | None = None
     """A server's recently checked tokens (shared by the contexts of its requests)."""
+    submitted_jobs: SubmittedJobs = field(default_factory=SubmittedJobs)
+    """What the scheduler read of each job (shared by the contexts of a process's requests)."""
+    clock: Clock = SYSTEM_CLOCK
+    """What token expiry and login throttling read the time from (tests move a fake one)."""
 
     @property
     def trusts_paths(self) -> bool:
@@ -49,9 +59,13 @@ class ServiceContext:
         return audit_key(self.settings)
 
     @functools.cached_property
-    def executor(self) -> LocalExecutor:
+    def executor(self) -> Executor:
         # Discovery may import torch or NVML: only pay for it in commands that place work.
-        return LocalExecutor(discover(self.vendor_queries))
+        return LocalExecutor(lambda: discover(self.vendor_queries))
+
+    def devices(self) -> list[Device]:
+        """Every device of the executor's nodes."""
+        return devices_of(self.executor.nodes())
 
     def acting_as(self, actor: Actor) -> ServiceContext:
         """The same platform, for another caller (the server makes one per request); the

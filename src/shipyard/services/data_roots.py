@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from shipyard import audit
 from shipyard.domain.paths import is_inside
 from shipyard.errors import Forbidden
 from shipyard.schemas.data_roots import (
@@ -25,7 +26,6 @@ from shipyard.schemas.data_roots import (
 )
 from shipyard.schemas.documents import read_document_file
 from shipyard.schemas.jobspec import JobSpec
-from shipyard.services import audit
 from shipyard.services.context import LOCAL_PREFIX, ServiceContext
 
 SERVER_FILE = "server.yaml"

@@ -4,33 +4,34 @@ project may read it (``dataset.read``); the bytes themselves need ``artifact.rea
 
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import select
 
+from shipyard.auth import PERMISSIONS, Permission
 from shipyard.db import Attempt, Job, ModelVersion, StoredArtifact
 from shipyard.schemas.jobspec import STORE_SCHEME
+from shipyard.schemas.views import DatasetReadView, DatasetView
 from shipyard.services import rbac, storage
 from shipyard.services.context import ServiceContext
 
 
-def list_datasets(ctx: ServiceContext, project: str | None = None) -> list[dict[str, Any]]:
+def list_datasets(ctx: ServiceContext, project: str | None = None) -> list[DatasetView]:
     with ctx.db.transaction() as session:
         readable = None
         if not ctx.actor.is_admin:
             roles = rbac.projects_of(session, ctx.actor).items()
-            readable = {p for p, role in roles if "dataset.read" in rbac.PERMISSIONS[role]}
+            readable = {p for p, role in roles if Permission.DATASET_READ in PERMISSIONS[role]}
         query = select(Attempt.job_id, Attempt.number, Attempt.inputs, Job.project).join(Job)
         if project is not None:
             query = query.where(Job.project == project)
-        reads: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        reads: dict[tuple[str, str], list[DatasetReadView]] = {}
         for job_id, number, inputs, job_project in session.execute(query.order_by(Attempt.id)):
             if not inputs or (readable is not None and job_project not in readable):
                 continue
             for path, digest in inputs.items():
                 key = (job_project, path.removeprefix(STORE_SCHEME))
-                reads.setdefault(key, []).append({"job": job_id, "attempt": number, "digest": digest})
-        jobs = {read["job"] for found in reads.values() for read in found}
+                read = DatasetReadView(job=job_id, attempt=number, digest=digest)
+                reads.setdefault(key, []).append(read)
+        jobs = {read.job for found in reads.values() for read in found}
         published: dict[str, list[str]] = {}
         for name, version, job_id in session.execute(
             select(ModelVersion.name, ModelVersion.version, ModelVersion.job_id).where(
@@ -46,13 +47,13 @@ def list_datasets(ctx: ServiceContext, project: str | None = None) -> list[dict[
                 )
             ).first()
             datasets.append(
-                {
-                    "project": dataset_project,
-                    "name": name,
-                    "digest": storage.content_digest(artifact) if artifact else None,
-                    "size_bytes": artifact.size_bytes if artifact else None,
-                    "read_by": found,
-                    "models": sorted({m for read in found for m in published.get(read["job"], [])}),
-                }
+                DatasetView(
+                    project=dataset_project,
+                    name=name,
+                    digest=storage.content_digest(artifact) if artifact else None,
+                    size_bytes=artifact.size_bytes if artifact else None,
+                    read_by=found,
+                    models=sorted({m for read in found for m in published.get(read.job, [])}),
+                )
             )
         return datasets

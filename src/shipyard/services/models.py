@@ -8,26 +8,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from shipyard import audit, registry
+from shipyard.auth import Permission
 from shipyard.db import Artifact, Job, Metric, ModelVersion
 from shipyard.domain import JobState
 from shipyard.errors import Conflict, ExecutorError, InvalidSpec, NotFound
-from shipyard.schemas.views import Completion, ModelVersionView
-from shipyard.services import audit, rbac, storage
+from shipyard.schemas.views import Completion, ModelComparisonView, ModelLineageView, ModelVersionView
+from shipyard.services import rbac, storage
 from shipyard.services.context import ServiceContext
 from shipyard.services.summaries import summarize
 
 
 def list_versions(ctx: ServiceContext, name: str | None = None) -> list[ModelVersionView]:
     with ctx.db.transaction() as session:
-        query = select(ModelVersion).order_by(ModelVersion.name, ModelVersion.version.desc())
-        if not ctx.actor.is_admin:  # model.read: every role of the model's project holds it
-            query = query.where(ModelVersion.project.in_(list(rbac.projects_of(session, ctx.actor))))
-        if name:
-            query = query.where(ModelVersion.name == name)
-        return [_view(v) for v in session.scalars(query)]
+        # model.read: every role of the model's project holds it
+        projects = None if ctx.actor.is_admin else rbac.projects_of(session, ctx.actor)
+        return [registry.view(v) for v in registry.versions(session, name, projects)]
 
 
 def register(ctx: ServiceContext, job_id: str, name: str | None = None) -> ModelVersionView:
@@ -38,7 +37,7 @@ def register(ctx: ServiceContext, job_id: str, name: str | None = None) -> Model
         if job is None:
             raise NotFound(f"no job {job_id!r}", hint="`shipyard jobs list` shows the jobs")
         name = name or job.name
-        rbac.require(ctx, session, "model.publish", f"model/{name}", job.project)
+        rbac.require(ctx, session, Permission.MODEL_PUBLISH, f"model/{name}", job.project)
         export = session.scalar(
             select(Artifact)
             .where(Artifact.job_id == job.id, Artifact.kind == "export")
@@ -50,15 +49,11 @@ def register(ctx: ServiceContext, job_id: str, name: str | None = None) -> Model
                 f"job {job_id} left no export to register (it is {job.state})",
                 hint="register a job that succeeded with training.export on",
             )
-        already = session.scalar(
-            select(ModelVersion.version).where(
-                ModelVersion.name == name, ModelVersion.artifact_id == export.id
-            )
-        )
+        already = registry.version_of(session, name, export)
         if already is not None:
             raise Conflict(f"job {job_id}'s export is already {name}:{already}", hint=f"use {name}:{already}")
         metrics = list(session.scalars(select(Metric).where(Metric.job_id == job.id).order_by(Metric.id)))
-        return _view(publish(ctx, session, job, export, name, summarize(job, metrics)))
+        return registry.view(publish(ctx, session, job, export, name, summarize(job, metrics)))
 
 
 def publish(
@@ -66,18 +61,7 @@ def publish(
 ) -> ModelVersion:
     """Add the next version of ``name`` from ``export``, audited as ``model.publish`` (the caller
     has checked the permission)."""
-    latest = session.scalar(select(func.max(ModelVersion.version)).where(ModelVersion.name == name)) or 0
-    version = ModelVersion(
-        name=name,
-        version=latest + 1,
-        project=job.project,
-        job_id=job.id,
-        artifact_id=export.id,
-        step=export.step,
-        metrics=metrics,
-    )
-    session.add(version)
-    session.flush()
+    version = registry.add(session, job, export, name, metrics)
     audit.append(
         session,
         ctx.audit_key,
@@ -89,28 +73,13 @@ def publish(
     return version
 
 
-def _view(version: ModelVersion) -> ModelVersionView:
-    return ModelVersionView(
-        name=version.name,
-        version=version.version,
-        project=version.project,
-        job_id=version.job_id,
-        step=version.step,
-        path=version.artifact.path,
-        size_bytes=version.artifact.size_bytes,
-        metrics=version.metrics,
-        created_at=version.created_at,
-        stage=version.stage,
-    )
-
-
 def resolve(ctx: ServiceContext, ref: str) -> tuple[str, Path]:
     """``NAME`` (newest version), ``NAME:VERSION`` or a model folder -> (label, folder)."""
     path = Path(ref).expanduser()
     if path.is_dir():
         return str(path), path
     with ctx.db.transaction() as session:
-        found, label = _allowed(ctx, session, ref, "model.download")
+        found, label = _allowed(ctx, session, ref, Permission.MODEL_DOWNLOAD)
         return label, _export_folder(ctx, session, found)
 
 
@@ -124,24 +93,6 @@ def _export_folder(ctx: ServiceContext, session: Session, version: ModelVersion)
     if not cached.is_dir():
         storage.get(ctx, version.artifact.stored_name, cached, project=version.project, session=session)
     return cached
-
-
-def _find(session: Session, name: str, version: str) -> ModelVersion:
-    query = select(ModelVersion).where(ModelVersion.name == name)
-    if version:
-        if not version.isdigit():
-            raise InvalidSpec(
-                f"model version {version!r} is not a number",
-                hint="write NAME:VERSION, e.g. quickstart:1",
-            )
-        query = query.where(ModelVersion.version == int(version))
-    found = session.scalars(query.order_by(ModelVersion.version.desc()).limit(1)).first()
-    if found is None:
-        raise NotFound(
-            f"no model version {name}{':' + version if version else ''}",
-            hint="`shipyard models list` shows the registered models; or give a model folder",
-        )
-    return found
 
 
 MAX_PROMPT_BYTES = 64 << 10
@@ -205,51 +156,53 @@ def generate(
     return Completion(model=label, prompt=prompt, completion=answer["completion"], tokens=answer["tokens"])
 
 
-STAGES = ("none", "staging", "production", "archived")
-
-
-def lineage(ctx: ServiceContext, ref: str) -> dict[str, Any]:
+def lineage(ctx: ServiceContext, ref: str) -> ModelLineageView:
     """Where a version comes from: its job and attempts, dataset (with its content digest when
     stored), base model, checkpoint step, and the planner's estimate beside what was measured."""
     with ctx.db.transaction() as session:
-        found, label = _allowed(ctx, session, ref, "model.read")
+        found, label = _allowed(ctx, session, ref, Permission.MODEL_READ)
         job = session.get(Job, found.job_id)
         assert job is not None
         spec = job.spec
         last = job.attempts[-1] if job.attempts else None
-        return {
-            "model": label,
-            "project": found.project,
-            "stage": found.stage,
-            "created_at": found.created_at.isoformat(),
-            "job": job.id,
-            "owner": job.owner,
-            "attempts": len(job.attempts),
-            "accelerator_type": last.accelerator_type if last else None,
-            "checkpoint_step": found.step,
-            "base_model": spec.get("model", {}).get("path") or spec.get("model", {}).get("preset"),
-            "dataset": [
+        return ModelLineageView(
+            model=label,
+            project=found.project,
+            stage=found.stage,
+            created_at=found.created_at.isoformat(),
+            job=job.id,
+            owner=job.owner,
+            attempts=len(job.attempts),
+            accelerator_type=last.accelerator_type if last else None,
+            checkpoint_step=found.step,
+            base_model=spec.get("model", {}).get("path") or spec.get("model", {}).get("preset"),
+            dataset=[
                 storage.dataset_lineage(
                     session, job.project, p, [a.inputs[p] for a in job.attempts if a.inputs and p in a.inputs]
                 )
                 for p in spec.get("data", {}).get("paths", [])
             ],
-            "stored_as": found.artifact.stored_name or None,
-            "metrics": found.metrics,
-            "estimate": job.estimate or {},
-        }
+            stored_as=found.artifact.stored_name or None,
+            metrics=found.metrics,
+            estimate=job.estimate or {},
+        )
 
 
-def compare(ctx: ServiceContext, first: str, second: str) -> dict[str, Any]:
+def compare(ctx: ServiceContext, first: str, second: str) -> ModelComparisonView:
     """Two versions' lineage side by side, with the fields that differ."""
     a, b = lineage(ctx, first), lineage(ctx, second)
-    flat_a, flat_b = flatten(a), flatten(b)
+    return compared(a, b)
+
+
+def compared(a: ModelLineageView, b: ModelLineageView) -> ModelComparisonView:
+    """The fields in which two lineages differ (the model's name and creation time aside)."""
+    flat_a, flat_b = flatten(a.model_dump(mode="json")), flatten(b.model_dump(mode="json"))
     differing = {
         key: [flat_a.get(key), flat_b.get(key)]
         for key in sorted(flat_a.keys() | flat_b.keys())
         if flat_a.get(key) != flat_b.get(key) and key not in ("model", "created_at")
     }
-    return {"a": a, "b": b, "differences": differing}
+    return ModelComparisonView(a=a, b=b, differences=differing)
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -261,10 +214,12 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): value}
 
 
-def _allowed(ctx: ServiceContext, session: Session, ref: str, permission: str) -> tuple[ModelVersion, str]:
+def _allowed(
+    ctx: ServiceContext, session: Session, ref: str, permission: Permission
+) -> tuple[ModelVersion, str]:
     """The version ``NAME[:VERSION]`` names, if the caller holds ``permission`` on its project."""
     name, _, number = ref.partition(":")
-    found = _find(session, name, number)
+    found = registry.find(session, name, number)
     label = f"{found.name}:{found.version}"
     rbac.require(ctx, session, permission, f"model/{label}", found.project)
     return found, label
@@ -273,18 +228,11 @@ def _allowed(ctx: ServiceContext, session: Session, ref: str, permission: str) -
 def promote(ctx: ServiceContext, ref: str, stage: str) -> ModelVersionView:
     """Move a version to a stage; one version of a name is in production at a time (the one there
     before goes to archived)."""
-    if stage not in STAGES:
-        raise InvalidSpec(f"unknown stage {stage!r}", hint=f"use one of: {', '.join(STAGES)}")
+    if stage not in registry.STAGES:  # before the permission: a typo is not a refusal to audit
+        raise InvalidSpec(f"unknown stage {stage!r}", hint=f"use one of: {', '.join(registry.STAGES)}")
     with ctx.db.transaction() as session:
-        found, label = _allowed(ctx, session, ref, "model.promote")
-        if stage == "production":
-            for other in session.scalars(
-                select(ModelVersion).where(
-                    ModelVersion.name == found.name, ModelVersion.stage == "production"
-                )
-            ):
-                other.stage = "archived"
-        previous, found.stage = found.stage, stage
+        found, label = _allowed(ctx, session, ref, Permission.MODEL_PROMOTE)
+        previous = registry.move(session, found, stage)
         audit.append(
             session,
             ctx.audit_key,
@@ -293,13 +241,13 @@ def promote(ctx: ServiceContext, ref: str, stage: str) -> ModelVersionView:
             f"model/{label}",
             detail={"from": previous, "to": stage},
         )
-        return _view(found)
+        return registry.view(found)
 
 
 def download(ctx: ServiceContext, ref: str, file: str) -> Path:
     """One file of a version's export, for streaming; permission-checked and audited."""
     with ctx.db.transaction() as session:
-        found, label = _allowed(ctx, session, ref, "model.download")
+        found, label = _allowed(ctx, session, ref, Permission.MODEL_DOWNLOAD)
         folder = _export_folder(ctx, session, found).resolve()
         path = (folder / file).resolve()
         if folder not in path.parents or not path.is_file():
@@ -327,7 +275,7 @@ def delete(ctx: ServiceContext, ref: str) -> None:
     if ":" not in ref:
         raise InvalidSpec("delete names one version: NAME:VERSION", hint="e.g. quickstart:2")
     with ctx.db.transaction() as session:
-        found, label = _allowed(ctx, session, ref, "model.delete")
+        found, label = _allowed(ctx, session, ref, Permission.MODEL_DELETE)
         if found.stage == "production":
             raise Conflict(
                 f"model {label} is in production", hint=f"promote another version or archive {label} first"

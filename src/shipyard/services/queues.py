@@ -18,12 +18,15 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from shipyard import audit
+from shipyard.auth import Permission
 from shipyard.db import QueueConfigVersion
 from shipyard.db.tables import utcnow
 from shipyard.errors import Conflict, NotFound
 from shipyard.scheduling.quota import ClusterQueue, Queues
 from shipyard.schemas.queues import ClusterQueueSpec, QueueConfig, parse_queue_config, validate_queue_config
-from shipyard.services import audit, rbac
+from shipyard.schemas.views import QueueChangeView, QueueSettingsView
+from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
 
 QUEUES_FILE = "queues.yaml"
@@ -38,12 +41,9 @@ class QueueSettings:
     source: str
     """``database``, the path of the file, or ``NO_CONFIG``."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "source": self.source,
-            "config": self.config.document() if self.config else None,
-        }
+    def view(self) -> QueueSettingsView:
+        config = self.config.document() if self.config else None
+        return QueueSettingsView(version=self.version, source=self.source, config=config)
 
 
 def current(session: Session, home: Path) -> QueueSettings:
@@ -79,18 +79,18 @@ def load_queues(session: Session, home: Path, capacity: Mapping[str, int]) -> Qu
     return Queues(cluster_queues=cluster_queues, local_queues=local)
 
 
-def show(ctx: ServiceContext) -> dict[str, Any]:
+def show(ctx: ServiceContext) -> QueueSettingsView:
     """The configuration in force and where it comes from (any signed-in user may read quotas)."""
     with ctx.db.transaction() as session:
-        return current(session, ctx.settings.home).to_dict()
+        return current(session, ctx.settings.home).view()
 
 
-def apply(ctx: ServiceContext, config: QueueConfig) -> dict[str, Any]:
+def apply(ctx: ServiceContext, config: QueueConfig) -> QueueChangeView:
     """Put ``config`` in force, replacing the whole configuration."""
     return _change(ctx, lambda _: config)
 
 
-def set_queue(ctx: ServiceContext, queue: ClusterQueueSpec, local_queues: list[str]) -> dict[str, Any]:
+def set_queue(ctx: ServiceContext, queue: ClusterQueueSpec, local_queues: list[str]) -> QueueChangeView:
     """Add the cluster queue, or replace the one of its name; ``local_queues`` point at it."""
 
     def change(before: QueueConfig | None) -> QueueConfig:
@@ -101,7 +101,7 @@ def set_queue(ctx: ServiceContext, queue: ClusterQueueSpec, local_queues: list[s
     return _change(ctx, change)
 
 
-def remove_queue(ctx: ServiceContext, name: str) -> dict[str, Any]:
+def remove_queue(ctx: ServiceContext, name: str) -> QueueChangeView:
     """Take the cluster queue out, with the local queues that point at it; their jobs then wait
     with a reason until a queue takes them."""
 
@@ -114,12 +114,12 @@ def remove_queue(ctx: ServiceContext, name: str) -> dict[str, Any]:
     return _change(ctx, change)
 
 
-def _change(ctx: ServiceContext, change: Callable[[QueueConfig | None], QueueConfig]) -> dict[str, Any]:
+def _change(ctx: ServiceContext, change: Callable[[QueueConfig | None], QueueConfig]) -> QueueChangeView:
     """Read, change and store the configuration in one transaction, and audit what changed. Two
     admins changing it at once cannot both win: the second gets a conflict and retries."""
     try:
         with ctx.db.transaction() as session:
-            rbac.require(ctx, session, "queue.manage", "queues")
+            rbac.require(ctx, session, Permission.QUEUE_MANAGE, "queues")
             before = current(session, ctx.settings.home)
             after = validate_queue_config(change(before.config).document())
             version = (session.scalar(select(func.max(QueueConfigVersion.version))) or 0) + 1
@@ -136,11 +136,8 @@ def _change(ctx: ServiceContext, change: Callable[[QueueConfig | None], QueueCon
             "the queue configuration was changed by someone else at the same time",
             hint="look at `shipyard queues config` and run the command again",
         ) from None
-    return {
-        **QueueSettings(after, version, "database").to_dict(),
-        "replaced": before.source,
-        "changes": changed,
-    }
+    settings = QueueSettings(after, version, "database").view()
+    return QueueChangeView(**settings.model_dump(), replaced=before.source, changes=changed)
 
 
 def changes(before: QueueConfig | None, after: QueueConfig) -> dict[str, Any]:

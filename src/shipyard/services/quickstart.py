@@ -45,7 +45,7 @@ def corpus(home: Path, max_bytes: int) -> Path:
 
 def spec(ctx: ServiceContext, *, steps: int | None = None, preset: str | None = None) -> JobSpec:
     """The quickstart job for this node: small on CPUs, bigger and longer when a GPU is found."""
-    gpus = ctx.executor.accelerators
+    gpus = [d for d in ctx.devices() if d.accelerator_type != "cpu"]
     if gpus:
         data_dir = corpus(ctx.settings.home, GPU_CORPUS_BYTES)
         model, seq_len, micro, batch, default_steps, lr = "llama-25m", 512, 16, 65536, 600, 2e-3

@@ -1,4 +1,4 @@
-"""Who may do what: roles per project, plus cluster admins. Default deny.
+"""Who may do what, checked against the database: the roles of ``shipyard.auth`` per project.
 
 Every use case asks ``require`` before it acts, so the API, the CLI and any UI share one set of
 rules. A refusal is audited and raises ``Forbidden`` naming the role and what it lacks.
@@ -6,43 +6,14 @@ rules. A refusal is audited and raises ``Forbidden`` naming the role and what it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from shipyard import audit
+from shipyard.auth import ROLES, Permission, allows
 from shipyard.db import ProjectRole, User
 from shipyard.errors import Forbidden, InvalidSpec, NotFound
-from shipyard.services import audit
 from shipyard.services.context import ServiceContext
-
-ROLES = ("viewer", "member", "maintainer", "owner")
-
-_VIEWER = frozenset({"job.read", "job.logs", "model.read", "dataset.read"})
-_MEMBER = _VIEWER | {"job.submit", "job.cancel.own", "model.download", "artifact.read", "artifact.write"}
-_MAINTAINER = _MEMBER | {"job.cancel.any", "model.publish", "model.promote", "artifact.delete"}
-_OWNER = _MAINTAINER | {"model.delete", "project.roles"}
-
-PERMISSIONS: Mapping[str, frozenset[str]] = {
-    "viewer": _VIEWER,
-    "member": _MEMBER,
-    "maintainer": _MAINTAINER,
-    "owner": _OWNER,
-}
-"""Role -> permissions in its project. Cluster admins hold every permission everywhere, and the
-cluster-wide ones (users, queues and quotas, the audit log) only they hold."""
-
-ADMIN_ONLY = frozenset(
-    {
-        "user.manage",
-        "queue.manage",
-        "audit.read",
-        "storage.scrub",
-        "storage.gc",
-        "storage.roots",
-        "storage.rotate_key",
-    }
-)
 
 
 def role_of(session: Session, user: str, project: str) -> str | None:
@@ -59,17 +30,15 @@ def projects_of(session: Session, actor: audit.Actor) -> dict[str, str]:
     return dict(rows.all())
 
 
-def allowed(session: Session, actor: audit.Actor, permission: str, project: str | None = None) -> bool:
+def allowed(session: Session, actor: audit.Actor, permission: Permission, project: str | None = None) -> bool:
     if actor.is_admin:
         return True
-    if permission in ADMIN_ONLY or project is None:
-        return False
-    role = role_of(session, actor.name, project)
-    return role is not None and permission in PERMISSIONS[role]
+    role = role_of(session, actor.name, project) if project is not None else None
+    return allows(actor, permission, role, project)
 
 
 def require(
-    ctx: ServiceContext, session: Session, permission: str, resource: str, project: str | None = None
+    ctx: ServiceContext, session: Session, permission: Permission, resource: str, project: str | None = None
 ) -> None:
     """Raise ``Forbidden`` (and audit the refusal) unless the caller holds the permission.
 
@@ -97,7 +66,7 @@ def grant(ctx: ServiceContext, project: str, user: str, role: str | None) -> Non
     if role is not None and role not in ROLES:
         raise InvalidSpec(f"unknown role {role!r}", hint=f"use one of: {', '.join(ROLES)}")
     with ctx.db.transaction() as session:
-        require(ctx, session, "project.roles", f"project/{project}", project)
+        require(ctx, session, Permission.PROJECT_ROLES, f"project/{project}", project)
         if session.get(User, user) is None:
             raise NotFound(f"no user named {user!r}", hint="`shipyard users list` shows them")
         current = session.get(ProjectRole, (project, user))

@@ -1,5 +1,5 @@
-"""The live side of the scheduler: a snapshot of this node's jobs and devices from the database,
-handed to the same ``schedule``/``run_cycle`` the simulator drives.
+"""The live side of the scheduler: a snapshot of the jobs (from the database) and of the
+executor's nodes (its inventory), handed to the same ``Cycle`` the simulator drives.
 
 Throughputs come from the planner's estimate stored at submit (steps/s on the accelerator type it
 planned for, scaled by peak FLOPS to the other types), replaced by the measured median once a job
@@ -12,33 +12,35 @@ import dataclasses
 import statistics
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from shipyard.db import Attempt, Job, Metric
 from shipyard.domain import JobState
+from shipyard.executors import NodeInventory, capacity_of, devices_of
 from shipyard.hardware import Device
 from shipyard.scheduling import model
-from shipyard.scheduling.cycle import schedule
-from shipyard.scheduling.model import RoundPlan
-from shipyard.scheduling.policies import STRICT_ORDER_POLICIES, policy_named
-from shipyard.scheduling.quota import Admission
-from shipyard.schemas.jobspec import total_steps
+from shipyard.scheduling.cycle import Cycle, Decision
+from shipyard.scheduling.policies import policy_named
+from shipyard.scheduling.quota import NO_LIMIT
+from shipyard.scheduling.reasons import Pending, Reason
+from shipyard.schemas.views import PendingJobView, QueueStatusView, QueueUsageView
 from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
 from shipyard.services.queues import load_queues
+from shipyard.services.submitted_jobs import Submitted, SubmittedJobs, aware
 
-NODE = "local"
+
+def scheduling_node(node: str, accelerator_type: str) -> str:
+    """The scheduler's node for one accelerator type of an executor's node: the scheduler sees
+    one accelerator type per node, so a machine with GPUs and CPU cores is two of them."""
+    return f"{node}/{accelerator_type}"
 
 
-def _capacity(devices: list[Device]) -> dict[str, int]:
-    capacity: dict[str, int] = {}
-    for device in devices:
-        size = device.cores if device.accelerator_type == "cpu" else 1
-        capacity[device.accelerator_type] = capacity.get(device.accelerator_type, 0) + size
-    return capacity
+def executor_node(scheduling_node_id: str) -> str:
+    """The executor's node that a scheduler's node belongs to."""
+    return scheduling_node_id.rpartition("/")[0]
 
 
 def _peaks(devices: list[Device]) -> dict[str, float]:
@@ -54,26 +56,6 @@ def _peaks(devices: list[Device]) -> dict[str, float]:
 
 
 @dataclass(frozen=True, slots=True)
-class Submitted:
-    """What never changes once a job is submitted: its columns, and what the scheduler needs of
-    its spec and estimate. Read once per job, not on every pass."""
-
-    project: str
-    queue: str
-    priority: int
-    devices: int
-    accelerator_types: tuple[str, ...]
-    submitted_at: datetime
-    demand: int
-    """Devices of the gang; on the CPU, cores (devices x cores per device)."""
-    batch_tokens: int
-    planned_on: str | None
-    planned_tokens_per_s: float
-    never_ran: model.Job
-    """The job as the scheduler sees it until it first runs (most waiting jobs)."""
-
-
-@dataclass(frozen=True, slots=True)
 class LiveJob:
     """A queued or running job on one pass: what changes is read every pass (building whole ORM
     objects for thousands of waiting jobs took half of a pass); jobs the agent changes are then
@@ -82,40 +64,38 @@ class LiveJob:
     id: str
     state: str
     pending_reason: str | None
+    pending_code: str | None
     cancel_requested: bool
     submitted: Submitted
 
 
 _IS_LIVE = Job.state.in_([JobState.QUEUED, JobState.RUNNING])
-_LIVE = select(Job.id, Job.state, Job.pending_reason, Job.cancel_requested).where(_IS_LIVE)
+_LIVE = select(Job.id, Job.state, Job.pending_reason, Job.pending_code, Job.cancel_requested).where(_IS_LIVE)
 
 
 def snapshot(
-    session: Session, devices: list[Device], now: datetime
+    session: Session, inventory: list[NodeInventory], now: datetime, submitted_jobs: SubmittedJobs
 ) -> tuple[list[model.Job], list[model.Node], model.Throughputs, dict[str, LiveJob]]:
     # A handful of queries per cycle whatever the queue's length (one query per job made a cycle
     # over 5,000 queued jobs take seconds): the jobs' state; what never changes, once per job;
     # the attempts of live jobs in one query (most queued jobs have none); last steps and
     # measured rates grouped.
     rows = session.execute(_LIVE).all()
-    _remember_submitted(session, [job_id for job_id, *_ in rows if job_id not in _SUBMITTED])
-    if len(_SUBMITTED) > _MAX_REMEMBERED:  # forget jobs that ended
-        current = {job_id for job_id, *_ in rows}
-        for job_id in [k for k in _SUBMITTED if k not in current]:
-            del _SUBMITTED[job_id]
+    submitted_jobs.remember(session, [job_id for job_id, *_ in rows])
     attempts: dict[str, list[Attempt]] = {}
     for attempt in session.scalars(
         select(Attempt).join(Job, Job.id == Attempt.job_id).where(_IS_LIVE).order_by(Attempt.number)
     ):
         attempts.setdefault(attempt.job_id, []).append(attempt)
-    peaks = _peaks(devices)
+    peaks = _peaks(devices_of(inventory))
+    home = inventory[0].id  # where attempts that recorded no node ran: the agent's own machine
     last_steps = _last_steps(session, list(attempts))
     measured = _measured_rates(session, list(attempts))
     packed: dict[tuple[str, int, str], float] = {}
     jobs, live = [], {}
-    for job_id, state, pending_reason, cancel_requested in rows:
-        submitted = _SUBMITTED[job_id]
-        live[job_id] = LiveJob(job_id, state, pending_reason, cancel_requested, submitted)
+    for job_id, state, pending_reason, pending_code, cancel_requested in rows:
+        submitted = submitted_jobs[job_id]
+        live[job_id] = LiveJob(job_id, state, pending_reason, pending_code, cancel_requested, submitted)
         for accelerator_type, rate in _rates(submitted, peaks, measured.get(job_id, {})).items():
             packed[(job_id, submitted.demand, accelerator_type)] = rate
         tried = attempts.get(job_id)
@@ -126,7 +106,7 @@ def snapshot(
         attained: dict[str, float] = {}
         for attempt in tried:
             end = attempt.finished_at or now
-            seconds = (_aware(end) - _aware(attempt.started_at)).total_seconds()
+            seconds = (aware(end) - aware(attempt.started_at)).total_seconds()
             attained[attempt.accelerator_type] = attained.get(attempt.accelerator_type, 0.0) + max(
                 seconds, 0.0
             )
@@ -136,86 +116,22 @@ def snapshot(
                 steps_done=float(last_steps.get(job_id, 0)),
                 attained_s=attained,
                 running_on=running.accelerator_type if running else None,
-                nodes=(_node_id(running.accelerator_type),) * submitted.demand if running else (),
+                nodes=(scheduling_node(running.node or home, running.accelerator_type),) * submitted.demand
+                if running
+                else (),
             )
         )
-    # This machine's devices of one type form one node of the snapshot (the local executor picks
+    # The devices of one type on one machine form one node of the snapshot (the executor picks
     # the concrete devices, preferring an NVLink island).
-    memory: dict[str, float] = {}
-    for device in devices:
-        memory[device.accelerator_type] = min(
-            memory.get(device.accelerator_type, device.memory_gib), device.memory_gib
-        )
-    nodes = [
-        model.Node(id=_node_id(k), accelerator_type=k, devices=n, memory_gib=memory[k])
-        for k, n in _capacity(devices).items()
-    ]
-    return jobs, nodes, model.Throughputs(packed=packed), live
-
-
-def _node_id(accelerator_type: str) -> str:
-    return f"{NODE}/{accelerator_type}"
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-_SUBMITTED: dict[str, Submitted] = {}
-"""By job id."""
-_MAX_REMEMBERED = 65536
-_CHUNK = 500
-"""Ids per ``IN (...)`` query."""
-_SUBMITTED_COLUMNS = (
-    Job.id,
-    Job.project,
-    Job.queue,
-    Job.priority,
-    Job.devices,
-    Job.accelerator_types,
-    Job.submitted_at,
-    Job.spec[("resources", "cpus_per_device")].as_integer(),
-    Job.spec[("resources", "min_memory_gib")].as_float(),
-    Job.spec[("training", "steps")].as_integer(),
-    Job.spec[("training", "tokens")].as_integer(),
-    Job.spec[("training", "global_batch_tokens")].as_integer(),
-    Job.estimate["accelerator"].as_string(),
-    Job.estimate["tokens_per_s"].as_float(),
-)
-"""Only these fields of the JSON documents: decoding and validating whole specs and estimates was
-most of what reading a new job cost."""
-
-
-def _remember_submitted(session: Session, job_ids: list[str]) -> None:
-    for start in range(0, len(job_ids), _CHUNK):
-        query = select(*_SUBMITTED_COLUMNS).where(Job.id.in_(job_ids[start : start + _CHUNK]))
-        for row in session.execute(query):
-            (job_id, project, queue, priority, devices, types, submitted_at) = row[:7]
-            (cpus, memory, steps, tokens, batch, planned_on, planned_rate) = row[7:]
-            demand = devices * (cpus or 1) if types == ["cpu"] else devices
-            _SUBMITTED[job_id] = Submitted(
-                project=project,
-                queue=queue,
-                priority=priority,
-                devices=devices,
-                accelerator_types=tuple(types),
-                submitted_at=submitted_at,
-                demand=demand,
-                batch_tokens=batch,
-                planned_on=planned_on,
-                planned_tokens_per_s=planned_rate or 0.0,
-                never_ran=model.Job(
-                    id=job_id,
-                    job_type=job_id,
-                    devices=demand,
-                    arrival_s=_aware(submitted_at).timestamp(),
-                    total_steps=float(total_steps(steps, tokens, batch)),
-                    accelerator_types=tuple(types),
-                    priority=2.0**priority,
-                    queue=queue,
-                    min_memory_gib=memory or 0.0,
-                ),
+    nodes = []
+    for machine in inventory:
+        memory = machine.memory_gib()
+        for kind, count in machine.capacity().items():
+            node_id = scheduling_node(machine.id, kind)
+            nodes.append(
+                model.Node(id=node_id, accelerator_type=kind, devices=count, memory_gib=memory[kind])
             )
+    return jobs, nodes, model.Throughputs(packed=packed), live
 
 
 def _last_steps(session: Session, job_ids: list[str]) -> dict[str, int]:
@@ -263,57 +179,57 @@ def _rates(job: Submitted, peaks: dict[str, float], measured: dict[str, list[flo
     return rates
 
 
-def plan_round(
-    ctx: ServiceContext, session: Session, now: datetime
-) -> tuple[RoundPlan, Admission, dict[str, LiveJob]]:
-    """The scheduler's decision for this node now."""
-    devices = ctx.executor.devices
-    jobs, nodes, throughputs, rows = snapshot(session, devices, now)
-    queues = load_queues(session, ctx.settings.home, _capacity(devices))
-    plan, admission = schedule(
-        jobs,
-        nodes,
-        throughputs,
-        policy_named(ctx.settings.policy),
-        queues,
-        now_s=now.timestamp(),
-        round_s=ctx.settings.round_s,
-        backfill=ctx.settings.policy not in STRICT_ORDER_POLICIES,
-    )
-    return plan, admission, rows
+def plan_round(ctx: ServiceContext, session: Session, now: datetime) -> tuple[Decision, dict[str, LiveJob]]:
+    """The scheduler's decision for the executor's nodes now (a fresh cycle: the policy is
+    solved on every pass)."""
+    inventory = list(ctx.executor.nodes())
+    jobs, nodes, throughputs, rows = snapshot(session, inventory, now, ctx.submitted_jobs)
+    queues = load_queues(session, ctx.settings.home, capacity_of(inventory))
+    cycle = Cycle(policy=policy_named(ctx.settings.policy), queues=queues, round_s=ctx.settings.round_s)
+    return cycle.run(jobs, nodes, throughputs, now_s=now.timestamp()), rows
 
 
-def queue_status(ctx: ServiceContext) -> dict[str, Any]:
+def queue_status(ctx: ServiceContext) -> QueueStatusView:
     """Pending jobs with the scheduler's reason (those of projects the caller reads), and quota,
     usage and borrowing per queue."""
     with ctx.db.transaction() as session:
-        plan, admission, rows = plan_round(ctx, session, datetime.now(UTC))
+        decision, rows = plan_round(ctx, session, datetime.now(UTC))
+        plan = decision.plan
         readable = None if ctx.actor.is_admin else set(rbac.projects_of(session, ctx.actor))
         pending = [
-            {
-                "id": row.id,
-                "project": row.submitted.project,
-                "queue": row.submitted.queue,
-                "priority": row.submitted.priority,
-                "devices": row.submitted.devices,
-                "accelerator_types": list(row.submitted.accelerator_types),
-                "submitted_at": _aware(row.submitted.submitted_at).isoformat(),
-                "reason": row.pending_reason or plan.pending_reasons.get(row.id, ""),
-            }
+            PendingJobView(
+                id=row.id,
+                project=row.submitted.project,
+                queue=row.submitted.queue,
+                priority=row.submitted.priority,
+                devices=row.submitted.devices,
+                accelerator_types=list(row.submitted.accelerator_types),
+                submitted_at=aware(row.submitted.submitted_at).isoformat(),
+                **_reason(row, plan.pending_reasons.get(row.id)),
+            )
             for row in sorted(rows.values(), key=lambda r: (r.submitted.submitted_at, r.id))
             if row.state == JobState.QUEUED and (readable is None or row.submitted.project in readable)
         ]
-        queues = load_queues(session, ctx.settings.home, _capacity(ctx.executor.devices))
-    usage = admission.usage
+        queues = load_queues(session, ctx.settings.home, capacity_of(ctx.executor.nodes()))
+    usage = decision.admission.usage
     cluster_queues = [
-        {
-            "name": cq.name,
-            "cohort": cq.cohort,
-            "nominal": {k: v for k, v in cq.nominal.items() if v < 10**9},
-            "used": dict(usage.used.get(cq.name, {})),
-            "borrowed": dict(usage.borrowed.get(cq.name, {})),
-            "local_queues": sorted(k for k, v in queues.local_queues.items() if v == cq.name),
-        }
+        QueueUsageView(
+            name=cq.name,
+            cohort=cq.cohort,
+            nominal={k: v for k, v in cq.nominal.items() if v < NO_LIMIT},
+            used=dict(usage.used.get(cq.name, {})),
+            borrowed=dict(usage.borrowed.get(cq.name, {})),
+            local_queues=sorted(k for k, v in queues.local_queues.items() if v == cq.name),
+        )
         for cq in queues.cluster_queues.values()
     ]
-    return {"pending": pending, "queues": cluster_queues}
+    return QueueStatusView(pending=pending, queues=cluster_queues)
+
+
+def _reason(row: LiveJob, planned: Pending | None) -> dict[str, str]:
+    """What the agent last recorded for a waiting job, else what this cycle says."""
+    if row.pending_reason:
+        return {"reason": row.pending_reason, "reason_code": row.pending_code or Reason.WAITING}
+    if planned is not None:
+        return {"reason": planned.message, "reason_code": planned.code}
+    return {"reason": "", "reason_code": Reason.WAITING}

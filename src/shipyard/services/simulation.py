@@ -10,7 +10,7 @@ from shipyard.errors import InvalidSpec
 from shipyard.hardware.catalog import catalog
 from shipyard.planner.shapes import positive
 from shipyard.scheduling.model import Throughputs
-from shipyard.scheduling.policies import policy_named
+from shipyard.scheduling.policies import DEFAULT_POLICY, policy_named
 from shipyard.sim.simulator import SimConfig, SimResult, cluster_nodes, simulate
 from shipyard.sim.workload import TraceJob, generate_gavel_jobs, load_throughputs, load_trace
 
@@ -25,7 +25,7 @@ class SimRequest:
     throughputs: Path
     cluster: str
     devices_per_node: int = 4
-    policy: str = "shipyard"
+    policy: str = DEFAULT_POLICY
     workload: str | None = "gavel"
     multi_gpu: bool = False
     rate_per_h: float | None = None
@@ -115,7 +115,6 @@ def run(request: SimRequest, progress: Callable[[int, int], None] | None = None)
     if request.prices:
         prices.update(parse_pairs(request.prices, "--prices", float))
     config = SimConfig(
-        policy_name=request.policy,
         round_s=request.round_s,
         restart_cost_s=request.restart_cost_s,
         window=window,

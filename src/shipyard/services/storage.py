@@ -1,4 +1,4 @@
-"""The artifact store's use cases: put, get, list, delete, scrub, gc, roots, key rotation.
+"""The artifact store's use cases: put, get, list, stat, delete (upkeep: ``storage_upkeep``).
 
 Bytes go to the backend first, durably; the catalog rows that make an artifact visible are
 written after, in one transaction. A crash in between leaves unreferenced blobs, which garbage
@@ -9,91 +9,33 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import os
 import shutil
-import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from sqlalchemy import exists, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from shipyard import audit
+from shipyard.auth import Permission
 from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
 from shipyard.domain.paths import refuse_overwrite
 from shipyard.errors import Conflict, InvalidSpec, NotFound
-from shipyard.schemas.documents import validate_document
 from shipyard.schemas.jobspec import STORE_SCHEME
 from shipyard.schemas.views import (
-    GcReport,
-    ScrubReport,
-    StorageStatus,
     StoredArtifactView,
     StoredFileView,
 )
-from shipyard.services import audit, rbac
+from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
-from shipyard.storage import config as storage_config
-from shipyard.storage.backend import Backend, ScrubTally
-from shipyard.storage.blobs import Blob, BlobStore, Progress
-from shipyard.storage.config import RootConfig, StorageConfig
-from shipyard.storage.crypto import Keyring, MasterKeys, load_keyring
+from shipyard.storage.blobs import Blob, Progress
+from shipyard.storage.config import StorageConfig
 from shipyard.storage.files import fsync_dir
 from shipyard.storage.names import check_name
-from shipyard.storage.roots import ReplicatedRoots
-from shipyard.storage.s3 import S3Objects
+from shipyard.storage.opening import Store, open_store
 
-KEY_FILE = "storage.key"
 DEFAULT_PROJECT = "default"
-
-
-@dataclass
-class Store:
-    config: StorageConfig
-    blobs: BlobStore
-
-    @property
-    def backend(self) -> Backend:
-        return self.blobs.backend
-
-
-def open_store(
-    ctx: ServiceContext, config: StorageConfig | None = None, retiring: Sequence[RootConfig] = ()
-) -> Store:
-    config = config or storage_config.load(ctx.settings.home)
-    backend: Backend
-    if config.backend == "s3":
-        if config.s3 is None:
-            raise InvalidSpec(
-                "storage.yaml says backend: s3 but has no s3 section",
-                hint="add s3: {endpoint_url: ..., bucket: ..., access_key: ..., secret_key: ...}",
-            )
-        backend = S3Objects(config.s3)
-    else:
-        roots = config.roots or [storage_config.default_root(ctx.settings.home)]
-        for root in roots:
-            if root == storage_config.default_root(ctx.settings.home):
-                root.path.mkdir(parents=True, exist_ok=True)
-        backend = ReplicatedRoots(roots, retiring=list(retiring))
-    return Store(config, BlobStore(backend, lambda: master_keys(ctx, config)))
-
-
-def master_keys(ctx: ServiceContext, config: StorageConfig, *, create: bool = True) -> MasterKeys:
-    """The KMS hook of ``storage.yaml`` if set, else ``$SHIPYARD_STORAGE_KEY`` or the key file."""
-    if config.kms:
-        module, _, factory = config.kms.partition(":")
-        try:
-            return getattr(importlib.import_module(module), factory)(config)  # type: ignore[no-any-return]
-        except (ImportError, AttributeError) as exc:
-            raise InvalidSpec(
-                f"the KMS hook {config.kms!r} of storage.yaml cannot be loaded ({exc})",
-                hint="write it as package.module:factory, importable by this Python",
-            ) from exc
-    ring = load_keyring(ctx.settings.home / KEY_FILE, create=create)
-    if ring is None:
-        raise NotFound("no storage key exists yet", hint="it is made by the first `storage put --encrypt`")
-    return ring
 
 
 # -- put / get --------------------------------------------------------------------------------------
@@ -121,7 +63,7 @@ def put(
     if file_name is not None and source.is_file():  # an upload's temporary file, by the name given
         files = [(check_name(file_name, "file name"), source, files[0][2])]
     total = sum(size for _, _, size in files)
-    store = open_store(ctx)
+    store = open_store(ctx.settings.home)
     copies = store.config.replicas_for(project, replicas)
     notes = []
     roots = len(store.backend.describe()) if store.backend.kind == "local" else copies
@@ -133,7 +75,7 @@ def put(
         copies = roots
     encrypted = store.config.project(project).encrypt if encrypt is None else encrypt
     with ctx.db.transaction() as session:
-        rbac.require(ctx, session, "artifact.write", f"artifact/{project}/{name}", project)
+        rbac.require(ctx, session, Permission.ARTIFACT_WRITE, f"artifact/{project}/{name}", project)
         _refuse_taken(session, project, name)
         _check_quota(session, store.config, project, total)
     report = progress(total) if progress else None
@@ -258,11 +200,11 @@ def get(
     or a folder that appears whole, never over anything. ``session``: the caller's open
     transaction, when it holds one (the agent launching a job)."""
     with _within(ctx, session) as session:
-        artifact = _readable(ctx, session, project, name, "artifact.read")
+        artifact = _readable(ctx, session, project, name, Permission.ARTIFACT_READ)
         audit.append(session, ctx.audit_key, ctx.actor, "artifact.get", f"artifact/{project}/{name}")
         view = _view(artifact, with_entries=True)
-        blobs = [(entry.path, _blob(entry.blob)) for entry in artifact.entries]
-    store = open_store(ctx)
+        blobs = [(entry.path, blob_of(entry.blob)) for entry in artifact.entries]
+    store = open_store(ctx.settings.home)
     report = progress(view.size_bytes) if progress else None
     out = out.expanduser()
     if view.kind == "file":
@@ -303,7 +245,7 @@ def get_file(
     """One file of an artifact (the only one when ``file`` is None) to ``out``; -> its path in
     the artifact."""
     with ctx.db.transaction() as session:
-        artifact = _readable(ctx, session, project, name, "artifact.read")
+        artifact = _readable(ctx, session, project, name, Permission.ARTIFACT_READ)
         entries = {entry.path: entry for entry in artifact.entries}
         if file is None and len(entries) == 1:
             file = next(iter(entries))
@@ -318,8 +260,8 @@ def get_file(
             f"artifact/{project}/{name}",
             detail={"file": file},
         )
-        blob = _blob(entries[file].blob)
-    open_store(ctx).blobs.get_file(blob, out)
+        blob = blob_of(entries[file].blob)
+    open_store(ctx.settings.home).blobs.get_file(blob, out)
     return file
 
 
@@ -329,7 +271,7 @@ def materialize(
     """A verified copy of an artifact in this node's cache, fetched once per content (a dataset
     that several jobs read, or a job that runs again), and the content digest it has."""
     with _within(ctx, session) as within:
-        artifact = _readable(ctx, within, project, name, "artifact.read")
+        artifact = _readable(ctx, within, project, name, Permission.ARTIFACT_READ)
         digest = content_digest(artifact)
         target = ctx.settings.cache_dir / "artifacts" / digest[:24]
         final = target if artifact.kind == "folder" else target / artifact.entries[0].path
@@ -368,7 +310,7 @@ def dataset_lineage(session: Session, project: str, path: str, recorded: list[st
     return found
 
 
-def _blob(row: StoredBlob) -> Blob:
+def blob_of(row: StoredBlob) -> Blob:
     return Blob(row.name, row.digest, row.size_bytes, row.key_id, row.wrapped_key)
 
 
@@ -379,7 +321,7 @@ def _find(session: Session, project: str, name: str) -> StoredArtifact | None:
 
 
 def _readable(
-    ctx: ServiceContext, session: Session, project: str, name: str, permission: str
+    ctx: ServiceContext, session: Session, project: str, name: str, permission: Permission
 ) -> StoredArtifact:
     check_name(name)
     rbac.require(ctx, session, permission, f"artifact/{project}/{name}", project)
@@ -394,7 +336,7 @@ def _readable(
 
 def stat(ctx: ServiceContext, name: str, project: str = DEFAULT_PROJECT) -> StoredArtifactView:
     with ctx.db.transaction() as session:
-        return _view(_readable(ctx, session, project, name, "artifact.read"), with_entries=True)
+        return _view(_readable(ctx, session, project, name, Permission.ARTIFACT_READ), with_entries=True)
 
 
 def list_artifacts(
@@ -414,7 +356,7 @@ def list_artifacts(
 def delete(ctx: ServiceContext, name: str, project: str = DEFAULT_PROJECT) -> None:
     """Forget an artifact; its blobs are freed by the next ``gc`` after the grace period."""
     with ctx.db.transaction() as session:
-        artifact = _readable(ctx, session, project, name, "artifact.delete")
+        artifact = _readable(ctx, session, project, name, Permission.ARTIFACT_DELETE)
         session.delete(artifact)
         audit.append(session, ctx.audit_key, ctx.actor, "artifact.delete", f"artifact/{project}/{name}")
 
@@ -437,229 +379,3 @@ def _view(artifact: StoredArtifact, *, with_entries: bool) -> StoredArtifactView
         if with_entries
         else [],
     )
-
-
-# -- upkeep ---------------------------------------------------------------------------------------
-
-
-def scrub(
-    ctx: ServiceContext,
-    *,
-    repair: bool,
-    verify: bool = True,
-    progress: Callable[[int], Progress] | None = None,
-    store: Store | None = None,
-) -> ScrubReport:
-    """Verify every replica of every blob; with ``repair``, rewrite the missing and corrupt ones
-    from healthy copies and move copies where failure domains want them. Without ``verify`` only
-    presence is checked (a rebalance after the roots changed)."""
-    _require_admin(ctx, "storage.scrub")
-    started = time.perf_counter()
-    with ctx.db.transaction() as session:
-        rows = [
-            (_blob(row), row.replicas)
-            for row in session.scalars(select(StoredBlob).order_by(StoredBlob.name))
-        ]
-    store = store or open_store(ctx)
-    report = progress(len(rows)) if progress else None
-    tally = ScrubTally()
-    for blob, replicas in rows:
-        tally.add(store.blobs.scrub(blob, replicas, repair=repair, verify=verify))
-        if report:
-            report(1)
-    lost_artifacts: list[str] = []
-    if tally.lost_names:
-        with ctx.db.transaction() as session:
-            lost_artifacts = [
-                f"{a.project}/{a.name}"
-                for a in session.scalars(
-                    select(StoredArtifact)
-                    .join(StoredEntry)
-                    .where(StoredEntry.blob_name.in_(tally.lost_names))
-                    .distinct()
-                )
-            ]
-    with ctx.db.transaction() as session:
-        audit.append(
-            session,
-            ctx.audit_key,
-            ctx.actor,
-            "storage.scrub",
-            "storage",
-            outcome="ok" if not tally.lost else "lost",
-            detail={"repair": repair, "corrupt": tally.corrupt, "missing": tally.missing, "lost": tally.lost},
-        )
-    return ScrubReport(
-        checked=tally.checked,
-        corrupt=tally.corrupt,
-        missing=tally.missing,
-        repaired=tally.repaired,
-        lost=tally.lost,
-        bytes_verified=tally.bytes_verified,
-        seconds=round(time.perf_counter() - started, 3),
-        lost_artifacts=lost_artifacts,
-    )
-
-
-def gc(ctx: ServiceContext, *, grace_s: float | None = None) -> GcReport:
-    """Remove blobs no artifact references and objects the catalog never recorded (a writer
-    that died), once older than the grace period (so writes in flight are never touched)."""
-    _require_admin(ctx, "storage.gc")
-    store = open_store(ctx)
-    grace = store.config.gc_grace_s if grace_s is None else grace_s
-    cutoff = time.time() - grace
-    referenced = exists().where(StoredEntry.blob_name == StoredBlob.name)
-    blobs_removed = bytes_freed = orphans = 0
-    with ctx.db.transaction() as session:
-        unreferenced = session.scalars(select(StoredBlob).where(~referenced)).all()
-        for row in unreferenced:
-            if row.created_at.timestamp() >= cutoff:
-                continue
-            session.delete(row)
-            store.backend.remove(row.name)
-            blobs_removed += 1
-            bytes_freed += row.size_bytes
-        known = set(session.scalars(select(StoredBlob.name)))
-    for name, mtime in list(store.backend.objects()):
-        if name not in known and mtime < cutoff and store.backend.remove_stale(name, cutoff):
-            orphans += 1
-    with ctx.db.transaction() as session:
-        audit.append(
-            session,
-            ctx.audit_key,
-            ctx.actor,
-            "storage.gc",
-            "storage",
-            detail={"blobs_removed": blobs_removed, "bytes_freed": bytes_freed, "orphans_removed": orphans},
-        )
-    return GcReport(blobs_removed=blobs_removed, bytes_freed=bytes_freed, orphans_removed=orphans)
-
-
-def status(ctx: ServiceContext) -> StorageStatus:
-    store = open_store(ctx)
-    with ctx.db.transaction() as session:
-        artifacts, logical = session.execute(
-            select(func.count(StoredArtifact.id), func.coalesce(func.sum(StoredArtifact.size_bytes), 0))
-        ).one()
-        blobs, stored, encrypted = session.execute(
-            select(
-                func.count(StoredBlob.name),
-                func.coalesce(func.sum(StoredBlob.size_bytes), 0),
-                func.count(StoredBlob.key_id),
-            )
-        ).one()
-    key: str | None = None
-    with contextlib.suppress(NotFound):  # no encrypted blob yet
-        key = master_keys(ctx, store.config, create=False).active_id
-    return StorageStatus(
-        backend=store.backend.kind,
-        roots=store.backend.describe(),
-        default_replicas=store.config.replicas,
-        artifacts=artifacts,
-        blobs=blobs,
-        bytes=logical,
-        stored_bytes=stored,
-        encrypted_blobs=encrypted,
-        active_key=key,
-    )
-
-
-def rotate_key(ctx: ServiceContext) -> dict[str, object]:
-    """A new master key; every data key is re-wrapped with it (the data is not rewritten), then
-    the old keys are dropped from the key file."""
-    _require_admin(ctx, "storage.rotate_key")
-    config = storage_config.load(ctx.settings.home)
-    old = master_keys(ctx, config)
-    if not isinstance(old, Keyring):
-        raise InvalidSpec("the master key lives in a KMS", hint="rotate it there; its key ids change with it")
-    ring = old.rotated()
-    with ctx.db.transaction() as session:
-        rows = session.scalars(select(StoredBlob).where(StoredBlob.key_id.is_not(None))).all()
-        for row in rows:
-            assert row.key_id is not None and row.wrapped_key is not None
-            data_key = ring.unwrap(row.key_id, row.wrapped_key, row.name)
-            row.key_id, row.wrapped_key = ring.wrap(data_key, row.name)
-        audit.append(
-            session,
-            ctx.audit_key,
-            ctx.actor,
-            "storage.rotate_key",
-            "storage",
-            detail={"key": ring.active_id, "rewrapped": len(rows)},
-        )
-    ring.retired()
-    return {"key": ring.active_id, "previous": old.active_id, "rewrapped": len(rows)}
-
-
-# -- roots ----------------------------------------------------------------------------------------
-
-
-def add_root(
-    ctx: ServiceContext, path: Path, *, rack: str | None, node: str | None, disk: str | None
-) -> ScrubReport:
-    """Add a root and rebalance: blobs whose copies share a failure domain the new root widens,
-    or that have fewer copies than asked, get them now."""
-    _require_admin(ctx, "storage.roots")
-    path = path.expanduser().resolve()
-    config = storage_config.load(ctx.settings.home)
-    if any(root.path == path for root in config.roots):
-        raise Conflict(f"{path} is a root already", hint="`shipyard storage status` lists the roots")
-    if not path.parent.is_dir():
-        raise NotFound(
-            f"{path.parent} does not exist", hint="mount the disk first, or give an existing folder"
-        )
-    domains = {k: v for k, v in {"rack": rack, "node": node, "disk": disk}.items() if v}
-    root = validate_document(RootConfig, {"path": path, **domains}, source="the root", hint=DOMAIN_HINT)
-    if path.exists() and not path.is_dir():
-        raise InvalidSpec(f"{path} is a file, not a folder", hint="give a folder on the disk to use")
-    path.mkdir(exist_ok=True)
-    if not os.access(path, os.W_OK):
-        raise InvalidSpec(
-            f"{path} is not writable by this user", hint="fix its owner or mode, then add it again"
-        )
-    default = storage_config.default_root(ctx.settings.home)
-    if not config.roots and default.path.is_dir() and any(default.path.iterdir()):
-        config.roots.append(default)  # the built-in root becomes an explicit one: its blobs stay found
-    config.roots.append(root)
-    storage_config.save(ctx.settings.home, config)
-    return scrub(ctx, repair=True, verify=False)
-
-
-DOMAIN_HINT = "name --rack, --node and --disk with letters, digits, '.', '_' and '-'"
-
-
-def remove_root(ctx: ServiceContext, path: Path) -> ScrubReport:
-    """Copy every blob off a root onto the others (as placement wants), then forget the root."""
-    _require_admin(ctx, "storage.roots")
-    path = path.expanduser().resolve()
-    config = storage_config.load(ctx.settings.home)
-    leaving = [root for root in config.roots if root.path == path]
-    if not leaving:
-        raise NotFound(f"{path} is not a root", hint="`shipyard storage status` lists the roots")
-    staying = config.model_copy(update={"roots": [root for root in config.roots if root.path != path]})
-    if not staying.roots:
-        raise Conflict(f"{path} is the last root", hint="add another root before removing this one")
-    moved = scrub(ctx, repair=True, verify=False, store=open_store(ctx, staying, retiring=leaving))
-    if moved.lost:
-        raise Conflict(
-            f"{moved.lost} blob(s) have no copy left to move off {path}; the root stays: "
-            + ", ".join(moved.lost_artifacts),
-            hint="restore those artifacts or delete them, then remove the root again",
-        )
-    storage_config.save(ctx.settings.home, staying)
-    return moved
-
-
-def _require_admin(ctx: ServiceContext, permission: str) -> None:
-    with ctx.db.transaction() as session:
-        rbac.require(ctx, session, permission, "storage")
-
-
-def bench(ctx: ServiceContext, size_bytes: int) -> list[dict[str, object]]:
-    """Throughput of the store beside a plain fsync'd file, on the disk of the first root."""
-    from shipyard.services import storage_bench
-
-    store = open_store(ctx)
-    described = store.backend.describe()
-    parent = Path(str(described[0]["path"])) if store.backend.kind == "local" else ctx.settings.home
-    return storage_bench.run(parent, size_bytes)

@@ -4,8 +4,8 @@ devices in use, vendor utilization), and the figures ``/metrics`` exports for Pr
 from __future__ import annotations
 
 import logging
-import socket
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -32,20 +32,21 @@ def record_pass(ctx: ServiceContext, agent_id: str, *, pass_s: float, schedule_s
     costs one report, never the pass."""
     queries = ctx.vendor_queries or VendorQueries()
     utilization = {str(index): round(busy, 4) for index, busy in queries.utilization().items()}
-    node = socket.gethostname()
     try:
         with ctx.db.transaction() as session:
-            status = session.get(AgentStatus, node) or AgentStatus(node=node)
-            status.agent_id, status.last_pass_at = agent_id, utcnow()
-            status.pass_s, status.schedule_s = pass_s, schedule_s
-            status.devices = _devices(ctx.executor.devices, session)
-            status.utilization = utilization or None
-            session.add(status)
+            for inventory in ctx.executor.nodes():
+                node = inventory.id
+                status = session.get(AgentStatus, node) or AgentStatus(node=node)
+                status.agent_id, status.last_pass_at = agent_id, utcnow()
+                status.pass_s, status.schedule_s = pass_s, schedule_s
+                status.devices = _devices(inventory.devices, session)
+                status.utilization = utilization or None
+                session.add(status)
     except IntegrityError:
-        _log.info("another agent on %s reported at the same moment; this pass's report is dropped", node)
+        _log.info("another agent reported for this node at the same moment; this pass's report is dropped")
 
 
-def _devices(devices: list[Device], session: Session) -> dict[str, dict[str, int]]:
+def _devices(devices: Sequence[Device], session: Session) -> dict[str, dict[str, int]]:
     totals: dict[str, dict[str, int]] = {}
     for device in devices:
         size = device.cores if device.accelerator_type == "cpu" else 1

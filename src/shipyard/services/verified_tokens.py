@@ -10,9 +10,10 @@ forgets it there at once; the other server processes stop accepting it within ``
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 from datetime import datetime
+
+from shipyard.domain.clock import SYSTEM_CLOCK, Clock
 
 DEFAULT_TTL_S = 2.0
 DEFAULT_CAPACITY = 10_000
@@ -28,20 +29,22 @@ class VerifiedToken:
     scopes: frozenset[str]
     expires_at: datetime | None
     read_at: float
-    """``time.monotonic()`` when it was read."""
+    """``Clock.monotonic()`` when it was read."""
 
 
 class VerifiedTokens:
     """A bounded map from token id to its last check, entries older than ``ttl_s`` ignored."""
 
-    def __init__(self, ttl_s: float = DEFAULT_TTL_S, capacity: int = DEFAULT_CAPACITY) -> None:
-        self.ttl_s, self._capacity = ttl_s, capacity
+    def __init__(
+        self, ttl_s: float = DEFAULT_TTL_S, capacity: int = DEFAULT_CAPACITY, *, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
+        self.ttl_s, self._capacity, self.clock = ttl_s, capacity, clock
         self._entries: dict[str, VerifiedToken] = {}
         self._lock = threading.Lock()
 
     def get(self, token_id: str) -> VerifiedToken | None:
         found = self._entries.get(token_id)
-        if found is None or time.monotonic() - found.read_at > self.ttl_s:
+        if found is None or self.clock.monotonic() - found.read_at > self.ttl_s:
             return None
         return found
 

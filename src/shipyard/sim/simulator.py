@@ -1,34 +1,32 @@
-"""A discrete-event simulator that drives the scheduler's own ``run_cycle`` with a virtual clock.
+"""A discrete-event simulator that drives the scheduler's own ``Cycle`` with a virtual clock.
 
-Rounds of ``round_s``: at each round boundary the arrived jobs are handed to the policy (again
-when the set of jobs changed, or every round for the cheap greedy policies), ``run_cycle`` turns
-the allocation into leases, and the simulated executor advances each leased job by its
-throughput on that type (the spread figure when its gang spans nodes) for the round, minus the
-restart cost when its lease changed. A job that finishes mid-round frees its devices at the next
-round, as in Gavel. Preemption checkpoints first: no completed step is ever lost.
+Rounds of ``round_s``: at each round boundary the arrived jobs go through the same cycle as the
+live agent's (memory fit, quota admission, the policy, the round's leases; the policy re-solved
+when the set of jobs changed, or every round for those that ask), and the simulated executor
+advances each leased job by its throughput on that type (the spread figure when its gang spans
+nodes) for the round, minus the restart cost when its lease changed. A job that finishes
+mid-round frees its devices at the next round, as in Gavel. Preemption checkpoints first: no
+completed step is ever lost.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shipyard.scheduling.cycle import run_cycle
-from shipyard.scheduling.model import Job, Lease, Node, PolicyInput, Throughputs
-from shipyard.scheduling.policies import STRICT_ORDER_POLICIES, Policy
+from shipyard.scheduling.cycle import Cycle
+from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, Throughputs
+from shipyard.scheduling.policies import Policy
+from shipyard.scheduling.quota import Queues
 from shipyard.sim.workload import TraceJob
-
-EVERY_ROUND_POLICIES = frozenset({"shipyard"})
-"""Re-run every round (its weights move with progress and waiting time); the others, like
-Gavel's, only when the set of jobs changes."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimConfig:
-    policy_name: str
     round_s: float = 360.0
     restart_cost_s: float = 0.0
     window: tuple[int, int] | None = None
@@ -38,6 +36,8 @@ class SimConfig:
     spread_slowdown: bool = True
     """A gang spread over nodes runs at the file's unconsolidated throughput. Gavel's simulator
     always uses the consolidated one; turn this off to compare with its published figures."""
+    queues: Queues | None = None
+    """Quotas, as the live agent's queue configuration (None: no quota)."""
 
 
 @dataclass(slots=True)
@@ -111,9 +111,14 @@ def simulate(
     now = states[0].trace.arrival_s if states else 0.0
     next_arrival = 0
     active: list[_State] = []
-    allocation: Mapping[str, Mapping[str, float]] = {}
-    changed = True
     solve_ms: list[float] = []
+    cycle = Cycle(
+        policy=_timed(policy, solve_ms),
+        queues=config.queues,
+        round_s=config.round_s,
+        prices=config.prices,
+        seed=config.seed,
+    )
     busy_device_s = 0.0
     cost = 0.0
     rounds = 0
@@ -124,29 +129,13 @@ def simulate(
             arriving.contention = float(len(active) + 1)
             active.append(arriving)
             next_arrival += 1
-            changed = True
         if not active:
             if next_arrival >= len(states):
                 break
             now = states[next_arrival].trace.arrival_s
             continue
         snapshot = [s.snapshot() for s in active]
-        if changed or config.policy_name in EVERY_ROUND_POLICIES:
-            start = time.perf_counter()  # measurement only: decisions never read a clock
-            allocation = policy(
-                PolicyInput(
-                    jobs=snapshot,
-                    capacity=capacity,
-                    throughputs=throughputs,
-                    prices=config.prices,
-                    now_s=now,
-                    seed=config.seed,
-                )
-            )
-            solve_ms.append((time.perf_counter() - start) * 1000)
-            changed = False
-        backfill = None if config.policy_name in STRICT_ORDER_POLICIES else throughputs
-        plan = run_cycle(snapshot, nodes, allocation, now_s=now, round_s=config.round_s, backfill=backfill)
+        plan = cycle.run(snapshot, nodes, throughputs, now_s=now).plan
         by_index = {str(s.index): s for s in active}
         for job_id in plan.preempted:
             by_index[job_id].lease = None
@@ -159,7 +148,6 @@ def simulate(
         if done:
             active = [s for s in active if s.finish_s is None]
             unfinished -= {s.index for s in done}
-            changed = True
             if progress is not None:
                 progress(len(measured) - len(unfinished), len(measured))
         now += config.round_s
@@ -167,6 +155,18 @@ def simulate(
     return _summarize(
         states, measured, total_devices, throughputs, capacity, busy_device_s, cost, solve_ms, rounds
     )
+
+
+def _timed(policy: Policy, solve_ms: list[float]) -> Policy:
+    """The policy, timing each solve into ``solve_ms`` (measurement only: no decision reads a clock)."""
+
+    def allocate(inp: PolicyInput) -> Allocation:
+        start = time.perf_counter()
+        allocation = policy.allocate(inp)
+        solve_ms.append((time.perf_counter() - start) * 1000)
+        return allocation
+
+    return dataclasses.replace(policy, allocate=allocate)
 
 
 def _advance(state: _State, lease: Lease, throughputs: Throughputs, config: SimConfig, now: float) -> float:

@@ -270,12 +270,11 @@ class Trainer:
         self.scheduler.step()
         return parallel.all_reduce_mean(float(loss_sum), d), grad_norm
 
-    def _train(self, stop: StopSignal) -> AttemptResult:
-        spec, plan, d, t = self.spec, self.plan, self.dist, self.spec.training
+    def _announce(self, flops_per_token: float) -> int:
+        """Say what is about to train; a fresh run starts its metrics and evaluates the untrained
+        model. Returns the parameter count."""
+        spec, d, t = self.spec, self.dist, self.spec.training
         total, arch = t.total_steps, self.raw_model.arch
-        flops_per_token = self.raw_model.flops_per_token(t.seq_len)
-        peak = plan.peak_tflops_bf16 if self.precision in ("bf16", "fp16") else plan.peak_tflops_fp32
-        peak_flops = peak * 1e12 * d.world_size
         n_params = arch.num_params()
         self.log(
             f"model: {n_params / 1e6:.2f}M parameters ({spec.model.preset or spec.model.path}), "
@@ -297,6 +296,15 @@ class Trainer:
                 flops_per_token=flops_per_token,
             )
             self.evaluate(0)
+        return n_params
+
+    def _train(self, stop: StopSignal) -> AttemptResult:
+        spec, plan, d, t = self.spec, self.plan, self.dist, self.spec.training
+        total, arch = t.total_steps, self.raw_model.arch
+        flops_per_token = self.raw_model.flops_per_token(t.seq_len)
+        peak = plan.peak_tflops_bf16 if self.precision in ("bf16", "fp16") else plan.peak_tflops_fp32
+        peak_flops = peak * 1e12 * d.world_size
+        n_params = self._announce(flops_per_token)
 
         # 4. The loop: step, log, evaluate, stop if asked, checkpoint.
         step, train_start, loss = self.start_step, time.perf_counter(), float("nan")

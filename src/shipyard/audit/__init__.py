@@ -6,6 +6,8 @@ that row), plus an HMAC of that hash under the server's key (so a rewritten chai
 re-signed without the key). One head row, MAC-signed as well and locked by every append, holds
 the last sequence number: records cut off the end, or added behind the service's back, show up
 against it. ``verify`` walks the chain and names the first record that does not hold.
+
+The use cases that read it (admins only) are ``services/auditing.py``.
 """
 
 from __future__ import annotations
@@ -28,24 +30,14 @@ from sqlalchemy.orm import Session
 from shipyard.db import AuditHead, AuditRecord, Database
 from shipyard.db.pipeline import one_row
 from shipyard.db.tables import utcnow
+from shipyard.domain.actor import Actor as Actor  # the principal its records name
 from shipyard.errors import AuditChainBroken, InvalidSpec
+from shipyard.schemas.views import AuditVerdictView
 from shipyard.settings import Settings
 
 GENESIS = "0" * 64
 """The previous hash of the first record."""
 KEY_FILE = "audit.key"
-
-
-@dataclass(frozen=True, slots=True)
-class Actor:
-    """Who acts, and from where: the principal every use case checks and records."""
-
-    name: str
-    source: str
-    is_admin: bool = False
-    """Cluster admin: every permission everywhere (the embedded platform's local user is one)."""
-    scopes: frozenset[str] = frozenset({"read", "write", "admin"})
-    """What the credential allows: a ``read`` token cannot change anything."""
 
 
 def audit_key(settings: Settings) -> bytes:
@@ -185,14 +177,14 @@ class Verdict:
     first_bad: int | None = None
     problem: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "records": self.records,
-            "head_seq": self.head_seq,
-            "first_bad": self.first_bad,
-            "problem": self.problem,
-        }
+    def view(self) -> AuditVerdictView:
+        return AuditVerdictView(
+            ok=self.ok,
+            records=self.records,
+            head_seq=self.head_seq,
+            first_bad=self.first_bad,
+            problem=self.problem,
+        )
 
 
 def verify(session: Session, key: bytes) -> Verdict:

@@ -1,4 +1,4 @@
-"""The local agent process: ``python -m shipyard.daemon`` (started on demand by ``submit``).
+"""The local agent process: ``python -m shipyard.daemon`` (started on demand by ``supervisor``).
 
 Holds the home's agent lock for its lifetime, runs ``services.agent.tick`` every poll interval and
 exits after a while with nothing queued or running. Jobs run in their own sessions, so stopping the
@@ -10,11 +10,11 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
-import sys
 import time
 import traceback
 from types import FrameType
 
+from shipyard.daemon.supervisor import AGENT_LOCK
 from shipyard.services import agent
 from shipyard.services.context import local_actor, open_context
 from shipyard.settings import Settings
@@ -25,7 +25,7 @@ BUSY_SHARE_INVERSE = 4.0
 
 def run(settings: Settings) -> int:
     settings.home.mkdir(parents=True, exist_ok=True)
-    lock = open(settings.home / agent.AGENT_LOCK, "a")  # noqa: SIM115 - held for the process lifetime
+    lock = open(settings.home / AGENT_LOCK, "a")  # noqa: SIM115 - held for the process lifetime
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -42,9 +42,9 @@ def run(settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    ctx = open_context(settings, autostart_agent=False, actor=local_actor("agent"))
+    ctx = open_context(settings, actor=local_actor("agent"))
     agent_id = f"{os.uname().nodename}:{os.getpid()}"
-    ctx.executor  # noqa: B018 - discover devices before the first pass, so its time measures the queue
+    ctx.executor.nodes()  # discover devices before the first pass, so its time measures the queue
     print(f"agent {agent_id} serving {settings.home}", flush=True)
     idle_since = time.monotonic()
     delay, last_fingerprint = settings.agent_poll_s, None
@@ -76,7 +76,3 @@ def run(settings: Settings) -> int:
 
 def main() -> int:
     return run(Settings.from_env())
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,100 @@
+"""What routes depend on: the platform the app serves, the authenticated caller, and the types of
+path and query parameters (ids that cannot walk out of a folder, bounded numbers)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, Query, Request
+from fastapi import Path as PathParam
+from starlette.concurrency import run_in_threadpool
+
+from shipyard.api.metrics import Metrics
+from shipyard.errors import InvalidSpec, Unauthenticated
+from shipyard.schemas.documents import PATTERN_WORDS
+from shipyard.schemas.queues import QUEUE_NAME_PATTERN
+from shipyard.services import accounts
+from shipyard.services import jobs as job_service
+from shipyard.services.context import ServiceContext
+from shipyard.services.submissions import SubmissionWriter
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+"""Ids and names in paths: no slashes, no dots first, so nothing can walk out of a folder."""
+PATTERN_WORDS[ID_PATTERN] = (
+    "a valid name: 1-128 letters, digits, '.', '_', ':' and '-', starting with a letter or digit"
+)
+MAX_VERSION = 2**31 - 1
+"""Version numbers are 32-bit integers in the database; a larger one is a 422, not an overflow."""
+Version = Annotated[int, PathParam(ge=1, le=MAX_VERSION)]
+VersionQuery = Annotated[int, Query(ge=1, le=MAX_VERSION)]
+LogOffset = Annotated[int, Query(ge=0, le=job_service.MAX_OFFSET)]
+Name = Annotated[str, PathParam(pattern=ID_PATTERN)]
+"""A path segment that names a job, token, user, project or model."""
+QueuePath = Annotated[str, PathParam(pattern=QUEUE_NAME_PATTERN)]
+ProjectQuery = Annotated[str | None, Query(max_length=64)]
+
+
+@dataclass(frozen=True, slots=True)
+class Platform:
+    """What the app serves, made when it starts (``app.state.platform``)."""
+
+    ctx: ServiceContext
+    """As nobody in particular: each request acts through ``ctx.acting_as(caller)``."""
+    writer: SubmissionWriter
+    metrics: Metrics
+
+
+def platform(request: Request) -> Platform:
+    served: Platform = request.app.state.platform
+    return served
+
+
+def source_of(request: Request) -> str:
+    """The client's address, as the audit log and the login throttle name it."""
+    return request.client.host if request.client else "unknown"
+
+
+async def caller(request: Request) -> ServiceContext:
+    """The platform acting as the bearer of the request's token."""
+    # In the event loop, not a worker thread: a token read a moment ago is checked without
+    # the database; only a token to read goes to a thread (one hop fewer on each request).
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthenticated("this request needs a bearer token", hint="POST /api/v1/auth/token first")
+    ctx = platform(request).ctx
+    source = source_of(request)
+    actor = accounts.authenticate_cached(ctx, token.strip(), source)
+    if actor is None:
+        actor = await run_in_threadpool(accounts.authenticate, ctx, token.strip(), source)
+    if request.method not in ("GET", "HEAD") and "write" not in actor.scopes:
+        raise Unauthenticated("this token is read-only", hint="use a token with the write scope")
+    return ctx.acting_as(actor)
+
+
+Caller = Annotated[ServiceContext, Depends(caller)]
+Served = Annotated[Platform, Depends(platform)]
+
+
+def checked_name(value: str) -> str:
+    """A path segment that names something: refuse traversal and separators with a 400."""
+    if not re.match(ID_PATTERN, value) or ".." in value:
+        raise InvalidSpec(
+            f"{value!r} is not a valid name",
+            hint="names are letters, digits, '.', '_', ':' and '-', without '/', '..' or a leading dot",
+        )
+    return value
+
+
+def optional_name(value: str | None) -> str | None:
+    return checked_name(value) if value else None
+
+
+def links(status: int, parameters: dict[str, str], *operation_ids: str) -> dict[int | str, dict[str, Any]]:
+    """``responses`` of a route whose answer names a resource the other operations take (OpenAPI
+    links, which stateful clients and fuzzers follow): ``parameters`` maps each path parameter to
+    the field of the answer that fills it."""
+    fields = {param: f"$response.body#/{field}" for param, field in parameters.items()}
+    return {status: {"links": {op: {"operationId": op, "parameters": fields} for op in operation_ids}}}

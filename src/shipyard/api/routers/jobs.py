@@ -1,0 +1,83 @@
+"""Jobs: submit, list, inspect, cancel, and their logs (a chunk, or followed as it is written)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from shipyard.api.deps import Caller, LogOffset, Name, Served, checked_name, links
+from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.schemas.requests import Submission
+from shipyard.schemas.views import JobDetail, JobView, LogChunkView
+from shipyard.services import jobs as job_service
+from shipyard.services import submissions
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+JOB_LINKS = links(201, {"job_id": "id"}, "getJob", "cancelJob", "jobLogs", "streamJobLogs")
+LOG_POLL_S = 0.5
+"""How often a log stream looks for new bytes."""
+
+
+@router.get("", operation_id="listJobs", response_model=list[JobView])
+def list_jobs(
+    ctx: Caller,
+    state: Annotated[str | None, Query(max_length=16)] = None,
+    limit: Annotated[int, Query(ge=1, le=job_service.MAX_LISTED)] = 50,
+) -> list[JobView]:
+    return job_service.list_jobs(ctx, state=state, limit=limit)
+
+
+@router.post("", operation_id="submitJob", response_model=JobView, status_code=201, responses=JOB_LINKS)
+async def submit_job(body: Submission, ctx: Caller, served: Served) -> JobView:
+    # Checked and written by the process's submission writer, in its own thread.
+    submission = submissions.Submission(ctx, validate_job_spec(body.spec), body.resume, body.resume_from)
+    return await asyncio.wrap_future(served.writer.submit(submission))
+
+
+@router.get("/{job_id}", operation_id="getJob", response_model=JobDetail)
+def get_job(job_id: Name, ctx: Caller) -> JobDetail:
+    return job_service.get(ctx, checked_name(job_id))
+
+
+@router.post("/{job_id}/cancel", operation_id="cancelJob", response_model=JobView)
+def cancel_job(job_id: Name, ctx: Caller) -> JobView:
+    return job_service.cancel(ctx, checked_name(job_id))
+
+
+@router.get("/{job_id}/logs", operation_id="jobLogs", response_model=LogChunkView)
+def job_logs(job_id: Name, ctx: Caller, offset: LogOffset = 0) -> LogChunkView:
+    chunk = job_service.read_log(ctx, checked_name(job_id), offset, must_exist=False)
+    return LogChunkView(
+        data=chunk.data.decode("utf-8", "replace"), next_offset=chunk.next_offset, job_ended=chunk.job_ended
+    )
+
+
+@router.get(
+    "/{job_id}/logs/stream",
+    operation_id="streamJobLogs",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/plain": {}}}},
+)
+async def stream_job_logs(job_id: Name, ctx: Caller, offset: LogOffset = 0) -> StreamingResponse:
+    """The log from ``offset`` on as it is written, until the job ends (``curl -N``). The
+    permission and the job's existence are checked before the first byte."""
+    first = await run_in_threadpool(job_service.read_log, ctx, checked_name(job_id), offset, must_exist=False)
+
+    async def tail() -> AsyncIterator[bytes]:
+        chunk = first
+        while True:
+            if chunk.data:
+                yield chunk.data
+            if chunk.job_ended:
+                return
+            await asyncio.sleep(LOG_POLL_S)
+            chunk = await run_in_threadpool(
+                job_service.read_log, ctx, job_id, chunk.next_offset, must_exist=False
+            )
+
+    return StreamingResponse(tail(), media_type="text/plain; charset=utf-8")

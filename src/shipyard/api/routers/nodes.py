@@ -1,0 +1,17 @@
+"""The executor's nodes and their devices."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from shipyard.api.deps import Caller
+from shipyard.schemas.views import DeviceView
+from shipyard.services.devices import list_devices
+
+router = APIRouter(prefix="/api/v1", tags=["nodes"])
+
+
+@router.get("/nodes", operation_id="listDevices", response_model=list[DeviceView])
+def list_nodes(ctx: Caller) -> list[DeviceView]:
+    """The devices of the nodes this server runs jobs on, each with its node and accelerator type."""
+    return list_devices(ctx)

@@ -1,0 +1,25 @@
+"""Liveness and Prometheus metrics: no token needed."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from shipyard import __version__
+from shipyard.api.deps import Served
+from shipyard.schemas.views import HealthView
+from shipyard.services import telemetry
+
+router = APIRouter(tags=["system"])
+
+
+@router.get("/healthz", operation_id="health", response_model=HealthView)
+def health() -> HealthView:
+    return HealthView(status="ok", version=__version__)
+
+
+@router.get("/metrics", operation_id="metrics", response_class=PlainTextResponse)
+def prometheus(served: Served) -> Response:
+    served.metrics.observe(telemetry.cluster_metrics(served.ctx))
+    return Response(generate_latest(served.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,167 @@
+"""How ``shipyard plan`` shows a plan to a person: sections of fields, and the comparison table."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from shipyard.cli._output import console, fmt, table
+from shipyard.planner.advisor import RANKINGS, Comparison
+from shipyard.planner.inference import InferencePlan, InferenceWorkload
+from shipyard.planner.training import TrainingPlan
+from shipyard.planner.workload import TrainingWorkload
+
+
+def plan_title(work: TrainingWorkload | InferenceWorkload, workload: str) -> str:
+    size = f"{work.model.params / 1e9:.3g}B"
+    if isinstance(work, InferenceWorkload):
+        return f"{size} inference, {work.precision}, batch {work.batch}, context {work.context}"
+    return f"{size} {workload}, {work.precision}, {work.budget_tokens:.3g} tokens"
+
+
+def _fits(fits: bool, reason: str | None) -> str:
+    return "[green]yes[/]" if fits else f"[red]no[/]: {reason}"
+
+
+def _number(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    text = f"{value:.3g}" if abs(value) >= 1e7 else fmt(float(value))
+    return f"{text} {unit}".rstrip()
+
+
+def _section(title: str, pairs: list[tuple[str, str]]) -> None:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for name, value in pairs:
+        grid.add_row(name, value)
+    console.print(f"[bold underline]{title}[/]")
+    console.print(grid)
+
+
+def _memory_pairs(memory: dict[str, float]) -> list[tuple[str, str]]:
+    parts = ("weights", "gradients", "optimizer", "activations", "kv_cache", "buffers", "reserve")
+    pairs = [(p.replace("_", " "), _number(memory[f"{p}_gib"], "GiB")) for p in parts if memory[f"{p}_gib"]]
+    return [
+        *pairs,
+        ("total", _number(memory["total_gib"], "GiB")),
+        ("usable", _number(memory["usable_gib"], "GiB")),
+    ]
+
+
+def _print_assumptions(assumptions: list[str]) -> None:
+    console.print("[bold underline]assumptions[/]")
+    for line in assumptions:
+        console.print(f"  - {line}")
+
+
+def print_training(plan: TrainingPlan) -> None:
+    d = plan.to_dict()
+    p = d["parallelism"]
+    step = d["step"]
+    chosen = "searched: the fastest that fits" if p["searched"] else "as given"
+    console.print(
+        f"[bold]{d['model']['params'] / 1e9:.3g}B {d['workload']}[/] on {d['count']} x {d['accelerator']}: "
+        f"fits {_fits(d['fits'], d['reason'])}"
+    )
+    _section(
+        f"layout ({chosen})",
+        [
+            ("tp x pp x dp", f"{p['tp']} x {p['pp']} x {p['dp']}"),
+            ("zero", str(p["zero"])),
+            ("recompute", p["recompute"]),
+            ("micro-batch", f"{p['micro_batch']} sequences"),
+        ],
+    )
+    _section("memory per device", _memory_pairs(d["memory"]))
+    _section(
+        "time",
+        [
+            ("step", _number(d["step_time_s"], "s")),
+            ("  compute", _number(step["compute_s"], "s")),
+            ("  tensor parallel", _number(step["tensor_parallel_s"], "s")),
+            ("  pipeline bubble", _number(step["pipeline_bubble_s"], "s")),
+            ("  data parallel (exposed)", _number(step["data_parallel_exposed_s"], "s")),
+            ("  optimizer", _number(step["optimizer_s"], "s")),
+            (
+                "tokens/s",
+                f"{_number(d['tokens_per_s'])} ({_number(d['tokens_per_s_per_device'])} per device)",
+            ),
+            ("TFLOPS per device", f"{_number(d['tflops_per_device'])} (MFU {d['mfu']:.1%})"),
+            ("tokens", _number(d["tokens"]) + (" (assumed)" if d["tokens_assumed"] else "")),
+            (
+                "wall time",
+                f"{_number(d['wall_time_h'], 'h')} ({d['wall_time_h'] / 24:.3g} days, "
+                f"goodput {d['goodput']:.1%})",
+            ),
+            ("GPU-hours", _number(d["gpu_hours"])),
+            (
+                "cost",
+                _number(d["cost_usd"], "$") + (f" at ${d['price_usd_per_h']:.3g}/h" if d["cost_usd"] else ""),
+            ),
+            ("energy", _number(d["energy_kwh"], "kWh")),
+        ],
+    )
+    _print_assumptions(d["assumptions"])
+
+
+def print_inference(plan: InferencePlan) -> None:
+    d = plan.to_dict()
+    console.print(
+        f"[bold]{d['model']['params'] / 1e9:.3g}B inference[/] ({d['model']['precision']}) on {d['count']} x "
+        f"{d['accelerator']} with tp={d['parallelism']['tp']}: fits {_fits(d['fits'], d['reason'])}"
+    )
+    _section("memory per device", _memory_pairs(d["memory"]))
+    _section(
+        "speed",
+        [
+            ("prefill", _number(d["prefill_tokens_per_s"], "tokens/s")),
+            ("decode", f"{_number(d['decode_tokens_per_s'], 'tokens/s')} (bound by {d['decode_bound']})"),
+            ("decode per sequence", _number(d["decode_tokens_per_s_per_sequence"], "tokens/s")),
+            ("cost per 1M tokens", _number(d["cost_usd_per_million_tokens"], "$")),
+            ("energy per 1M tokens", _number(d["energy_kwh_per_million_tokens"], "kWh")),
+        ],
+    )
+    _print_assumptions(d["assumptions"])
+
+
+def _metric(row: Comparison, name: str) -> float | None:
+    return {"time": row.time_h, "cost": row.cost_usd, "energy": row.energy_kwh}[name]
+
+
+def print_comparison(rows: list[Comparison], workload: str, rank_by: str, title: str) -> None:
+    inference = workload == "infer"
+    time_label = "h per 1M tokens" if inference else "wall h"
+    cost_label = "$ per 1M tokens" if inference else "cost $"
+    energy_label = "kWh per 1M" if inference else "energy kWh"
+    best: dict[str, Comparison | None] = {}
+    for name in RANKINGS:
+        candidates = [(v, i) for i, r in enumerate(rows) if r.fits and (v := _metric(r, name)) is not None]
+        best[name] = rows[min(candidates)[1]] if candidates else None
+
+    def mark(row: Comparison, name: str, value: float | None) -> str:
+        text = _number(value)
+        return f"[bold green]{text}*[/]" if best[name] is row else text
+
+    table(
+        f"{title} — ranked by {rank_by} (* best)",
+        ["#", "accelerator", "count", "fits", "GiB/device", "tokens/s", time_label, cost_label, energy_label],
+        [
+            (
+                r.rank or "-",
+                r.accelerator,
+                r.count,
+                _fits(r.fits, r.plan.not_fitting_reason()),
+                round(r.plan.memory.total_gib, 1),
+                _number(
+                    r.plan.decode_tokens_per_s if isinstance(r.plan, InferencePlan) else r.plan.tokens_per_s
+                ),
+                mark(r, "time", r.time_h),
+                mark(r, "cost", r.cost_usd),
+                mark(r, "energy", r.energy_kwh),
+            )
+            for r in rows
+        ],
+    )
+    if any(r.cost_usd is None for r in rows):
+        console.print("cost '-': no price in the catalog; add price_usd_per_h in a --hardware file")

@@ -1,0 +1,5 @@
+import sys
+
+from shipyard.daemon.loop import main
+
+sys.exit(main())

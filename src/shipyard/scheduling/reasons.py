@@ -1,0 +1,88 @@
+"""Why a job waits: a stable code (what a program matches on) and the message a person reads.
+
+Messages count over nodes as Kubernetes does: ``0/3 nodes: 2 insufficient free v100, 1 wrong
+accelerator type (v100: 1 of 8 free, needs 4)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from shipyard.scheduling.model import Job, Node
+
+
+class Reason(StrEnum):
+    NO_SUCH_ACCELERATOR = "no_such_accelerator"
+    """No node has a device of any type the job allows."""
+    GANG_TOO_LARGE = "gang_too_large"
+    """The job asks for more devices of one type than the cluster has."""
+    INSUFFICIENT_MEMORY = "insufficient_memory"
+    """Every allowed type's devices have less memory than the job needs."""
+    INSUFFICIENT_DEVICES = "insufficient_devices"
+    """Too few free devices of every allowed type now."""
+    RANKED_BEHIND = "ranked_behind"
+    """There is room, but the policy gave it to jobs it ranks first."""
+    NO_SUCH_QUEUE = "no_such_queue"
+    QUOTA_EXHAUSTED = "quota_exhausted"
+    RECLAIMED = "reclaimed"
+    """Preempted: its queue borrowed quota that the owner needs back."""
+    PREEMPTED = "preempted"
+    """Preempted by the policy; it resumes from its checkpoint."""
+    UNPLACEABLE = "unplaceable"
+    """Leased, but the executor found no devices for it on the node."""
+    WAITING = "waiting"
+    """Not yet seen by a scheduling cycle."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    code: Reason
+    message: str
+
+    def noted(self, note: str) -> Pending:
+        return Pending(self.code, f"{self.message}; {note}")
+
+
+def pending_reasons(
+    waiting: Sequence[Job], nodes: Sequence[Node], node_free: Mapping[str, int]
+) -> dict[str, Pending]:
+    """Why each waiting job waits after the round's leases took ``node_free``'s complement."""
+    capacity: dict[str, int] = {}
+    free: dict[str, int] = {}
+    free_by_node: dict[str, list[int]] = {}
+    for node in nodes:
+        capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
+        free[node.accelerator_type] = free.get(node.accelerator_type, 0) + node_free[node.id]
+        free_by_node.setdefault(node.accelerator_type, []).append(node_free[node.id])
+    reasons: dict[str, Pending] = {}
+    for job in waiting:
+        allowed = sorted(k for k in capacity if job.allows(k))
+        if not allowed:
+            types = ", ".join(job.accelerator_types)
+            reasons[job.id] = Pending(
+                Reason.NO_SUCH_ACCELERATOR, f"0/{len(nodes)} nodes: no device of type {types}"
+            )
+            continue
+        largest = max(capacity[k] for k in allowed)
+        if largest < job.devices:
+            message = f"needs {job.devices} devices of one type; the largest type here has {largest}"
+            reasons[job.id] = Pending(Reason.GANG_TOO_LARGE, message)
+            continue
+        counts: dict[str, int] = {}
+        wrong = len(nodes) - sum(len(free_by_node[k]) for k in allowed)
+        if wrong:
+            counts["wrong accelerator type"] = wrong
+        ranked_behind = "free devices given to jobs the policy ranks first"
+        for k in allowed:
+            if free[k] >= job.devices:
+                # Room on the type (maybe spread over nodes): the policy ranked other jobs first.
+                counts[ranked_behind] = counts.get(ranked_behind, 0) + len(free_by_node[k])
+            else:
+                counts[f"insufficient free {k}"] = len(free_by_node[k])
+        summary = ", ".join(f"{n} {why}" for why, n in counts.items())
+        detail = "; ".join(f"{k}: {free[k]} of {capacity[k]} free, needs {job.devices}" for k in allowed)
+        code = Reason.RANKED_BEHIND if ranked_behind in counts else Reason.INSUFFICIENT_DEVICES
+        reasons[job.id] = Pending(code, f"0/{len(nodes)} nodes: {summary} ({detail})")
+    return reasons

@@ -1,0 +1,137 @@
+"""Launching a leased job's next attempt: its launch plan (data fetched from the store, the
+checkpoint to resume from, the data roots it may read), then the executor's launch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, object_session
+
+from shipyard import audit
+from shipyard.db import Artifact, Attempt, Job
+from shipyard.db.tables import utcnow
+from shipyard.domain import ExitReason, JobState
+from shipyard.executors.base import Placement
+from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, stored_job_spec, validate_job_spec
+from shipyard.schemas.launch import CHECKPOINT_DIR, METRICS_FILE, RESULT_FILE, LaunchPlan, latest_checkpoint
+from shipyard.services import data_roots, storage
+from shipyard.services.context import ServiceContext
+
+
+def _with_fetched_data(ctx: ServiceContext, job: Job) -> tuple[JobSpec, dict[str, str]]:
+    """The job's spec with each ``store:NAME`` dataset replaced by its verified local copy, and
+    the content digest of each such dataset (recorded with the attempt, for lineage)."""
+    spec = stored_job_spec(job.spec)
+    if not spec.data.stored():
+        return spec, {}
+    session = object_session(job)
+    assert session is not None
+    document = spec.model_dump(mode="json", by_alias=True)
+    paths, inputs = [], {}
+    for path in spec.data.paths:
+        if path.startswith(STORE_SCHEME):
+            name = path.removeprefix(STORE_SCHEME)
+            local, inputs[path] = storage.materialize(ctx, name, project=job.project, session=session)
+            path = str(local)
+        paths.append(path)
+    document["data"]["paths"] = paths
+    return validate_job_spec(document), inputs
+
+
+def _fetch_checkpoint(ctx: ServiceContext, session: Session, job: Job, into: Path) -> Path | None:
+    """The job's newest checkpoint from the artifact store, when this node has none of its own
+    (the job ran elsewhere before)."""
+    stored = session.scalars(
+        select(Artifact)
+        .where(Artifact.job_id == job.id, Artifact.kind == "checkpoint", Artifact.stored_name != "")
+        .where(Artifact.stored_name.is_not(None))
+        .order_by(Artifact.step.desc())
+        .limit(1)
+    ).first()
+    if stored is None or stored.stored_name is None:
+        return None
+    target = into / Path(stored.path).name
+    if not target.exists():
+        storage.get(ctx, stored.stored_name, target, project=job.project, session=session)
+    return target
+
+
+def launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> None:
+    number = len(job.attempts) + 1
+    run_dir = Path(job.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / RESULT_FILE).unlink(missing_ok=True)  # a stale result would be read as this attempt's
+    resume_from = job.resume_from
+    if number > 1:  # a relaunch continues from the job's own newest checkpoint
+        session = object_session(job)
+        assert session is not None
+        own = latest_checkpoint(run_dir / CHECKPOINT_DIR) or _fetch_checkpoint(
+            ctx, session, job, run_dir / CHECKPOINT_DIR
+        )
+        resume_from = str(own) if own else resume_from
+    spec, inputs = _with_fetched_data(ctx, job)
+    roots = data_roots.roots_of_owner(ctx, job.owner or "", job.project)
+    if roots is not None:  # and the verified copies of its store: datasets, not the whole cache
+        given = job.spec["data"]["paths"]
+        roots += [Path(local) for local, path in zip(spec.data.paths, given, strict=True) if path != local]
+    LaunchPlan(
+        job_id=job.id,
+        attempt=number,
+        spec=spec,
+        run_dir=str(run_dir),
+        cache_dir=str(ctx.settings.cache_dir),
+        accelerator_type=placed.accelerator_type,
+        torch_device=placed.torch_device,
+        world_size=placed.world_size,
+        threads_per_process=placed.threads_per_process,
+        peak_tflops_bf16=placed.peak_tflops_bf16,
+        peak_tflops_fp32=placed.peak_tflops_fp32,
+        resume_from=resume_from,
+        data_roots=None if roots is None else [str(root.resolve()) for root in roots],
+    ).write(run_dir)
+    log_path = run_dir / "logs" / f"attempt-{number}.log"
+    metrics = run_dir / METRICS_FILE
+    try:
+        launched = ctx.executor.launch(placed, run_dir, log_path)
+    except OSError as exc:  # the job cannot start at all: say why instead of retrying forever
+        job.move(
+            JobState.FAILED,
+            exit_reason=ExitReason.ERROR,
+            message=f"could not start the training process: {exc}",
+            hint="check that Shipyard's training extra is installed: pip install 'shipyard[train]'",
+        )
+        return
+    ids = list(placed.device_ids) if placed.accelerator_type != "cpu" else list(placed.core_ids)
+    job.attempts.append(
+        Attempt(
+            number=number,
+            state=JobState.RUNNING,
+            accelerator_type=placed.accelerator_type,
+            device_ids=ids,
+            threads_per_process=placed.threads_per_process,
+            pid=launched.pid,
+            node=launched.node,
+            handle=launched.handle,
+            agent_id=agent_id,
+            log_path=str(log_path),
+            metrics_offset=metrics.stat().st_size if metrics.exists() else 0,
+            inputs=inputs or None,
+        )
+    )
+    job.started_at = job.started_at or utcnow()
+    session = object_session(job)
+    assert session is not None
+    audit.append(
+        session,
+        ctx.audit_key,
+        ctx.actor,
+        "job.start",
+        f"job/{job.id}",
+        detail={
+            "attempt": number,
+            "accelerator": placed.accelerator_type,
+            "devices": ids,
+            "node": placed.node,
+        },
+    )

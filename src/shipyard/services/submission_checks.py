@@ -1,0 +1,142 @@
+"""Submission checks: everything that can be known before a job is queued — permission, paths
+inside the project's data roots, data, model, fit on the executor's nodes, resume point."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from shipyard.auth import Permission
+from shipyard.db import Job
+from shipyard.domain.text import has_control_character
+from shipyard.errors import DatasetError, InvalidSpec, NotFound, Unschedulable
+from shipyard.executors.base import Request, capacity_of
+from shipyard.schemas.documents import shown
+from shipyard.schemas.jobspec import MAX_PATH, JobSpec
+from shipyard.schemas.launch import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_POINTER,
+    CHECKPOINT_STATE_FILE,
+    latest_checkpoint,
+)
+from shipyard.schemas.presets import PRESETS
+from shipyard.services import data_roots, rbac, storage
+from shipyard.services.context import ServiceContext
+from shipyard.services.estimates import estimate_job
+from shipyard.services.job_access import allowed_job
+from shipyard.services.planning import hardware_catalog
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """A submission that passed every check, ready to be written."""
+
+    ctx: ServiceContext
+    spec: JobSpec
+    request: Request
+    estimate: dict[str, Any]
+    resume_from: Path | None
+
+
+def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_from: str | None) -> Checked:
+    """Every check a submission must pass: permission, paths inside the project's data roots,
+    data, model, fit on this node, resume point. The permission and the roots come first, so
+    that no answer about a path reaches a caller who may not read it."""
+    with ctx.db.read() as session:
+        rbac.require(ctx, session, Permission.JOB_SUBMIT, f"project/{spec.project}", spec.project)
+        data_roots.confine(ctx, spec)
+        spec.data.check_content()  # missing, empty or binary dataset: fail now, not in the job's log
+        for name in spec.data.stored():  # present, readable by the submitter, not empty
+            if storage.stat(ctx, name, spec.project).size_bytes == 0:
+                raise DatasetError(f"dataset store:{name} is empty", hint="store text or JSONL files in it")
+        _check_model(spec)
+        request = Request.of(spec.resources)
+        unplaceable = ctx.executor.check_feasible(request)
+        if unplaceable is not None:
+            inventory = ", ".join(f"{k}: {v}" for k, v in capacity_of(ctx.executor.nodes()).items())
+            raise Unschedulable(
+                f"job {spec.name!r} can never run on this node: {unplaceable.reason}",
+                hint=f"this node has {inventory} (cpu counts cores); lower resources.devices or "
+                "resources.min_memory_gib, or list an accelerator type it has in resources.accelerator",
+            )
+        spec.training.grad_accum_steps(request.devices)
+        estimate = estimate_job(spec, ctx.devices(), hardware_catalog(ctx.settings))
+        checkpoint = _resume_point(ctx, session, spec, resume, resume_from)
+    return Checked(ctx, spec, request, estimate, checkpoint)
+
+
+def _check_model(spec: JobSpec) -> None:
+    if spec.model.path:
+        config = Path(spec.model.path) / "config.json"
+        if not config.is_file():
+            raise InvalidSpec(
+                f"model.path {spec.model.path} is not a Hugging Face model folder (no config.json)",
+                hint="give the folder that save_pretrained or a Shipyard export wrote",
+            )
+        return
+    arch = PRESETS[spec.model.preset or ""]
+    if spec.training.seq_len > arch.max_seq_len:
+        raise InvalidSpec(
+            f"training.seq_len {spec.training.seq_len} exceeds the max_seq_len {arch.max_seq_len} "
+            f"of {spec.model.preset}",
+            hint=f"set training.seq_len to at most {arch.max_seq_len}",
+        )
+
+
+def _resume_point(
+    ctx: ServiceContext, session: Session, spec: JobSpec, resume: bool, resume_from: str | None
+) -> Path | None:
+    if resume_from:
+        path = _resume_source(ctx, session, spec, resume_from)
+        # A checkpoints folder means its newest checkpoint; anything else is one checkpoint.
+        is_folder = path.name == CHECKPOINT_DIR or (path / CHECKPOINT_POINTER).exists()
+        found = latest_checkpoint(path) if is_folder else path
+        if found is None or not (found / CHECKPOINT_STATE_FILE).is_file():
+            raise NotFound(f"no checkpoint at {path}", hint="resume from a job that saved a checkpoint")
+        return found
+    if not resume:
+        return None
+    earlier = session.scalars(
+        select(Job)
+        .where(Job.name == spec.name, Job.project == spec.project)
+        .order_by(Job.submitted_at.desc())
+    )
+    for job in earlier:
+        found = latest_checkpoint(Path(job.run_dir) / CHECKPOINT_DIR)
+        if found is not None:
+            return found
+    raise NotFound(
+        f"--resume: no earlier job named {spec.name!r} in project {spec.project!r} left a checkpoint",
+        hint="submit without --resume to start from scratch",
+    )
+
+
+def _resume_source(ctx: ServiceContext, session: Session, spec: JobSpec, resume_from: str) -> Path:
+    """``--resume-from``: a checkpoint folder, or the id of a job whose checkpoints the caller
+    may read. Through the server, a folder must lie inside the project's data roots and anything
+    without a slash is a job id: a job's run folder is the platform's, not the caller's."""
+    if has_control_character(resume_from) or len(resume_from) > MAX_PATH:
+        raise InvalidSpec(
+            f"--resume-from {shown(resume_from)} is neither a path nor a job id",
+            hint="give a job id from `shipyard jobs list` or a checkpoint directory",
+        )
+    roots = data_roots.roots_for(ctx, spec.project)
+    looks_like_path = "/" in resume_from or resume_from.startswith((".", "~"))
+    if roots is not None and looks_like_path:
+        data_roots.require_inside(ctx, roots, spec.project, "--resume-from", resume_from)
+    if roots is None or looks_like_path:
+        path = Path(resume_from).expanduser() if roots is None else Path(resume_from)
+        if path.exists() or roots is not None:
+            return path
+    job = session.get(Job, resume_from)
+    if job is None:
+        raise NotFound(
+            f"--resume-from {resume_from!r} is neither a checkpoint path nor a job id",
+            hint="give a job id from `shipyard jobs list` or a checkpoint directory",
+        )
+    allowed_job(ctx, session, job.id, Permission.JOB_READ)  # another project's checkpoints are its own
+    return Path(job.run_dir) / CHECKPOINT_DIR
