@@ -46,7 +46,12 @@ class Platform:
     metrics: Metrics
 
 
-def platform(request: Request) -> Platform:
+async def platform(request: Request) -> Platform:
+    # async: FastAPI runs a plain function dependency in a worker thread, a hop per request.
+    return _platform_of(request)
+
+
+def _platform_of(request: Request) -> Platform:
     served: Platform = request.app.state.platform
     return served
 
@@ -64,7 +69,7 @@ async def caller(request: Request) -> ServiceContext:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise Unauthenticated("this request needs a bearer token", hint="POST /api/v1/auth/token first")
-    ctx = platform(request).ctx
+    ctx = _platform_of(request).ctx
     source = source_of(request)
     actor = accounts.authenticate_cached(ctx, token.strip(), source)
     if actor is None:
