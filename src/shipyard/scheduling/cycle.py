@@ -175,24 +175,30 @@ def fit_device_memory(
             memory[node.accelerator_type] = min(
                 memory.get(node.accelerator_type, node.memory_gib), node.memory_gib
             )
+    nodes_of_type: dict[str, int] = {}
+    for node in nodes:
+        nodes_of_type[node.accelerator_type] = nodes_of_type.get(node.accelerator_type, 0) + 1
     kept: list[Job] = []
     reasons: dict[str, Pending] = {}
     notes: dict[str, str] = {}
     for job in jobs:
-        types = {n.accelerator_type for n in nodes if job.allows(n.accelerator_type)}
+        if not job.min_memory_gib:  # most jobs: nothing to narrow
+            kept.append(job)
+            continue
+        types = {k for k in nodes_of_type if job.allows(k)}
         big_enough = sorted(k for k in types if memory.get(k, float("inf")) >= job.min_memory_gib)
-        if not job.min_memory_gib or len(big_enough) == len(types):
+        if len(big_enough) == len(types):
             kept.append(job)
         elif big_enough:
             kept.append(dataclasses.replace(job, accelerator_types=tuple(big_enough)))
             left_out = ", ".join(f"{k} has {memory[k]:g}" for k in sorted(types - set(big_enough)))
             notes[job.id] = f"too little memory per device on {left_out} GiB, needs {job.min_memory_gib:g}"
         else:
-            small = [n for n in nodes if n.accelerator_type in types]
+            small = sum(nodes_of_type[k] for k in types)
             largest = max(memory[k] for k in types)
             reasons[job.id] = Pending(
                 Reason.INSUFFICIENT_MEMORY,
-                f"0/{len(nodes)} nodes: {len(small)} insufficient device memory "
+                f"0/{len(nodes)} nodes: {small} insufficient device memory "
                 f"(needs {job.min_memory_gib:g} GiB per device, the largest here has {largest:g} GiB)",
             )
     return kept, reasons, notes
