@@ -19,6 +19,7 @@ from shipyard.schemas.documents import PATTERN_WORDS
 
 log = logging.getLogger("shipyard.api")
 PROBLEM = "application/problem+json"
+PROBLEM_STATUSES = (400, 401, 403, 404, 409, 413, 422, 429, 507)
 
 
 class Problem(BaseModel):
@@ -75,3 +76,10 @@ def install_error_handlers(app: FastAPI) -> None:
         return problem(
             500, "internal_error", f"unexpected {type(exc).__name__}", "the server log has the details"
         )
+
+
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": Problem, "content": {PROBLEM: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+    for status in PROBLEM_STATUSES
+}
+"""The error answers every route documents (each router declares them, so its routes carry them)."""

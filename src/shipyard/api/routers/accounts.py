@@ -6,11 +6,12 @@ from fastapi import APIRouter, Request, Response
 
 from shipyard import audit
 from shipyard.api.deps import Caller, Name, Served, checked_name, links, source_of
+from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.requests import LoginRequest, NewToken, NewUser, RoleBinding
 from shipyard.schemas.views import CallerView, IssuedTokenView, TokenView, UserView
 from shipyard.services import accounts, rbac
 
-router = APIRouter(prefix="/api/v1", tags=["accounts"])
+router = APIRouter(prefix="/api/v1", tags=["accounts"], responses=PROBLEM_RESPONSES)
 TOKEN_LINKS = links(201, {"token_id": "id"}, "revokeToken")
 
 

@@ -13,12 +13,13 @@ from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 
 from shipyard.api.deps import Caller, ProjectQuery, checked_name, links, optional_name
+from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.errors import PayloadTooLarge
 from shipyard.schemas.views import DatasetView, StoredArtifactView
 from shipyard.services import datasets, storage
 from shipyard.storage.names import check_name
 
-router = APIRouter(prefix="/api/v1", tags=["artifacts"])
+router = APIRouter(prefix="/api/v1", tags=["artifacts"], responses=PROBLEM_RESPONSES)
 ARTIFACT_LINKS = links(
     201, {"project": "project", "name": "name"}, "getArtifact", "downloadArtifact", "deleteArtifact"
 )

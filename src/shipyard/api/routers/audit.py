@@ -8,10 +8,11 @@ from fastapi import APIRouter, Query
 
 from shipyard import audit
 from shipyard.api.deps import Caller
+from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.views import AuditRecordView, AuditVerdictView
 from shipyard.services import auditing
 
-router = APIRouter(prefix="/api/v1/audit", tags=["audit"])
+router = APIRouter(prefix="/api/v1/audit", tags=["audit"], responses=PROBLEM_RESPONSES)
 
 
 @router.get("", operation_id="listAudit", response_model=list[AuditRecordView])

@@ -11,13 +11,14 @@ from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from shipyard.api.deps import Caller, LogOffset, Name, Served, checked_name, links
+from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.requests import Submission
 from shipyard.schemas.views import JobDetail, JobView, LogChunkView
 from shipyard.services import jobs as job_service
 from shipyard.services import submissions
 
-router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=PROBLEM_RESPONSES)
 JOB_LINKS = links(201, {"job_id": "id"}, "getJob", "cancelJob", "jobLogs", "streamJobLogs")
 LOG_POLL_S = 0.5
 """How often a log stream looks for new bytes."""

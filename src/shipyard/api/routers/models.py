@@ -15,13 +15,14 @@ from shipyard.api.deps import (
     links,
     optional_name,
 )
+from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.api.routers.artifacts import BINARY_ANSWER
 from shipyard.errors import InvalidSpec
 from shipyard.schemas.requests import Registration, StageChange
 from shipyard.schemas.views import ModelComparisonView, ModelLineageView, ModelVersionView
 from shipyard.services import models
 
-router = APIRouter(prefix="/api/v1/models", tags=["models"])
+router = APIRouter(prefix="/api/v1/models", tags=["models"], responses=PROBLEM_RESPONSES)
 MODEL_LINKS = links(
     201, {"name": "name", "version": "version"}, "promoteModel", "modelLineage", "deleteModel"
 )

@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from shipyard.api.deps import Caller
+from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.views import DeviceView
 from shipyard.services.devices import list_devices
 
-router = APIRouter(prefix="/api/v1", tags=["nodes"])
+router = APIRouter(prefix="/api/v1", tags=["nodes"], responses=PROBLEM_RESPONSES)
 
 
 @router.get("/nodes", operation_id="listDevices", response_model=list[DeviceView])

@@ -5,13 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from shipyard.api.deps import Caller, QueuePath
+from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.queues import ClusterQueueSpec, QueueConfig
 from shipyard.schemas.requests import QueueUpdate
 from shipyard.schemas.views import QueueChangeView, QueueSettingsView, QueueStatusView
 from shipyard.services import queues as queue_settings
 from shipyard.services.scheduler import queue_status
 
-router = APIRouter(prefix="/api/v1", tags=["queues"])
+router = APIRouter(prefix="/api/v1", tags=["queues"], responses=PROBLEM_RESPONSES)
 
 
 @router.get("/queues", operation_id="queueStatus", response_model=QueueStatusView)

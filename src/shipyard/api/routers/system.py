@@ -8,10 +8,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from shipyard import __version__
 from shipyard.api.deps import Served
+from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.views import HealthView
 from shipyard.services import telemetry
 
-router = APIRouter(tags=["system"])
+router = APIRouter(tags=["system"], responses=PROBLEM_RESPONSES)
 
 
 @router.get("/healthz", operation_id="health", response_model=HealthView)
