@@ -97,6 +97,37 @@ def test_gangs_pack_on_one_node_before_spreading() -> None:
     assert spread.leases["e"].spread
 
 
+def test_a_gang_of_whole_nodes_takes_that_many_nodes_or_none() -> None:
+    cluster = [Node(id=f"n{i}", accelerator_type="v100", devices=2) for i in range(3)]
+    gang = Job(id="g", job_type="a", devices=4, per_node=2, total_steps=1, arrival_s=0)
+    plan = run_cycle([gang], cluster, {"g": {"v100": 1.0}}, now_s=10, round_s=360)
+    held = plan.leases["g"].nodes
+    assert len(set(held)) == 2 and all(held.count(n) == 2 for n in set(held))
+    # With one node half taken, 4 devices are free in all but only one whole node: it waits.
+    busy = Job(id="b", job_type="a", devices=1, per_node=1, total_steps=1, arrival_s=0, running_on="v100",
+               nodes=("n0",), attained_s={"v100": 1.0})  # fmt: skip
+    other = Job(id="o", job_type="a", devices=1, per_node=1, total_steps=1, arrival_s=0, running_on="v100",
+                nodes=("n1",), attained_s={"v100": 1.0})  # fmt: skip
+    allocation = {"b": {"v100": 1.0}, "o": {"v100": 1.0}, "g": {"v100": 1.0}}
+    plan = run_cycle([busy, other, gang], cluster, allocation, now_s=10, round_s=360)
+    assert "g" not in plan.leases
+    reason = plan.pending_reasons["g"]
+    assert reason.code == Reason.INSUFFICIENT_DEVICES
+    assert reason.message == (
+        "0/3 nodes: needs 2 nodes with 2 v100 each, 1 of them free now (n0 1 of 2 free, n1 1 of 2 free)"
+    )
+
+
+def test_a_node_gang_larger_than_every_node_names_the_nodes() -> None:
+    cluster = [Node(id=f"n{i}", accelerator_type="v100", devices=2) for i in range(2)]
+    wide = Job(id="w", job_type="a", devices=4, per_node=4, total_steps=1, arrival_s=0)
+    plan = run_cycle([wide], cluster, {"w": {"v100": 1.0}}, now_s=0, round_s=360)
+    assert plan.pending_reasons["w"].code == Reason.GANG_TOO_LARGE
+    assert plan.pending_reasons["w"].message == (
+        "needs 1 node with 4 v100 each; 0 of 2 nodes are that large (n0 has 2, n1 has 2)"
+    )
+
+
 def test_a_job_bigger_than_any_type_says_so() -> None:
     job = Job(id="x", job_type="a", devices=16, total_steps=1, arrival_s=0)
     plan = run_cycle([job], nodes(), {}, now_s=0, round_s=360)

@@ -82,7 +82,8 @@ def run_cycle(
         if job_id in leases:
             continue
         job = by_id[job_id]
-        placed = _place(job.devices, [n for n in nodes if n.accelerator_type == accelerator_type], node_free)
+        of_type = [n for n in nodes if n.accelerator_type == accelerator_type]
+        placed = _place(job, of_type, node_free)
         if placed is not None:
             leases[job_id] = Lease(job_id=job_id, accelerator_type=accelerator_type, nodes=placed)
 
@@ -127,7 +128,7 @@ def _backfill(
             continue
         fitting = [k for k in free if free[k] >= job.devices and job.allows(k) and throughputs.of(job, k) > 0]
         for accelerator_type in sorted(fitting, key=lambda k: (-throughputs.of(job, k), k)):
-            placed = _place(job.devices, by_type[accelerator_type], node_free)
+            placed = _place(job, by_type[accelerator_type], node_free)
             if placed is not None:
                 free[accelerator_type] -= job.devices
                 leases[job.id] = Lease(job_id=job.id, accelerator_type=accelerator_type, nodes=placed)
@@ -141,14 +142,26 @@ def _fits_again(job: Job, node_free: Mapping[str, int]) -> bool:
     return bool(job.nodes) and all(node_free.get(n, 0) >= c for n, c in need.items())
 
 
-def _place(devices: int, nodes: Sequence[Node], node_free: dict[str, int]) -> tuple[str, ...] | None:
-    """Best fit on one node; otherwise the emptiest nodes first (fewest nodes spanned)."""
+def _place(job: Job, nodes: Sequence[Node], node_free: dict[str, int]) -> tuple[str, ...] | None:
+    """Best fit on one node; otherwise the emptiest nodes first (fewest nodes spanned). A gang
+    of whole nodes gets the fullest nodes that each hold ``per_node`` devices, or nothing."""
+    devices = job.devices
+    if job.per_node and job.per_node < devices:
+        fitting = sorted(
+            (n for n in nodes if node_free[n.id] >= job.per_node), key=lambda n: (node_free[n.id], n.id)
+        )
+        if len(fitting) < job.node_count:
+            return None
+        chosen = fitting[: job.node_count]
+        for node in chosen:
+            node_free[node.id] -= job.per_node
+        return tuple(node.id for node in chosen for _ in range(job.per_node))
     single = [n for n in nodes if node_free[n.id] >= devices]
     if single:
         node = min(single, key=lambda n: (node_free[n.id], n.id))
         node_free[node.id] -= devices
         return (node.id,) * devices
-    if sum(node_free[n.id] for n in nodes) < devices:
+    if job.per_node or sum(node_free[n.id] for n in nodes) < devices:
         return None
     placed: list[str] = []
     for node in sorted(nodes, key=lambda n: (-node_free[n.id], n.id)):

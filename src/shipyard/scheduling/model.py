@@ -39,6 +39,14 @@ class Job:
     """Nodes of the current lease."""
     min_memory_gib: float = 0.0
     """Memory each device must have (0: any)."""
+    per_node: int = 0
+    """Devices on each node of the gang: a live job runs its processes on whole nodes of this
+    size (``devices`` / ``per_node`` of them); 0: the gang may be split any way (simulated)."""
+
+    @property
+    def node_count(self) -> int:
+        """Nodes the gang spans when it runs on whole nodes (1 when it may be split any way)."""
+        return self.devices // self.per_node if self.per_node else 1
 
     @property
     def remaining_steps(self) -> float:

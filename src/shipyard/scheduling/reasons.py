@@ -6,7 +6,7 @@ accelerator type (v100: 1 of 8 free, needs 4)``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -30,6 +30,8 @@ class Reason(StrEnum):
     """Preempted: its queue borrowed quota that the owner needs back."""
     PREEMPTED = "preempted"
     """Preempted by the policy; it resumes from its checkpoint."""
+    NODE_LOST = "node_lost"
+    """Its last attempt lost a node; it resumes from its last stored checkpoint elsewhere."""
     UNPLACEABLE = "unplaceable"
     """Leased, but the executor found no devices for it on the node."""
     WAITING = "waiting"
@@ -65,6 +67,11 @@ def pending_reasons(
                 Reason.NO_SUCH_ACCELERATOR, f"0/{len(nodes)} nodes: no device of type {types}"
             )
             continue
+        largest_node = max(n.devices for n in nodes if n.accelerator_type in allowed)
+        if job.per_node and (job.node_count > 1 or largest_node < job.per_node):
+            # Several nodes, or one larger than any: name the nodes (one fits: count as below).
+            reasons[job.id] = _whole_nodes_reason(job, allowed, nodes, node_free)
+            continue
         largest = max(capacity[k] for k in allowed)
         if largest < job.devices:
             message = f"needs {job.devices} devices of one type; the largest type here has {largest}"
@@ -86,3 +93,37 @@ def pending_reasons(
         code = Reason.RANKED_BEHIND if ranked_behind in counts else Reason.INSUFFICIENT_DEVICES
         reasons[job.id] = Pending(code, f"0/{len(nodes)} nodes: {summary} ({detail})")
     return reasons
+
+
+def _whole_nodes_reason(
+    job: Job, allowed: Sequence[str], nodes: Sequence[Node], node_free: Mapping[str, int]
+) -> Pending:
+    """Why a gang of whole nodes (``per_node`` devices on each of ``node_count`` nodes) waits,
+    naming the nodes that are too small or too busy for it."""
+    of_type = [n for n in nodes if n.accelerator_type in allowed]
+    count = job.node_count
+    wanted = f"{count} node{'s' if count > 1 else ''} with {job.per_node} {'/'.join(allowed)} each"
+    large = [n for n in of_type if n.devices >= job.per_node]
+    if len(large) < count:
+        small = _named(f"{n.id} has {n.devices}" for n in of_type if n.devices < job.per_node)
+        return Pending(
+            Reason.GANG_TOO_LARGE,
+            f"needs {wanted}; {len(large)} of {len(nodes)} nodes are that large ({small or 'no such nodes'})",
+        )
+    free = [n for n in large if node_free[n.id] >= job.per_node]
+    if len(free) >= count:
+        return Pending(
+            Reason.RANKED_BEHIND,
+            f"0/{len(nodes)} nodes: free devices given to jobs the policy ranks first (needs {wanted})",
+        )
+    busy = _named(f"{n.id} {node_free[n.id]} of {n.devices} free" for n in large if n not in free)
+    return Pending(
+        Reason.INSUFFICIENT_DEVICES,
+        f"0/{len(nodes)} nodes: needs {wanted}, {len(free)} of them free now ({busy})",
+    )
+
+
+def _named(items: Iterable[str], limit: int = 8) -> str:
+    listed = list(items)
+    more = f" and {len(listed) - limit} more" if len(listed) > limit else ""
+    return ", ".join(listed[:limit]) + more

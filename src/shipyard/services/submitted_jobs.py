@@ -29,7 +29,7 @@ class Submitted:
     accelerator_types: tuple[str, ...]
     submitted_at: datetime
     demand: int
-    """Devices of the gang; on the CPU, cores (devices x cores per device)."""
+    """Devices of the gang over all its nodes; on the CPU, cores (devices x cores per device)."""
     batch_tokens: int
     planned_on: str | None
     planned_tokens_per_s: float
@@ -50,6 +50,7 @@ _SUBMITTED_COLUMNS = (
     Job.accelerator_types,
     Job.submitted_at,
     Job.spec[("resources", "cpus_per_device")].as_integer(),
+    Job.spec[("resources", "nodes")].as_integer(),
     Job.spec[("resources", "min_memory_gib")].as_float(),
     Job.spec[("training", "steps")].as_integer(),
     Job.spec[("training", "tokens")].as_integer(),
@@ -92,8 +93,10 @@ def _read(session: Session, job_ids: list[str]) -> Iterator[tuple[str, Submitted
         query = select(*_SUBMITTED_COLUMNS).where(Job.id.in_(job_ids[start : start + _CHUNK]))
         for row in session.execute(query):
             (job_id, project, queue, priority, devices, types, submitted_at) = row[:7]
-            (cpus, memory, steps, tokens, batch, planned_on, planned_rate) = row[7:]
-            demand = devices * (cpus or 1) if types == ["cpu"] else devices
+            (cpus, node_count, memory, steps, tokens, batch, planned_on, planned_rate) = row[7:]
+            # Each node runs ``devices`` processes; on the CPU each holds its cores.
+            per_node = devices * (cpus or 1) if types == ["cpu"] else devices
+            demand = per_node * (node_count or 1)
             yield (
                 job_id,
                 Submitted(
@@ -117,6 +120,7 @@ def _read(session: Session, job_ids: list[str]) -> Iterator[tuple[str, Submitted
                         priority=2.0**priority,
                         queue=queue,
                         min_memory_gib=memory or 0.0,
+                        per_node=per_node,
                     ),
                 ),
             )
