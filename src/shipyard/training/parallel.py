@@ -62,6 +62,14 @@ def all_reduce_mean(value: float, d: Dist) -> float:
     return float(t.item()) / d.world_size
 
 
+def all_reduce_sum(values: list[float], d: Dist) -> list[float]:
+    if not d.enabled:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=_comm_device(d))
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return [float(v) for v in t.tolist()]
+
+
 def any_rank(flag: bool, d: Dist) -> bool:
     """True on every rank if it is true on any (so all ranks stop at the same step)."""
     if not d.enabled:

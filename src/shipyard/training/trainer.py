@@ -213,14 +213,20 @@ class Trainer:
     def evaluate(self, step: int) -> float:
         d, t = self.dist, self.spec.training
         self.model.eval()
-        losses = []
+        total, counted = 0.0, 0.0
+        # Every rank runs as many forward passes as the busiest one: under DDP and FSDP each is a
+        # collective, and a rank with fewer would leave the others waiting for it. Batches past
+        # ``eval_batches`` (more ranks than batches) are run, but not counted.
         with torch.no_grad():
-            for i in range(d.rank, t.eval_batches, d.world_size):
-                x, y = self.windows.eval_batch(i, t.micro_batch_size)
+            for i in range(d.rank, math.ceil(t.eval_batches / d.world_size) * d.world_size, d.world_size):
+                x, y = self.windows.eval_batch(i % t.eval_batches, t.micro_batch_size)
                 with self.autocast():
-                    losses.append(float(self.forward(*self.to_device(x, y))))
+                    loss_i = float(self.forward(*self.to_device(x, y)))
+                if i < t.eval_batches:
+                    total, counted = total + loss_i, counted + 1
         self.model.train()
-        loss = parallel.all_reduce_mean(sum(losses) / max(1, len(losses)), d)
+        total, counted = parallel.all_reduce_sum([total, counted], d)
+        loss = total / max(1.0, counted)
         self.record(kind="eval", step=step, loss=loss)
         self.log(f"eval step {step}: loss {loss:.4f}")
         return loss
