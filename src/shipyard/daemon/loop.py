@@ -1,6 +1,7 @@
 """The local agent process: ``python -m shipyard.daemon`` (started on demand by ``supervisor``).
 
-Holds the home's agent lock for its lifetime, runs ``services.agent.tick`` every poll interval and
+Holds the home's agent lock for its lifetime and, while it leads (``leader``: one scheduling loop
+per database), runs ``services.agent.tick`` every poll interval; it
 exits after a while with nothing queued or running. Jobs run in their own sessions, so stopping the
 agent does not stop them: the next agent adopts them.
 """
@@ -14,6 +15,7 @@ import time
 import traceback
 from types import FrameType
 
+from shipyard.daemon.leader import Leadership
 from shipyard.daemon.supervisor import AGENT_LOCK
 from shipyard.services import agent
 from shipyard.services.context import local_actor, open_context
@@ -45,12 +47,20 @@ def run(settings: Settings) -> int:
     ctx = open_context(settings, actor=local_actor("agent"))
     agent_id = f"{os.uname().nodename}:{os.getpid()}"
     ctx.executor.nodes()  # discover devices before the first pass, so its time measures the queue
+    leadership = Leadership(ctx.db)
     print(f"agent {agent_id} serving {settings.home}", flush=True)
+    leading: bool | None = None  # unknown until the first pass asks
     idle_since = time.monotonic()
     delay, last_fingerprint = settings.agent_poll_s, None
     try:
         while not stopping:
             started = time.monotonic()
+            if (leads := leadership.is_leader()) != leading:
+                leading = leads
+                print(f"agent {agent_id} {'schedules' if leading else 'stands by'}", flush=True)
+            if not leading:  # another agent schedules; take over when it stops
+                time.sleep(settings.agent_max_poll_s)
+                continue
             try:
                 seen = agent.tick(ctx, agent_id)
             except Exception:  # keep serving: one bad record must not strand every job
@@ -69,6 +79,7 @@ def run(settings: Settings) -> int:
             # would take a whole core from the jobs and the server; spend at most a fifth of it.
             time.sleep(max(delay, BUSY_SHARE_INVERSE * spent))
     finally:
+        leadership.close()
         ctx.close()
         print(f"agent {agent_id} stopped", flush=True)
     return 0
