@@ -27,6 +27,10 @@ class Settings:
     """Key of the audit log's MACs; default: a key file made once in ``home``."""
     max_upload_bytes: int = 2 << 30
     """Largest artifact the API server accepts in one upload (``SHIPYARD_MAX_UPLOAD_MB``)."""
+    executor: str = "local"
+    """Where attempts run: ``local`` (this machine) or ``ray`` (a Ray cluster)."""
+    ray_address: str = "auto"
+    """The Ray head's ``HOST:PORT`` for ``executor: ray`` (``auto``: the node this runs on)."""
 
     @property
     def runs_dir(self) -> Path:
@@ -51,4 +55,6 @@ class Settings:
             policy=os.environ.get("SHIPYARD_POLICY", "shortest_remaining_perf"),
             audit_key=os.environ.get("SHIPYARD_AUDIT_KEY") or None,
             max_upload_bytes=int(float(os.environ.get("SHIPYARD_MAX_UPLOAD_MB", "2048")) * 2**20),
+            executor=os.environ.get("SHIPYARD_EXECUTOR", "local"),
+            ray_address=os.environ.get("SHIPYARD_RAY_ADDRESS", "auto"),
         )

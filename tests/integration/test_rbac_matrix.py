@@ -147,6 +147,7 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
         lambda w: (f"/api/v1/queues/{w.fresh_queue()}", {}),
     ),
     ("GET", "/api/v1/nodes"): (AUTHENTICATED, lambda w: ("/api/v1/nodes", {})),
+    ("GET", "/api/v1/nodes/status"): (AUTHENTICATED, lambda w: ("/api/v1/nodes/status", {})),
     ("GET", "/api/v1/models"): (AUTHENTICATED, lambda w: ("/api/v1/models", {})),
     ("POST", "/api/v1/models/{name}/versions"): (
         frozenset({"maintainer", "owner", "admin"}),

@@ -28,6 +28,8 @@ COMMANDS = {
     "projects": "shipyard.cli.accounts",
     "storage": "shipyard.cli.storage",
     "datasets": "shipyard.cli.storage",
+    "node": "shipyard.cli.cluster",
+    "nodes": "shipyard.cli.cluster",
 }
 """Command -> the module that registers it. Only the module a command line needs is imported, so
 `shipyard plan` answers without loading the database layer (each module has ``register(app)``)."""

@@ -27,6 +27,7 @@ from shipyard.schemas.views import (
     ModelComparisonView,
     ModelLineageView,
     ModelVersionView,
+    NodeView,
     QueueChangeView,
     QueueSettingsView,
     QueueStatusView,
@@ -157,6 +158,9 @@ class Client:
 
     def nodes(self) -> list[DeviceView]:
         return self._list(DeviceView, "/api/v1/nodes")
+
+    def cluster_nodes(self) -> list[NodeView]:
+        return self._list(NodeView, "/api/v1/nodes/status")
 
     def list_models(self, name: str | None = None) -> list[ModelVersionView]:
         return self._list(ModelVersionView, "/api/v1/models", params={"name": name} if name else {})

@@ -33,3 +33,5 @@ class ExitReason(StrEnum):
     """The runtime raised; the message is in the attempt's log and exit detail."""
     LOST = "lost"
     """The process vanished without a result (agent restarted, machine rebooted)."""
+    NODE_LOST = "node_lost"
+    """A node of the attempt left the cluster; the job requeued to resume from its checkpoint."""

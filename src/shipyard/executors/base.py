@@ -26,6 +26,11 @@ class NodeInventory:
     id: str
     devices: tuple[Device, ...]
     labels: Mapping[str, str] = field(default_factory=dict)
+    up: bool = True
+    """False for a node the cluster lost: it is listed, but nothing is placed on it."""
+    in_use: Mapping[str, int] = field(default_factory=dict)
+    """Devices per type (cores for ``cpu``) the executor sees taken by anyone, where it can see
+    that (a cluster shared with other consumers); empty where only its own attempts take them."""
 
     @property
     def cpu(self) -> Device:
@@ -80,6 +85,12 @@ class Placement:
     world_size: int
     peak_tflops_bf16: float
     peak_tflops_fp32: float
+    peers: tuple[str, ...] = ()
+    """The other nodes of a multi-node attempt, in rank order after ``node``."""
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return (self.node, *self.peers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,15 +142,33 @@ class AttemptHandle:
     """Where an attempt runs and the executor's own name for it."""
 
     node: str
+    """The node of rank 0; a multi-node attempt lists every node, comma-separated."""
     handle: str
     pid: int | None = None
     """The process id, where the attempt is a process this machine can see."""
 
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(self.node.split(","))
+
+
+NODE_LOST = -1000
+"""What ``poll`` returns when a node of the attempt left the cluster (its processes are gone)."""
+
 
 @runtime_checkable
 class Executor(Protocol):
+    shares_run_folders: bool
+    """Whether attempts write into the agent's own run folders (this machine's executor); if not,
+    ``sync`` brings their files over and each new checkpoint goes to the store at once, since
+    the node's disk is the only other copy."""
+
     def nodes(self) -> Sequence[NodeInventory]:
-        """The nodes this executor runs attempts on, with their devices and labels."""
+        """The nodes this executor may run attempts on now, with their devices and labels."""
+        ...
+
+    def known_nodes(self) -> Sequence[NodeInventory]:
+        """Every node it knows, those that are down too (``up`` False)."""
         ...
 
     def check_feasible(self, request: Request) -> Unplaceable | None:
@@ -160,7 +189,17 @@ class Executor(Protocol):
         ...
 
     def poll(self, handle: AttemptHandle) -> int | None:
-        """The exit code if the attempt ended (-1 when it vanished without one), else None."""
+        """The exit code if the attempt ended (-1 when it vanished without one, ``NODE_LOST``
+        when a node of it left the cluster), else None."""
+        ...
+
+    def sync(self, handle: AttemptHandle, run_dir: Path) -> None:
+        """Bring what the attempt wrote on its nodes (metrics, result, logs, its newest complete
+        checkpoint, its export) into ``run_dir`` here; nothing to do where both are the same."""
+        ...
+
+    def release(self, handle: AttemptHandle) -> None:
+        """Free what the ended attempt held (its processes' hosts, its reserved devices)."""
         ...
 
     def stop(self, handle: AttemptHandle, *, force: bool = False) -> None:

@@ -26,7 +26,7 @@ NODE_NAME_ENV = "SHIPYARD_NODE_NAME"
 NODE_LABELS_ENV = "SHIPYARD_NODE_LABELS"
 """Labels of this node, ``rack=r1,zone=a``, shown with its inventory."""
 
-_TORCH_DEVICE: dict[str, TorchDevice] = {
+TORCH_DEVICE: dict[str, TorchDevice] = {
     "nvidia": "cuda",
     "amd": "cuda",
     "apple": "mps",
@@ -44,6 +44,8 @@ _ALL_VISIBLE_ENV = tuple(v for names in _VISIBLE_ENV.values() for v in names)
 
 class LocalExecutor:
     """The ``Executor`` of one machine: its devices form one node, attempts are its processes."""
+
+    shares_run_folders = True
 
     def __init__(
         self, devices: Sequence[Device] | Callable[[], Sequence[Device]], *, node: str | None = None
@@ -77,6 +79,9 @@ class LocalExecutor:
     def nodes(self) -> list[NodeInventory]:
         return [self.node]
 
+    def known_nodes(self) -> list[NodeInventory]:
+        return [self.node]
+
     def check_feasible(self, request: Request) -> Unplaceable | None:
         """Could the request ever run here, on an idle node?"""
         placed = self.place(request, {})
@@ -92,7 +97,8 @@ class LocalExecutor:
         busy_devices, busy_cores = held.devices, held.cores
         if request.nodes > 1:
             return Unplaceable(
-                f"the local executor runs single-node jobs; this job asks for {request.nodes} nodes",
+                f"the local executor runs single-node jobs; this job asks for {request.nodes} nodes "
+                "(for a cluster, run the server with SHIPYARD_EXECUTOR=ray: README, Two machines)",
                 transient=False,
             )
         reasons: list[str] = []
@@ -172,7 +178,7 @@ class LocalExecutor:
         return Placement(
             node=self.node.id,
             accelerator_type=accelerator_type,
-            torch_device=_TORCH_DEVICE.get(spec.vendor, "cuda"),
+            torch_device=TORCH_DEVICE.get(spec.vendor, "cuda"),
             device_ids=tuple(d.index for d in chosen),
             core_ids=cores,
             threads_per_process=threads,
@@ -255,13 +261,23 @@ class LocalExecutor:
     def stop(self, handle: AttemptHandle, *, force: bool = False) -> None:
         _signal_group(int(handle.handle), signal.SIGKILL if force else signal.SIGTERM)
 
+    def sync(self, handle: AttemptHandle, run_dir: Path) -> None:
+        del handle, run_dir  # the attempt writes into the run directory itself
+
+    def release(self, handle: AttemptHandle) -> None:
+        del handle  # an ended process holds nothing
+
     def read_log(self, node: str | None, log_path: Path, offset: int, limit: int | None = None) -> bytes:
         del node  # every attempt of this executor ran here and wrote its log here
-        if not log_path.exists():
-            return b""
-        with open(log_path, "rb") as f:
-            f.seek(offset)
-            return f.read(-1 if limit is None else limit)
+        return read_log_file(log_path, offset, limit)
+
+
+def read_log_file(log_path: Path, offset: int, limit: int | None) -> bytes:
+    if not log_path.exists():
+        return b""
+    with open(log_path, "rb") as f:
+        f.seek(offset)
+        return f.read(-1 if limit is None else limit)
 
 
 def _labels(devices: Sequence[Device]) -> dict[str, str]:

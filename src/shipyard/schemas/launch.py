@@ -85,6 +85,11 @@ def latest_checkpoint(checkpoints: Path) -> Path | None:
     return complete[-1] if complete else None
 
 
+def checkpoint_step(checkpoint: Path) -> int:
+    """The step a ``step_000123`` checkpoint folder was written at."""
+    return int(checkpoint.name.removeprefix("step_"))
+
+
 def write_json_atomic(path: Path, payload: object) -> None:
     """Write JSON so that readers see the old file or the whole new one, never a torn write."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

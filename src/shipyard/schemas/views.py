@@ -102,6 +102,22 @@ class DeviceView(_View):
     """The node (machine) the device belongs to."""
 
 
+class NodeView(_View):
+    """One node of the cluster: what it has, what running attempts use, where it sits, its jobs."""
+
+    id: str
+    up: bool
+    """False while the cluster has lost it: its devices are out of the inventory."""
+    capacity: dict[str, int]
+    """Devices per accelerator type (cores for ``cpu``)."""
+    used: dict[str, int]
+    memory_gib: dict[str, float]
+    """Memory per device of each type."""
+    labels: dict[str, str]
+    """Failure and topology domains: rack, switch, NVLink island, InfiniBand fabric."""
+    jobs: list[str]
+
+
 class LogChunkView(_View):
     data: str
     """The bytes from the offset on, decoded as UTF-8 (undecodable bytes replaced)."""

@@ -23,13 +23,16 @@ from shipyard import audit
 from shipyard.db import Attempt, Job, Metric, rows_changed
 from shipyard.domain import ExitReason, JobState
 from shipyard.domain.transitions import job_transition
-from shipyard.executors.base import AttemptHandle, Busy, Request, Unplaceable
+from shipyard.executors.base import NODE_LOST, AttemptHandle, Busy, Request, Unplaceable
 from shipyard.scheduling.reasons import Pending, Reason
 from shipyard.schemas.jobspec import stored_job_spec
 from shipyard.schemas.launch import (
+    CHECKPOINT_DIR,
     METRICS_FILE,
     RESULT_FILE,
     AttemptResult,
+    checkpoint_step,
+    latest_checkpoint,
 )
 from shipyard.services import telemetry
 from shipyard.services.context import ServiceContext
@@ -61,7 +64,7 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
     started = time.perf_counter()
     with ctx.db.transaction() as session:
         for attempt in _running(ctx, session):
-            _ingest_metrics(session, attempt)
+            _collect(ctx, session, attempt)
             _finish_if_exited(ctx, session, attempt)
         for attempt in _running(ctx, session):
             _stop_if_cancelled(ctx, attempt)
@@ -180,6 +183,17 @@ def _claim(session: Session, job: Job) -> bool:
     return rows_changed(claimed)
 
 
+def _collect(ctx: ServiceContext, session: Session, attempt: Attempt) -> None:
+    """What the attempt wrote since the last pass: its metrics and, from another node, its newest
+    checkpoint, recorded at once so that it reaches the artifact store while the attempt runs."""
+    run_dir = Path(attempt.job.run_dir)
+    ctx.executor.sync(handle_of(ctx, attempt), run_dir)
+    _ingest_metrics(session, attempt)
+    newest = None if ctx.executor.shares_run_folders else latest_checkpoint(run_dir / CHECKPOINT_DIR)
+    if newest is not None:
+        record_checkpoint(session, attempt.job, newest, checkpoint_step(newest))
+
+
 def _ingest_metrics(session: Session, attempt: Attempt) -> None:
     """Copy the complete lines the runtime appended to metrics.jsonl since the last look."""
     path = Path(attempt.job.run_dir) / METRICS_FILE
@@ -222,22 +236,27 @@ def _stop_if_cancelled(ctx: ServiceContext, attempt: Attempt) -> None:
 
 def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -> None:
     assert _launched(attempt)
-    exit_code = ctx.executor.poll(handle_of(ctx, attempt))
+    handle = handle_of(ctx, attempt)
+    exit_code = ctx.executor.poll(handle)
     if exit_code is None:
         return
-    _ingest_metrics(session, attempt)  # lines written between the last look and the exit
+    if exit_code != NODE_LOST:
+        _collect(ctx, session, attempt)  # what was written between the last look and the exit
+    ctx.executor.release(handle)
     job = attempt.job
     result_path = Path(job.run_dir) / RESULT_FILE
     result = AttemptResult.model_validate_json(result_path.read_text()) if result_path.exists() else None
     attempt.exit_code = exit_code
     attempt.finished_at = utcnow()
     if result is not None and result.checkpoint and result.status != "completed":
-        record_checkpoint(session, job, result)  # the next attempt, here or elsewhere, resumes from it
+        # The next attempt, here or elsewhere, resumes from it.
+        record_checkpoint(session, job, Path(result.checkpoint), result.step)
     ended = _how_it_ended(ctx, job, attempt, exit_code, result)
     attempt.state, attempt.exit_reason = ended.attempt_state, ended.attempt_reason
     if ended.job_state == JobState.QUEUED:
         job.preempt_requested = False
-        job.move(JobState.QUEUED, pending_reason=ended.message, pending_code=Reason.PREEMPTED)
+        code = Reason.NODE_LOST if ended.attempt_reason == ExitReason.NODE_LOST else Reason.PREEMPTED
+        job.move(JobState.QUEUED, pending_reason=ended.message, pending_code=code)
     else:
         job.move(ended.job_state, exit_reason=ended.attempt_reason, message=ended.message, hint=ended.hint)
     if ended.job_state == JobState.SUCCEEDED:
@@ -269,6 +288,11 @@ class _Ended:
 def _how_it_ended(
     ctx: ServiceContext, job: Job, attempt: Attempt, exit_code: int, result: AttemptResult | None
 ) -> _Ended:
+    if exit_code == NODE_LOST:
+        kept = latest_checkpoint(Path(job.run_dir) / CHECKPOINT_DIR)
+        resumes = f"resumes from {kept.name}" if kept else "starts again (no checkpoint was written)"
+        waiting = f"a node of its attempt ({attempt.node}) left the cluster; it {resumes} on other nodes"
+        return _Ended(JobState.FAILED, ExitReason.NODE_LOST, JobState.QUEUED, waiting)
     if result is not None and result.status == "completed":
         return _Ended(JobState.SUCCEEDED, ExitReason.COMPLETED, JobState.SUCCEEDED)
     if result is not None and result.status == "cancelled":

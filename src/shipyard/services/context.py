@@ -13,11 +13,13 @@ from shipyard.audit import audit_key
 from shipyard.db import Database, open_database
 from shipyard.domain.actor import Actor
 from shipyard.domain.clock import SYSTEM_CLOCK, Clock
+from shipyard.errors import InvalidSpec
 from shipyard.executors import Executor, LocalExecutor, devices_of
 from shipyard.hardware import Device, VendorQueries, discover
 from shipyard.services.submitted_jobs import SubmittedJobs
 from shipyard.services.verified_tokens import VerifiedTokens
 from shipyard.settings import Settings
+from shipyard.storage import config as storage_config
 
 LOCAL_PREFIX = "local:"
 """Names of the machine's users acting embedded (``local:alice``), admins of their home."""
@@ -60,6 +62,16 @@ class ServiceContext:
 
     @functools.cached_property
     def executor(self) -> Executor:
+        if self.settings.executor == "ray":
+            _refuse_local_store(self.settings)
+            from shipyard.executors.ray_executor import RayExecutor
+
+            return RayExecutor(self.settings.ray_address)
+        if self.settings.executor != "local":
+            raise InvalidSpec(
+                f"unknown executor {self.settings.executor!r}",
+                hint="set SHIPYARD_EXECUTOR to local (this machine) or ray (a Ray cluster)",
+            )
         # Discovery may import torch or NVML: only pay for it in commands that place work.
         return LocalExecutor(lambda: discover(self.vendor_queries))
 
@@ -78,6 +90,18 @@ class ServiceContext:
 
     def close(self) -> None:
         self.db.close()
+
+
+def _refuse_local_store(settings: Settings) -> None:
+    """A cluster needs a store every node reads: a relaunch elsewhere resumes from it."""
+    backend = storage_config.load(settings.home).backend
+    if backend != "s3":
+        raise InvalidSpec(
+            f"the Ray executor needs an artifact store every node sees, but storage.yaml in "
+            f"{settings.home} says backend: {backend}",
+            hint="point the store at an S3-compatible service (SeaweedFS, MinIO, Ceph): "
+            "backend: s3 with an s3: section (see docs/storage.md)",
+        )
 
 
 def open_context(settings: Settings | None = None, **options: object) -> ServiceContext:

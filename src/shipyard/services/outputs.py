@@ -3,6 +3,7 @@ registered as a model version, and both copied into the artifact store."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from sqlalchemy.orm import Session
 from shipyard import audit
 from shipyard.auth import Permission
 from shipyard.db import Artifact, Job, User
+from shipyard.domain import JobState
 from shipyard.errors import Conflict, NotFound, ShipyardError
 from shipyard.schemas.launch import AttemptResult
 from shipyard.services import models, rbac, storage
@@ -45,25 +47,60 @@ def commit_outputs(ctx: ServiceContext, at_most: int = 4) -> None:
             name = ""
         with ctx.db.transaction() as session:
             session.execute(update(Artifact).where(Artifact.id == artifact_id).values(stored_name=name))
+    _prune_superseded(ctx)
 
 
-def record_checkpoint(session: Session, job: Job, result: AttemptResult) -> None:
-    assert result.checkpoint is not None
-    session.add(
-        Artifact(
-            job_id=job.id,
-            kind="checkpoint",
-            path=result.checkpoint,
-            step=result.step,
-            size_bytes=_size(Path(result.checkpoint)),
+_KEEP = Job.spec[("checkpoint", "keep")].as_integer()
+
+
+def _prune_superseded(ctx: ServiceContext) -> None:
+    """Drop from the store the checkpoints of live jobs that ``checkpoint.keep`` newer ones
+    replace (a cluster attempt commits every checkpoint it writes; the store keeps what the
+    run folder would). Their rows stay, with no stored copy."""
+    with ctx.db.transaction() as session:
+        rows = session.execute(
+            select(
+                Artifact.id,
+                Artifact.job_id,
+                Artifact.stored_name,
+                Job.project,
+                Job.spec["checkpoint"]["keep"],
+            )
+            .join(Job, Job.id == Artifact.job_id)
+            .where(
+                Artifact.kind == "checkpoint", Artifact.stored_name.is_not(None), Artifact.stored_name != ""
+            )
+            .where(Job.state.in_([JobState.QUEUED, JobState.RUNNING]))
+            .order_by(Artifact.job_id, Artifact.step.desc())
+        ).all()
+    kept: dict[str, int] = {}
+    for artifact_id, job_id, stored_name, project, keep in rows:
+        kept[job_id] = kept.get(job_id, 0) + 1
+        if kept[job_id] <= max(1, int(keep or 1)):
+            continue
+        with contextlib.suppress(NotFound):  # deleted by hand meanwhile
+            storage.delete(ctx, stored_name, project=project)
+        with ctx.db.transaction() as session:
+            session.execute(update(Artifact).where(Artifact.id == artifact_id).values(stored_name=""))
+
+
+def record_checkpoint(session: Session, job: Job, path: Path, step: int) -> None:
+    """Record a complete checkpoint of the job, once (the next pass commits it to the store)."""
+    known = session.scalar(
+        select(Artifact.id).where(
+            Artifact.job_id == job.id, Artifact.kind == "checkpoint", Artifact.path == str(path)
         )
     )
+    if known is None:
+        session.add(
+            Artifact(job_id=job.id, kind="checkpoint", path=str(path), step=step, size_bytes=_size(path))
+        )
 
 
 def register_outputs(ctx: ServiceContext, session: Session, job: Job, result: AttemptResult) -> None:
     """Record the final checkpoint and export, and publish the export as a new model version."""
     if result.checkpoint:
-        record_checkpoint(session, job, result)
+        record_checkpoint(session, job, Path(result.checkpoint), result.step)
     if not result.export_dir:
         return
     export = Artifact(

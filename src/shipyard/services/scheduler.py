@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -20,6 +21,7 @@ from shipyard.db import Attempt, Job, Metric
 from shipyard.domain import JobState
 from shipyard.executors import NodeInventory, capacity_of, devices_of
 from shipyard.hardware import Device
+from shipyard.hardware.catalog import AcceleratorSpec
 from shipyard.scheduling import model
 from shipyard.scheduling.cycle import Cycle, Decision
 from shipyard.scheduling.policies import policy_named
@@ -28,6 +30,7 @@ from shipyard.scheduling.reasons import Pending, Reason
 from shipyard.schemas.views import PendingJobView, QueueStatusView, QueueUsageView
 from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
+from shipyard.services.planning import hardware_catalog
 from shipyard.services.queues import load_queues
 from shipyard.services.submitted_jobs import Submitted, SubmittedJobs, aware
 
@@ -116,22 +119,37 @@ def snapshot(
                 steps_done=float(last_steps.get(job_id, 0)),
                 attained_s=attained,
                 running_on=running.accelerator_type if running else None,
-                nodes=(scheduling_node(running.node or home, running.accelerator_type),) * submitted.demand
+                nodes=_lease_nodes(running.node or home, running.accelerator_type, submitted)
                 if running
                 else (),
             )
         )
     # The devices of one type on one machine form one node of the snapshot (the executor picks
     # the concrete devices, preferring an NVLink island).
+    ours: dict[str, int] = {}
+    for job in jobs:
+        for node_id in job.nodes:
+            ours[node_id] = ours.get(node_id, 0) + 1
     nodes = []
     for machine in inventory:
         memory = machine.memory_gib()
         for kind, count in machine.capacity().items():
             node_id = scheduling_node(machine.id, kind)
+            # What others hold on a shared cluster is not the scheduler's to give out.
+            foreign = max(0, machine.in_use.get(kind, 0) - ours.get(node_id, 0))
             nodes.append(
-                model.Node(id=node_id, accelerator_type=kind, devices=count, memory_gib=memory[kind])
+                model.Node(
+                    id=node_id, accelerator_type=kind, devices=count - foreign, memory_gib=memory[kind]
+                )
             )
     return jobs, nodes, model.Throughputs(packed=packed), live
+
+
+def _lease_nodes(nodes: str, accelerator_type: str, submitted: Submitted) -> tuple[str, ...]:
+    """The scheduler's nodes a running attempt holds: one entry per device, on each of its nodes."""
+    machines = nodes.split(",")
+    per_node = submitted.demand // len(machines)
+    return tuple(scheduling_node(m, accelerator_type) for m in machines for _ in range(per_node))
 
 
 def _last_steps(session: Session, job_ids: list[str]) -> dict[str, int]:
@@ -185,8 +203,23 @@ def plan_round(ctx: ServiceContext, session: Session, now: datetime) -> tuple[De
     inventory = list(ctx.executor.nodes())
     jobs, nodes, throughputs, rows = snapshot(session, inventory, now, ctx.submitted_jobs)
     queues = load_queues(session, ctx.settings.home, capacity_of(inventory))
-    cycle = Cycle(policy=policy_named(ctx.settings.policy), queues=queues, round_s=ctx.settings.round_s)
+    cycle = Cycle(
+        policy=policy_named(ctx.settings.policy),
+        queues=queues,
+        round_s=ctx.settings.round_s,
+        prices=_prices(hardware_catalog(ctx.settings), {node.accelerator_type for node in nodes}),
+    )
     return cycle.run(jobs, nodes, throughputs, now_s=now.timestamp()), rows
+
+
+def _prices(rows: Mapping[str, AcceleratorSpec], accelerator_types: set[str]) -> dict[str, float]:
+    """Dollars per device-hour of the types at hand, from the catalog and ``hardware.yaml``
+    (what ``max_throughput_per_dollar`` and cost reports weigh), where they give one."""
+    return {
+        kind: price
+        for kind in accelerator_types
+        if kind in rows and (price := rows[kind].hourly_usd) is not None
+    }
 
 
 def queue_status(ctx: ServiceContext) -> QueueStatusView:

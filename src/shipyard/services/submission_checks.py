@@ -57,13 +57,16 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
         request = Request.of(spec.resources)
         unplaceable = ctx.executor.check_feasible(request)
         if unplaceable is not None:
-            inventory = ", ".join(f"{k}: {v}" for k, v in capacity_of(ctx.executor.nodes()).items())
+            nodes = ctx.executor.nodes()
+            inventory = ", ".join(f"{k}: {v}" for k, v in capacity_of(nodes).items())
+            where = "this node" if len(nodes) == 1 else f"these {len(nodes)} nodes"
             raise Unschedulable(
-                f"job {spec.name!r} can never run on this node: {unplaceable.reason}",
-                hint=f"this node has {inventory} (cpu counts cores); lower resources.devices or "
-                "resources.min_memory_gib, or list an accelerator type it has in resources.accelerator",
+                f"job {spec.name!r} can never run on {where}: {unplaceable.reason}",
+                hint=f"{where} {'has' if len(nodes) == 1 else 'have'} {inventory} in all (cpu counts "
+                "cores); lower resources.devices, resources.nodes or resources.min_memory_gib, or "
+                "list an accelerator type they have in resources.accelerator",
             )
-        spec.training.grad_accum_steps(request.devices)
+        spec.training.grad_accum_steps(request.devices * request.nodes)
         estimate = estimate_job(spec, ctx.devices(), hardware_catalog(ctx.settings))
         checkpoint = _resume_point(ctx, session, spec, resume, resume_from)
     return Checked(ctx, spec, request, estimate, checkpoint)

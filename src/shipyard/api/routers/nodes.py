@@ -6,7 +6,8 @@ from fastapi import APIRouter
 
 from shipyard.api.deps import Caller
 from shipyard.api.errors import PROBLEM_RESPONSES
-from shipyard.schemas.views import DeviceView
+from shipyard.schemas.views import DeviceView, NodeView
+from shipyard.services.cluster import list_nodes as node_status
 from shipyard.services.devices import list_devices
 
 router = APIRouter(prefix="/api/v1", tags=["nodes"], responses=PROBLEM_RESPONSES)
@@ -16,3 +17,9 @@ router = APIRouter(prefix="/api/v1", tags=["nodes"], responses=PROBLEM_RESPONSES
 def list_nodes(ctx: Caller) -> list[DeviceView]:
     """The devices of the nodes this server runs jobs on, each with its node and accelerator type."""
     return list_devices(ctx)
+
+
+@router.get("/nodes/status", operation_id="listNodes", response_model=list[NodeView])
+def list_node_status(ctx: Caller) -> list[NodeView]:
+    """Every node: devices per accelerator type, those in use, labels, whether it is up, its jobs."""
+    return node_status(ctx)

@@ -1,0 +1,461 @@
+"""Run attempts on a Ray cluster: Ray owns node membership, health, process launch and logs;
+Shipyard keeps the decisions.
+
+The inventory is the cluster's live nodes as they advertised themselves (``cluster_nodes``). A
+lease on nodes N1..Nk becomes a detached placement group of k bundles, each pinned to its node by
+that node's own resource, and one ``RankGroup`` actor per bundle starts the node's ranks with
+their rank layout; Ray's scheduler never picks other nodes. Attempts are named
+``ray:<job>.<attempt>``, their actors ``<name>#<node rank>``, so an agent that restarts finds them
+again. What the ranks write on their nodes reaches the agent's run folder through ``sync``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import logging
+import shutil
+import signal
+import socket
+import time
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from shipyard.errors import DependencyMissing, ExecutorError
+from shipyard.executors.base import (
+    NODE_LOST,
+    AttemptHandle,
+    Busy,
+    NodeInventory,
+    Placement,
+    Request,
+    Unplaceable,
+)
+from shipyard.executors.cluster_nodes import (
+    NAMESPACE,
+    NODE_LABEL,
+    TYPE_RESOURCE,
+    Advertisement,
+    kv_key,
+    pin_resource,
+)
+from shipyard.executors.local import TORCH_DEVICE, read_log_file
+from shipyard.executors.ray_ranks import RankGroup, pack, unpack
+from shipyard.schemas.launch import (
+    CHECKPOINT_DIR,
+    CHECKPOINT_POINTER,
+    LAUNCH_FILE,
+    METRICS_FILE,
+    RESULT_FILE,
+    write_json_atomic,
+)
+
+HANDLE_PREFIX = "ray:"
+READY_TIMEOUT_S = 60.0
+"""How long a placement group may take to be reserved before the launch is given up."""
+CALL_TIMEOUT_S = 30.0
+NODE_VERDICT_S = 60.0
+"""How long an attempt whose actor died waits for Ray to say whether its node died too."""
+_SYNC_STATE = ".ray-sync-{attempt}.json"
+"""Per attempt, in the agent's run folder: the node offset of metrics pulled so far, and the
+checkpoint last fetched (so an agent that restarts goes on where the last one stopped)."""
+
+
+def ray_handle(job_id: str, attempt: int) -> str:
+    return f"{HANDLE_PREFIX}{job_id}.{attempt}"
+
+
+class RayExecutor:
+    """The ``Executor`` of a Ray cluster (``executor: ray`` in the server's settings)."""
+
+    shares_run_folders = False
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._actors: dict[str, list[Any]] = {}
+        self._gone_since: dict[str, float] = {}
+
+    # --- connection and inventory ------------------------------------------------------------
+
+    @functools.cached_property
+    def ray(self) -> Any:
+        try:
+            import ray
+        except ImportError as exc:
+            raise DependencyMissing(
+                "the Ray executor needs Ray", hint="pip install 'shipyard[cluster]'"
+            ) from exc
+        if not ray.is_initialized():
+            _refuse_unanswered(self.address)
+            ray.init(
+                address=self.address,
+                namespace=NAMESPACE,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                include_dashboard=False,
+            )
+        return ray
+
+    def _cluster(self) -> list[tuple[Advertisement, dict[str, Any]]]:
+        """Each Shipyard node of the cluster with Ray's record of it (newest record per name:
+        a node that came back has a new Ray id)."""
+        from ray.experimental import internal_kv
+
+        ray = self.ray
+        found: dict[str, tuple[Advertisement, dict[str, Any]]] = {}
+        for record in sorted(ray.nodes(), key=lambda r: r.get("Alive", False)):
+            name = (record.get("Labels") or {}).get(NODE_LABEL)
+            raw = internal_kv._internal_kv_get(kv_key(name)) if name else None
+            if name and raw is not None:
+                found[name] = (Advertisement.from_json(raw), record)
+        return [found[name] for name in sorted(found)]
+
+    def known_nodes(self) -> list[NodeInventory]:
+        from ray._private.state import available_resources_per_node
+
+        cluster = self._cluster()  # connects first
+        available = available_resources_per_node()  # type: ignore[no-untyped-call]
+        nodes = []
+        for ad, record in cluster:
+            free = available.get(record["NodeID"], {})
+            capacity = ad.inventory().capacity()
+            in_use = {
+                kind: count - int(free.get(f"{TYPE_RESOURCE}{kind}", 0))
+                for kind, count in capacity.items()
+                if record.get("Alive")
+            }
+            nodes.append(dataclasses.replace(ad.inventory(up=bool(record.get("Alive"))), in_use=in_use))
+        return nodes
+
+    def nodes(self) -> list[NodeInventory]:
+        return [node for node in self.known_nodes() if node.up]
+
+    def _live(self) -> dict[str, tuple[Advertisement, dict[str, Any]]]:
+        return {ad.node: (ad, record) for ad, record in self._cluster() if record.get("Alive")}
+
+    # --- placement ---------------------------------------------------------------------------
+
+    def check_feasible(self, request: Request) -> Unplaceable | None:
+        """Could the request ever run here, with every node idle? If not, say which nodes fall
+        short and by how much."""
+        live = self._live()
+        if not live:
+            return Unplaceable(
+                f"the Ray cluster at {self.address} has no Shipyard node up",
+                transient=False,
+            )
+        reasons = []
+        for accelerator_type in request.accelerator_types:
+            sized = {name: _units(ad, accelerator_type, request) for name, (ad, _) in live.items()}
+            need = next(iter(sized.values()))[0]
+            large = [name for name, (units, have) in sized.items() if have >= units]
+            if len(large) >= request.nodes:
+                return None
+            nodes = ", ".join(f"{name} has {have}" for name, (_, have) in sized.items())
+            reasons.append(
+                f"{accelerator_type}: needs {request.nodes} node(s) with {need} each; "
+                f"{len(large)} of the {len(live)} nodes up are that large ({nodes})"
+            )
+        return Unplaceable("; ".join(reasons), transient=False)
+
+    def place(
+        self, request: Request, busy: Mapping[str, Busy], on: Collection[str] | None = None
+    ) -> Placement | Unplaceable:
+        """Devices on exactly the nodes the scheduler chose (``on``), in name order for ranks;
+        Ray's own accounting says what is free (``busy`` is the agent's view, not needed)."""
+        del busy
+        live = self._live()
+        from ray._private.state import available_resources_per_node
+
+        available = available_resources_per_node()  # type: ignore[no-untyped-call]
+        reasons: list[str] = []
+        for accelerator_type in request.accelerator_types:
+            candidates = sorted(on) if on is not None else sorted(live)
+            fits = []
+            for name in candidates:
+                if name not in live:
+                    reasons.append(f"node {name} is not up")
+                    continue
+                ad, record = live[name]
+                units, have = _units(ad, accelerator_type, request)
+                free = available.get(record["NodeID"], {})
+                if have < units:
+                    reasons.append(f"{name}: {accelerator_type} has {have}, needs {units}")
+                elif free.get(f"{TYPE_RESOURCE}{accelerator_type}", 0) < units or not free.get(
+                    pin_resource(name), 0
+                ):
+                    reasons.append(f"{name}: {accelerator_type} busy, needs {units} free")
+                else:
+                    fits.append(name)
+            if len(fits) >= request.nodes and (on is None or len(fits) == len(candidates)):
+                return _placement([live[n][0] for n in fits[: request.nodes]], accelerator_type, request)
+        return Unplaceable("; ".join(reasons) or "no live nodes", transient=True)
+
+    # --- attempts ------------------------------------------------------------------------------
+
+    def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> AttemptHandle:
+        ray = self.ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        plan = json.loads((run_dir / LAUNCH_FILE).read_text())
+        name = ray_handle(plan["job_id"], plan["attempt"])
+        live = self._live()
+        ads = [live[n][0] for n in placement.nodes]
+        per_node = placement.world_size // len(ads)
+        units = _bundle_units(placement, per_node)
+        bundles = [{**units, pin_resource(ad.node): 1.0, **_gpus(ad, per_node)} for ad in ads]
+        group = placement_group(
+            bundles,
+            strategy="STRICT_SPREAD" if len(bundles) > 1 else "STRICT_PACK",
+            name=name,
+            lifetime="detached",
+        )
+        try:
+            ray.get(group.ready(), timeout=READY_TIMEOUT_S)
+        except Exception as exc:
+            remove_placement_group(group)
+            raise OSError(
+                f"Ray did not reserve nodes {', '.join(placement.nodes)} within {READY_TIMEOUT_S:g}s: {exc}"
+            ) from exc
+        actor_class = ray.remote(RankGroup)
+        actors = [
+            actor_class.options(
+                name=f"{name}#{rank}",
+                lifetime="detached",
+                max_restarts=0,
+                num_cpus=0,
+                resources=units,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    group, placement_group_bundle_index=rank
+                ),
+                **({"num_gpus": per_node} if _gpus(ad, per_node) else {}),
+            ).remote(ad.node, ad.scratch, run_dir.name, dict(ad.env))
+            for rank, ad in enumerate(ads)
+        ]
+        self._actors[name] = actors
+        try:
+            master_addr, master_port = ray.get(actors[0].address.remote(), timeout=CALL_TIMEOUT_S)
+            resume = plan.get("resume_from")
+            shipped = pack(Path(resume)) if resume else None
+            datasets = _fetched_datasets(plan)
+            cpu_only = placement.torch_device == "cpu"
+            ray.get(
+                [
+                    actor.start.remote(
+                        plan,
+                        shipped,
+                        datasets,
+                        {
+                            "node_rank": rank,
+                            "per_node": per_node,
+                            "world_size": placement.world_size,
+                            "master_addr": master_addr,
+                            "master_port": master_port,
+                            "threads": placement.threads_per_process,
+                            "cpu_only": cpu_only,
+                        },
+                    )
+                    for rank, actor in enumerate(actors)
+                ],
+                timeout=CALL_TIMEOUT_S,
+            )
+        except Exception as exc:
+            self.release(AttemptHandle(node=",".join(placement.nodes), handle=name))
+            raise OSError(f"the ranks did not start on {', '.join(placement.nodes)}: {exc}") from exc
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        return AttemptHandle(node=",".join(placement.nodes), handle=name)
+
+    def runs(self, handle: AttemptHandle) -> bool:
+        return handle.handle.startswith(HANDLE_PREFIX)
+
+    def _group(self, handle: AttemptHandle) -> list[Any] | None:
+        """The attempt's actors, found by name when this process did not start them; None when
+        one of them is gone."""
+        if handle.handle not in self._actors:
+            try:
+                self._actors[handle.handle] = [
+                    self.ray.get_actor(f"{handle.handle}#{rank}") for rank in range(len(handle.nodes))
+                ]
+            except ValueError:
+                return None
+        return self._actors[handle.handle]
+
+    def poll(self, handle: AttemptHandle) -> int | None:
+        ray = self.ray
+        live = self._live()
+        if any(node not in live for node in handle.nodes):
+            return NODE_LOST
+        actors = self._group(handle)
+        if actors is None:
+            return -1
+        try:
+            codes = [
+                c
+                for group in ray.get([a.poll.remote() for a in actors], timeout=CALL_TIMEOUT_S)
+                for c in group
+            ]
+        except ray.exceptions.GetTimeoutError:
+            return None
+        except ray.exceptions.RayActorError:
+            # A killed raylet takes its workers down before Ray declares the node dead: wait for
+            # the verdict a while before calling the attempt merely vanished.
+            gone = self._gone_since.setdefault(handle.handle, time.monotonic())
+            live = self._live()
+            if any(node not in live for node in handle.nodes):
+                return NODE_LOST
+            return -1 if time.monotonic() - gone > NODE_VERDICT_S else None
+        if any(code is None for code in codes):
+            if any(code for code in codes if code is not None):
+                self.stop(handle)  # a rank failed: its peers would wait on it in a collective
+            return None
+        return next((code for code in codes if code), 0)
+
+    def stop(self, handle: AttemptHandle, *, force: bool = False) -> None:
+        actors = self._group(handle) or []
+        sig = signal.SIGKILL if force else signal.SIGTERM
+        for actor in actors:
+            actor.signal.remote(int(sig))
+
+    def sync(self, handle: AttemptHandle, run_dir: Path) -> None:
+        ray = self.ray
+        actors = self._group(handle)
+        if actors is None:
+            return
+        attempt = handle.handle.rpartition(".")[2]
+        state_path = run_dir / _SYNC_STATE.format(attempt=attempt)
+        state: dict[str, Any] = {"metrics": 0, "checkpoint": None}
+        if state_path.exists():
+            state = json.loads(state_path.read_text())
+        try:
+            logs = ray.get([a.drain_log.remote() for a in actors], timeout=CALL_TIMEOUT_S)
+            pulled = ray.get(
+                actors[0].pull.remote(state["metrics"], state["checkpoint"], True), timeout=CALL_TIMEOUT_S
+            )
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return  # a lost node: the agent's poll says so
+        log_path = run_dir / "logs" / f"attempt-{attempt}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            for chunk in logs:
+                log.write(chunk)
+        if pulled["checkpoint"] is not None:
+            checkpoint_name, archive = pulled["checkpoint"]
+            checkpoints = run_dir / CHECKPOINT_DIR
+            unpack(archive, checkpoints)
+            _write_atomic(checkpoints / CHECKPOINT_POINTER, checkpoint_name)
+            state["checkpoint"] = checkpoint_name
+        if pulled["metrics"]:
+            with open(run_dir / METRICS_FILE, "ab") as metrics:
+                metrics.write(pulled["metrics"])
+            state["metrics"] += len(pulled["metrics"])
+        result = pulled["result"]
+        if result is not None:
+            if pulled["export"] is not None:
+                export = run_dir / result["export_dir"]
+                if export.exists():
+                    shutil.rmtree(export)
+                unpack(pulled["export"], export.parent)
+            for key in ("checkpoint", "export_dir"):
+                if result.get(key):
+                    result[key] = str(run_dir / result[key])
+            write_json_atomic(run_dir / RESULT_FILE, result)
+        write_json_atomic(state_path, state)
+
+    def release(self, handle: AttemptHandle) -> None:
+        ray = self.ray
+        from ray.util.placement_group import get_placement_group, remove_placement_group
+
+        for actor in self._actors.pop(handle.handle, None) or self._group(handle) or []:
+            ray.kill(actor)
+        self._actors.pop(handle.handle, None)
+        with contextlib.suppress(ValueError):  # removed already
+            remove_placement_group(get_placement_group(handle.handle))
+
+    def read_log(self, node: str | None, log_path: Path, offset: int, limit: int | None = None) -> bytes:
+        del node  # the agent keeps every node's lines in the run folder as it syncs
+        return read_log_file(log_path, offset, limit)
+
+
+def _fetched_datasets(plan: dict[str, Any]) -> dict[int, bytes]:
+    """The ``store:`` datasets the agent fetched into its cache for this attempt, by their index
+    in ``data.paths``: the nodes cannot read the agent's cache, so each gets its own copy."""
+    cache = Path(plan["cache_dir"]).resolve()
+    shipped = {}
+    for index, path in enumerate(plan["spec"]["data"]["paths"]):
+        local = Path(path)
+        if local.exists() and local.resolve().is_relative_to(cache):
+            shipped[index] = pack(local)
+    return shipped
+
+
+def _units(ad: Advertisement, accelerator_type: str, request: Request) -> tuple[int, int]:
+    """What one node of the request takes of the type (cores for the CPU), and what the node has."""
+    have = ad.inventory().capacity().get(accelerator_type, 0)
+    if accelerator_type == "cpu":
+        threads = request.cpus_per_device or max(1, have // request.devices)
+        return threads * request.devices, have
+    return request.devices, have
+
+
+def _placement(ads: Sequence[Advertisement], accelerator_type: str, request: Request) -> Placement:
+    first = ads[0].inventory()
+    if accelerator_type == "cpu":
+        cores = first.cpu.cores
+        threads = request.cpus_per_device or max(1, cores // request.devices)
+        spec = first.cpu
+        bf16, fp32 = spec.peak_bf16_tflops / cores * threads, spec.peak_fp32_tflops / cores * threads
+        torch_device = "cpu"
+    else:
+        spec = next(d for d in first.accelerators if d.accelerator_type == accelerator_type)
+        threads = request.cpus_per_device or max(1, first.cpu.cores // max(1, len(first.accelerators)))
+        bf16, fp32 = spec.peak_bf16_tflops, spec.peak_fp32_tflops
+        torch_device = "cpu" if ads[0].emulated else TORCH_DEVICE.get(spec.vendor, "cuda")
+    return Placement(
+        node=ads[0].node,
+        peers=tuple(ad.node for ad in ads[1:]),
+        accelerator_type=accelerator_type,
+        torch_device=torch_device,  # type: ignore[arg-type]
+        device_ids=(),  # Ray picks the devices of each bundle and sets their visibility
+        core_ids=(),
+        threads_per_process=threads,
+        world_size=request.devices * len(ads),
+        peak_tflops_bf16=bf16,
+        peak_tflops_fp32=fp32,
+    )
+
+
+def _bundle_units(placement: Placement, per_node: int) -> dict[str, float]:
+    units = per_node * placement.threads_per_process if placement.accelerator_type == "cpu" else per_node
+    return {f"{TYPE_RESOURCE}{placement.accelerator_type}": float(units)}
+
+
+def _gpus(ad: Advertisement, per_node: int) -> dict[str, float]:
+    """Ray's own GPUs for a node that has real ones (Ray then sets their visibility)."""
+    return {"GPU": float(per_node)} if ad.gpus() else {}
+
+
+def _refuse_unanswered(address: str) -> None:
+    """A clear error, at once, for an address where no Ray head listens (``ray.init`` would
+    retry for a long time before failing)."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=3):
+            return
+    except (OSError, ValueError) as exc:
+        raise ExecutorError(
+            f"no Ray cluster answers at {address} ({exc})",
+            hint="start its head with `shipyard node start --head` on that machine, "
+            "or set SHIPYARD_RAY_ADDRESS to the address it printed (HOST:PORT)",
+        ) from exc
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

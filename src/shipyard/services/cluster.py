@@ -1,0 +1,154 @@
+"""Nodes joining the cluster (``shipyard node start``) and the cluster as users see it
+(``shipyard nodes``): each node's accelerators, what is used, its labels, health and jobs."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+
+from shipyard.db import Attempt, Job
+from shipyard.domain import JobState
+from shipyard.errors import DependencyMissing, ExecutorError
+from shipyard.executors.cluster_nodes import NAMESPACE, Advertisement, kv_key
+from shipyard.hardware import discover
+from shipyard.schemas.views import NodeView
+from shipyard.services.context import ServiceContext
+
+DEFAULT_PORT = 6380
+"""The head's port (Ray's own default, 6379, is often Redis's)."""
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+"""Keeps every Ray process of a node on 127.0.0.1 (a one-machine cluster, tests)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Joining:
+    """How a node joins: as the head (``address`` None) or as a worker of the head at ``address``."""
+
+    address: str | None
+    port: int = DEFAULT_PORT
+    name: str | None = None
+    labels: Mapping[str, str]
+    scratch: Path | None = None
+    env: Mapping[str, str]
+    loopback: bool = False
+    num_cpus: int | None = None
+
+
+def advertisement(ctx: ServiceContext, joining: Joining) -> Advertisement:
+    """This machine as it will join: its devices (discovered here), labels, scratch folder."""
+    name = joining.name or os.environ.get("SHIPYARD_NODE_NAME") or socket.gethostname()
+    scratch = joining.scratch or ctx.settings.home / "node"
+    ad = Advertisement(
+        node=name,
+        devices=tuple(discover(ctx.vendor_queries)),
+        labels=dict(joining.labels),
+        scratch=str(scratch.resolve()),
+        env=dict(joining.env),
+    )
+    ad.check()
+    return ad
+
+
+def ray_start_command(ad: Advertisement, joining: Joining) -> list[str]:
+    """``ray start`` with what Shipyard needs advertised: nobody writes resource JSON by hand."""
+    ray = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
+    where = [f"--address={joining.address}"] if joining.address else ["--head", f"--port={joining.port}"]
+    command = [
+        ray,
+        "start",
+        *where,
+        f"--resources={json.dumps(ad.resources(), sort_keys=True)}",
+        f"--labels={','.join(f'{k}={v}' for k, v in sorted(ad.ray_labels().items()))}",
+        f"--num-gpus={ad.gpus()}",
+        "--disable-usage-stats",
+    ]
+    if joining.num_cpus is not None:
+        command.append(f"--num-cpus={joining.num_cpus}")
+    if joining.address is None:
+        command.append("--include-dashboard=false")
+    if joining.loopback:
+        command.append("--node-ip-address=127.0.0.1")
+    return command
+
+
+def start_node(ad: Advertisement, joining: Joining) -> str:
+    """Start this machine's Ray node and record its devices; returns the head's address."""
+    command = ray_start_command(ad, joining)
+    if not Path(command[0]).exists():
+        raise DependencyMissing("`ray` is not installed here", hint="pip install 'shipyard[cluster]'")
+    env = {**os.environ, **(LOOPBACK_ENV if joining.loopback else {})}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        raise ExecutorError(
+            f"`ray start` failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}",
+            hint="`ray stop` ends a node this machine already runs; check that the head's address "
+            "answers from here",
+        )
+    address = joining.address or f"{'127.0.0.1' if joining.loopback else socket.gethostname()}:{joining.port}"
+    register(ad, address)
+    return address
+
+
+def register(ad: Advertisement, address: str) -> None:
+    """Put the node's record (devices, scratch, NCCL settings) into the cluster's key-value store."""
+    import ray
+    from ray.experimental import internal_kv
+
+    connected = ray.is_initialized()
+    if not connected:
+        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, include_dashboard=False)
+    try:
+        internal_kv._internal_kv_put(kv_key(ad.node), ad.to_json(), overwrite=True)
+    finally:
+        if not connected:
+            ray.shutdown()
+
+
+def list_nodes(ctx: ServiceContext) -> list[NodeView]:
+    """Every node the executor knows, down ones too, with what its running attempts use."""
+    with ctx.db.read() as session:
+        running = session.execute(
+            select(
+                Attempt.job_id,
+                Attempt.node,
+                Attempt.accelerator_type,
+                Attempt.device_ids,
+                Attempt.threads_per_process,
+                Job.devices,
+            )
+            .join(Job, Job.id == Attempt.job_id)
+            .where(Attempt.state == JobState.RUNNING)
+        ).all()
+    views = []
+    for node in ctx.executor.known_nodes():
+        used: dict[str, int] = {}
+        jobs = []
+        for job_id, nodes, accelerator_type, device_ids, threads, per_node in running:
+            if node.id in (nodes or node.id).split(","):
+                jobs.append(job_id)
+                # A Ray attempt leaves the choice of devices to Ray: count what its bundle holds.
+                held = len(device_ids or []) or per_node * (threads if accelerator_type == "cpu" else 1)
+                used[accelerator_type] = used.get(accelerator_type, 0) + held
+        for kind, taken in node.in_use.items():  # on a shared cluster, others' too
+            used[kind] = max(used.get(kind, 0), taken)
+        views.append(
+            NodeView(
+                id=node.id,
+                up=node.up,
+                capacity=node.capacity(),
+                used=used,
+                memory_gib=node.memory_gib(),
+                labels=dict(node.labels),
+                jobs=sorted(jobs),
+            )
+        )
+    return views
