@@ -85,11 +85,18 @@ def start_node(ad: Advertisement, joining: Joining) -> str:
     command = ray_start_command(ad, joining)
     if not Path(command[0]).exists():
         raise DependencyMissing("`ray` is not installed here", hint="pip install 'shipyard[cluster]'")
-    env = {**os.environ, **(LOOPBACK_ENV if joining.loopback else {})}
-    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if joining.loopback:  # for `ray start` and for this process's own connection below
+        os.environ.update(LOOPBACK_ENV)
+    env = dict(os.environ)
+    # Into a file, not a pipe: the daemons `ray start` leaves running would hold a pipe open.
+    log_path = Path(ad.scratch) / "ray-start.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
     if done.returncode != 0:
+        last = log_path.read_text(errors="replace").strip().splitlines()[-1:]
         raise ExecutorError(
-            f"`ray start` failed: {(done.stderr or done.stdout).strip().splitlines()[-1:]}",
+            f"`ray start` failed: {last[0] if last else 'no output'} (all of it: {log_path})",
             hint="`ray stop` ends a node this machine already runs; check that the head's address "
             "answers from here",
         )
