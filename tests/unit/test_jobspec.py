@@ -140,3 +140,27 @@ def test_the_submit_check_of_a_dataset_fails_exactly_when_listing_it_does(
         assert str(checking.value) == str(listing)
     else:
         data.check_content()
+
+
+def test_fine_tuning_settings_are_checked_in_the_spec() -> None:
+    tuned = {"preset": None, "path": "/models/base"}
+    spec = validate_job_spec(spec_dict(model=tuned, finetune={"method": "lora", "lora": {"rank": 8}}))
+    assert spec.method == "lora" and spec.finetune is not None and spec.finetune.lora.alpha == 32
+    assert validate_job_spec(spec_dict(model=tuned)).method == "full"  # a path alone: every weight
+    assert validate_job_spec(spec_dict()).method is None  # a preset: pre-training
+    for bad, words in (
+        ({"finetune": {"lora": {"rank": 0}}, "model": tuned}, "finetune.lora.rank"),
+        ({"finetune": {"method": "dpo"}, "model": tuned}, "'full', 'lora' or 'qlora'"),
+        ({"finetune": {"method": "lora"}}, "give `model.path`, not a preset"),
+        ({"data": {"paths": ["x.jsonl"], "format": "chat"}}, "fine-tunes an existing model"),
+    ):
+        with pytest.raises(InvalidSpec) as err:
+            parse(spec_dict(**bad))
+        assert words in str(err.value), str(err.value)
+
+
+def test_every_example_spec_parses() -> None:
+    examples = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+    assert len(examples) >= 3
+    for path in examples:
+        parse_job_spec(path.read_text(), source=str(path))

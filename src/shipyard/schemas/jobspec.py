@@ -62,7 +62,8 @@ class ModelSection(_Section):
     preset: str | None = Field(default=None, max_length=64)
     """A built-in architecture (``llama-tiny``, ``llama-12m``, ... ``llama-7b``), trained from scratch."""
     path: PathText | None = None
-    """A local Hugging Face-format directory (LLaMA architecture) to fine-tune."""
+    """A local Hugging Face-format folder of a causal language model (Llama, Qwen2, Mistral,
+    Gemma, Phi, ...) to fine-tune, with its own tokenizer; see ``finetune``."""
 
     @field_validator("preset")
     @classmethod
@@ -90,6 +91,19 @@ STORE_SCHEME = "store:"
 """A data path ``store:NAME`` names an artifact of the job's project in the artifact store."""
 
 
+class InstructionFields(_Section):
+    """Where an instruction record keeps its parts: ``{prompt, response}`` by default; Alpaca's
+    files are ``{prompt: instruction, input: input, response: output}``."""
+
+    prompt: FieldName = "prompt"
+    response: FieldName = "response"
+    input: FieldName | None = None
+    """An optional field appended to the prompt (Alpaca's ``input``); absent or empty is fine."""
+
+
+DataFormat = Literal["text", "instruction", "chat"]
+
+
 class DataSection(_Section):
     paths: list[PathText] = Field(min_length=1, max_length=1000)
     """Files, directories or globs (``corpus/**/*.txt``), or ``store:NAME`` artifacts (fetched,
@@ -99,8 +113,21 @@ class DataSection(_Section):
         """Names of the artifacts among the paths."""
         return [p.removeprefix(STORE_SCHEME) for p in self.paths if p.startswith(STORE_SCHEME)]
 
+    format: DataFormat = "text"
+    """``text``: plain text or JSONL ``text_field`` records, a stream of tokens. ``instruction``:
+    JSONL records with a prompt and a response (see ``fields``). ``chat``: JSONL records with a
+    list of ``{role, content}`` messages, rendered with the model's chat template."""
     text_field: FieldName = "text"
     """The field holding the text in JSONL records."""
+    fields: InstructionFields = InstructionFields()
+    """The fields of an ``instruction`` record."""
+    messages_field: FieldName = "messages"
+    """The field holding the message list of a ``chat`` record."""
+    mask_prompt: bool = True
+    """``instruction`` and ``chat``: train on the responses only (prompt tokens carry no loss)."""
+    packing: bool = True
+    """``instruction`` and ``chat``: pack several whole samples into each sequence, attention never
+    crossing from one into another; false pads each sample to ``seq_len`` instead."""
     tokenizer: TokenizerSection = TokenizerSection()
     eval_fraction: Annotated[float, Field(gt=0, lt=0.5)] = 0.02
     """Share of the token stream held out for eval loss."""
@@ -327,6 +354,35 @@ class ResourcesSection(_Section):
         return value
 
 
+class LoraSection(_Section):
+    rank: Annotated[int, Field(gt=0, le=4096)] = 16
+    """The adapters' rank r: trainable parameters grow with it."""
+    alpha: Annotated[int, Field(gt=0, le=1 << 20)] = 32
+    """The scale of the adapters' update is alpha / rank."""
+    dropout: Annotated[float, Field(ge=0, lt=1)] = 0.05
+    target_modules: list[FieldName] | None = Field(default=None, min_length=1, max_length=64)
+    """Names of the linear layers that get adapters; default: every attention and MLP projection
+    of the model's family (``q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj`` for
+    Llama, Qwen2, Mistral and Gemma)."""
+    dora: bool = False
+    """Weight-decomposed adapters (DoRA, Liu et al. 2024): a learned magnitude per output."""
+
+
+FinetuneMethod = Literal["full", "lora", "qlora"]
+
+
+class FinetuneSection(_Section):
+    method: FinetuneMethod = "lora"
+    """``full`` trains every weight; ``lora`` trains low-rank adapters beside frozen weights;
+    ``qlora`` does so over 4-bit NF4 weights (bitsandbytes, NVIDIA GPUs)."""
+    lora: LoraSection = LoraSection()
+    """The adapters of ``lora`` and ``qlora``."""
+    gradient_checkpointing: bool = False
+    """Recompute each block's activations in the backward pass: less memory, about a third more compute."""
+    merge: bool = False
+    """``lora``/``qlora``: also export the base model with the adapters merged in (``export/merged``)."""
+
+
 class CheckpointSection(_Section):
     interval: Steps = 0
     """Steps between checkpoints; 0 checkpoints only at the end and when stopped."""
@@ -341,6 +397,8 @@ class JobSpec(_Section):
     """Lower-case letters, digits and dashes; model versions are registered under this name."""
     project: Label = "default"
     model: ModelSection
+    finetune: FinetuneSection | None = None
+    """How a ``model.path`` is fine-tuned; without it, every weight is trained (``method: full``)."""
     data: DataSection
     training: TrainingSection
     resources: ResourcesSection = ResourcesSection()
@@ -348,6 +406,23 @@ class JobSpec(_Section):
     priority: Annotated[int, Field(ge=-INT32 - 1, le=INT32)] = 0
     """Higher runs first within a queue (a 32-bit integer)."""
     queue: Annotated[str, Field(pattern=QUEUE_NAME_PATTERN)] = "default"
+
+    @model_validator(mode="after")
+    def _finetune_needs_a_model(self) -> Self:
+        if self.finetune is not None and self.model.path is None:
+            raise ValueError("`finetune` adapts an existing model: give `model.path`, not a preset")
+        if self.data.format != "text" and self.model.path is None:
+            raise ValueError(
+                f"data.format {self.data.format!r} fine-tunes an existing model: give `model.path`"
+            )
+        return self
+
+    @property
+    def method(self) -> FinetuneMethod | None:
+        """How the model is trained: None pre-trains a preset from scratch."""
+        if self.model.path is None:
+            return None
+        return self.finetune.method if self.finetune else "full"
 
 
 def stored_job_spec(document: dict[str, Any]) -> JobSpec:

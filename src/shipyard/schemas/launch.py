@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -19,6 +19,8 @@ CHECKPOINT_DIR = "checkpoints"
 EXPORT_DIR = "export"
 CHECKPOINT_STATE_FILE = "state.pt"
 CHECKPOINT_POINTER = "latest"
+CHECKPOINT_BASE_FILE = "base.json"
+"""Beside a fine-tuning checkpoint's state: the digest of the base weights it was trained on."""
 
 TorchDevice = Literal["cpu", "cuda", "mps", "xpu", "hpu"]
 
@@ -67,6 +69,8 @@ class AttemptResult(BaseModel):
     checkpoint: str | None = None
     export_dir: str | None = None
     summary: dict[str, float] = {}
+    lineage: dict[str, Any] = {}
+    """Digests of the base model and data, the fine-tuning method and its settings."""
 
 
 def latest_checkpoint(checkpoints: Path) -> Path | None:

@@ -14,6 +14,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 
 BLOCK_BYTES = 4 << 20
 _WINDOW = 8
@@ -112,3 +113,23 @@ def digest_of(read: Callable[[int], bytes]) -> str:
     for block in blocks(read):
         hasher.update(block)
     return hasher.hexdigest()
+
+
+_folder_digests: dict[tuple[str, tuple[tuple[str, int, int], ...]], str] = {}
+
+
+def folder_digest(folder: Path) -> str:
+    """The content address of a folder (a model's weights, config and tokenizer): the SHA-256 of
+    each file's relative path and block digest, in path order. Remembered while no file's size or
+    modification time changes, so a queue of jobs on one base model hashes it once."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith("."))
+    listing = tuple((str(p.relative_to(folder)), (s := p.stat()).st_size, s.st_mtime_ns) for p in files)
+    key = (str(folder.resolve()), listing)
+    found = _folder_digests.get(key)
+    if found is None:
+        outer = hashlib.sha256()
+        for path, (relative, _, _) in zip(files, listing, strict=True):
+            with open(path, "rb") as f:
+                outer.update(f"{relative}\0{digest_of(f.read)}\n".encode())
+        found = _folder_digests[key] = outer.hexdigest()
+    return found

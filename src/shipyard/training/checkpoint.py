@@ -9,6 +9,7 @@ final name.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -19,6 +20,7 @@ import numpy as np
 import torch
 
 from shipyard.errors import CheckpointError
+from shipyard.schemas.launch import CHECKPOINT_BASE_FILE as BASE_FILE
 from shipyard.schemas.launch import CHECKPOINT_POINTER as LATEST
 from shipyard.schemas.launch import CHECKPOINT_STATE_FILE as STATE_FILE
 from shipyard.schemas.launch import latest_checkpoint
@@ -62,8 +64,11 @@ def save(
     final = directory / step_dir_name(step)
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        with staged_directory(final) as staging, open(staging / STATE_FILE, "wb") as f:
-            torch.save({**state, "rng_by_rank": rng_by_rank}, f)
+        with staged_directory(final) as staging:
+            with open(staging / STATE_FILE, "wb") as f:
+                torch.save({**state, "rng_by_rank": rng_by_rank}, f)
+            if state.get("base_digest"):  # read at submit, where no torch is loaded
+                (staging / BASE_FILE).write_text(json.dumps({"base_digest": state["base_digest"]}))
         _write_latest(directory, final.name)
     except OSError as exc:
         raise CheckpointError(

@@ -21,6 +21,7 @@ import torch
 
 from shipyard.errors import DatasetError
 from shipyard.schemas.jobspec import DataSection
+from shipyard.storage.digests import digest_of
 from shipyard.training._atomic import staged_directory
 
 EOS = "<|endoftext|>"
@@ -102,6 +103,10 @@ class TokenizedData:
     eos_id: int
     n_tokens: int
     dtype: str
+    format: str = "text"
+    pad_id: int = 0
+    digest: str = ""
+    """The content digest of the data files (for lineage)."""
 
     def shards(self) -> list[np.memmap]:
         paths = sorted(self.directory.glob("tokens-*.bin"))
@@ -109,24 +114,33 @@ class TokenizedData:
 
 
 def prepare(
-    data: DataSection, cache_dir: Path, log: object = print, within: list[Path] | None = None
+    data: DataSection,
+    cache_dir: Path,
+    log: object = print,
+    within: list[Path] | None = None,
+    tokenizer_dir: Path | None = None,
 ) -> TokenizedData:
     """Tokenizer and token shards for ``data``, built once and cached by content; ``within``:
-    folders every data file must resolve inside.
+    folders every data file must resolve inside; ``tokenizer_dir``: the tokenizer to use
+    (``data.tokenizer.path``, else the fine-tuned model's own), or None to train one.
 
     Safe to call from several processes: one builds under a file lock while the others wait.
     """
     files = data.files(within)
     fingerprint = corpus_fingerprint(files, data.text_field)
     tok = data.tokenizer
-    tokenizer_key = _dir_digest(Path(tok.path)) if tok.path else f"bpe-{tok.vocab_size}-{fingerprint}"
-    key = hashlib.sha256(f"{fingerprint}\0{tokenizer_key}".encode()).hexdigest()[:24]
+    if tokenizer_dir is None and tok.path:
+        tokenizer_dir = Path(tok.path)
+    tokenizer_key = _dir_digest(tokenizer_dir) if tokenizer_dir else f"bpe-{tok.vocab_size}-{fingerprint}"
+    reading = data.model_dump_json(include={"format", "fields", "messages_field", "mask_prompt"})
+    key = hashlib.sha256(f"{fingerprint}\0{tokenizer_key}\0{reading}".encode()).hexdigest()[:24]
     target = cache_dir / "datasets" / key
     cache_dir.mkdir(parents=True, exist_ok=True)
     with open(cache_dir / ".prepare.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (target / "meta.json").exists():
-            _build(files, data, target, log)
+            build = _build if data.format == "text" else _build_samples
+            build(files, data, target, log, tokenizer_dir)
     meta = json.loads((target / "meta.json").read_text())
     return TokenizedData(
         directory=target,
@@ -135,31 +149,95 @@ def prepare(
         eos_id=meta["eos_id"],
         n_tokens=meta["n_tokens"],
         dtype=meta["dtype"],
+        format=meta.get("format", "text"),
+        pad_id=meta.get("pad_id", meta["eos_id"]),
+        digest=meta.get("digest", ""),
     )
 
 
 def _dir_digest(directory: Path) -> str:
+    """The tokenizer's identity: its vocabulary and its config (special tokens, chat template)."""
     path = directory / "tokenizer.json"
     if not path.is_file():
         raise DatasetError(
             f"tokenizer directory {directory} has no tokenizer.json",
             hint="give data.tokenizer.path a Hugging Face tokenizer folder, or drop it to train one",
         )
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256(path.read_bytes())
+    for extra in ("tokenizer_config.json", "chat_template.jinja"):
+        if (directory / extra).is_file():
+            digest.update((directory / extra).read_bytes())
+    return digest.hexdigest()
 
 
-def _build(files: list[Path], data: DataSection, target: Path, log: object) -> None:
+def _content_digest(files: list[Path]) -> str:
+    """What lineage records of the data: the content of its files, whatever their names."""
+    outer = hashlib.sha256()
+    for path in files:
+        with open(path, "rb") as f:
+            outer.update(digest_of(f.read).encode())
+    return outer.hexdigest()
+
+
+def _config_eos(directory: Path) -> str | None:
+    """The end-of-sequence token a Hugging Face tokenizer folder names, if any."""
+    config = directory / "tokenizer_config.json"
+    if not config.is_file():
+        return None
+    eos = json.loads(config.read_text()).get("eos_token")
+    return eos.get("content") if isinstance(eos, dict) else eos
+
+
+def _build_samples(
+    files: list[Path], data: DataSection, target: Path, log: object, tokenizer_dir: Path | None
+) -> None:
+    from shipyard.training import samples
+
+    say = log if callable(log) else print
+    if tokenizer_dir is None:
+        raise DatasetError(
+            f"data.format {data.format!r} needs the model's tokenizer",
+            hint="fine-tune a model.path that holds its tokenizer, or set data.tokenizer.path",
+        )
+    tokenizer = samples.load_tokenizer(tokenizer_dir)
+    vocab_size = len(tokenizer)
+    dtype = np.uint16 if vocab_size < 2**16 else np.uint32
+    with staged_directory(target) as staging:
+        say(f"tokenizing {data.format} records from {len(files)} files")
+        n_tokens = samples.write_samples(samples.encode_samples(files, data, tokenizer), dtype, staging)
+        if n_tokens == 0:
+            raise DatasetError(
+                f"dataset {data.paths} holds no records", hint="point data.paths at JSONL records"
+            )
+        pad = tokenizer.pad_token_id
+        meta = {
+            "vocab_size": vocab_size,
+            "eos_id": tokenizer.eos_token_id,
+            "pad_id": tokenizer.eos_token_id if pad is None else pad,
+            "n_tokens": n_tokens,
+            "dtype": np.dtype(dtype).name,
+            "files": len(files),
+            "format": data.format,
+            "digest": _content_digest(files),
+        }
+        (staging / "meta.json").write_text(json.dumps(meta))
+
+
+def _build(
+    files: list[Path], data: DataSection, target: Path, log: object, tokenizer_dir: Path | None
+) -> None:
     from tokenizers import Tokenizer
 
     say = log if callable(log) else print
     with staged_directory(target) as staging:
-        if data.tokenizer.path:
-            tokenizer = Tokenizer.from_file(str(Path(data.tokenizer.path) / "tokenizer.json"))
+        if tokenizer_dir:
+            tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
         else:
             say(f"training a {data.tokenizer.vocab_size}-token BPE tokenizer on {len(files)} files")
             tokenizer = train_tokenizer(iter_documents(files, data.text_field), data.tokenizer.vocab_size)  # type: ignore[assignment]
         tokenizer.save(str(staging / "tokenizer.json"))
-        eos_id = tokenizer.token_to_id(EOS)
+        named = _config_eos(tokenizer_dir) if tokenizer_dir else None
+        eos_id = tokenizer.token_to_id(named or EOS)
         if eos_id is None:
             eos_id = tokenizer.token_to_id("</s>")
         if eos_id is None:
@@ -182,6 +260,7 @@ def _build(files: list[Path], data: DataSection, target: Path, log: object) -> N
             "n_tokens": n_tokens,
             "dtype": np.dtype(dtype).name,
             "files": len(files),
+            "digest": _content_digest(files),
         }
         (staging / "meta.json").write_text(json.dumps(meta))
 

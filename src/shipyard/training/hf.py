@@ -15,6 +15,14 @@ from shipyard.training._atomic import staged_directory
 from shipyard.training.data import EOS
 from shipyard.training.model import Transformer
 
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "tokenizer.model",
+)
+
 
 def hf_config(arch: ModelArch, eos_id: int) -> dict[str, object]:
     return {
@@ -48,8 +56,11 @@ def export(
     tokenizer_file: Path,
     eos_id: int,
     out: Path,
+    tokenizer_dir: Path | None = None,
 ) -> Path:
-    """Write ``out`` as a Hugging Face model directory, atomically (staging dir + rename)."""
+    """Write ``out`` as a Hugging Face model directory, atomically (staging dir + rename).
+    ``tokenizer_dir``: the fine-tuned model's own tokenizer files, copied as they are (its special
+    tokens and chat template); else the trained tokenizer with a config written for it."""
     from safetensors.torch import save_file
 
     with staged_directory(out) as staging:
@@ -62,6 +73,11 @@ def export(
             staging / "generation_config.json",
             {"bos_token_id": eos_id, "eos_token_id": eos_id, "do_sample": True},
         )
+        if tokenizer_dir is not None:
+            for name in TOKENIZER_FILES:
+                if (tokenizer_dir / name).is_file():
+                    shutil.copyfile(tokenizer_dir / name, staging / name)
+            return out
         shutil.copyfile(tokenizer_file, staging / "tokenizer.json")
         _write_json(
             staging / "tokenizer_config.json",

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shipyard.schemas.presets import ModelArch
+from shipyard.training.samples import attention_mask
 
 
 class RMSNorm(nn.Module):
@@ -68,7 +69,9 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(arch.dim, arch.n_kv_heads * arch.head_dim, bias=False)
         self.o_proj = nn.Linear(arch.n_heads * arch.head_dim, arch.dim, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         batch, seq, _ = x.shape
         q = self.q_proj(x).view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -80,7 +83,9 @@ class Attention(nn.Module):
         if self.n_kv_heads != self.n_heads and not native_gqa:
             repeat = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=native_gqa)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=native_gqa
+        )
         projected: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(batch, seq, -1))
         return projected
 
@@ -105,8 +110,10 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(arch.dim, arch.norm_eps)
         self.mlp = MLP(arch)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask)
         mlp_out: torch.Tensor = self.mlp(self.post_attention_layernorm(x))
         return x + mlp_out
 
@@ -145,19 +152,31 @@ class Transformer(nn.Module):
             )
             nn.init.normal_(param, mean=0.0, std=std * scale)
 
-    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits for ``tokens``, or the mean cross-entropy loss when ``targets`` are given."""
+    def forward(
+        self, tokens: torch.Tensor, targets: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Logits for ``tokens``, or the mean cross-entropy loss over the targets that are not
+        -100 when ``targets`` are given. ``positions`` (packed samples): each token's position in
+        its sample; attention then stays within each sample."""
         seq = tokens.shape[1]
         if seq > self.arch.max_seq_len:
             raise ValueError(f"sequence of {seq} tokens exceeds max_seq_len {self.arch.max_seq_len}")
-        cos, sin = self.model.rotary(seq)
+        mask = None
+        if positions is None:
+            cos, sin = self.model.rotary(seq)
+        else:
+            cos, sin = self.model.rotary.cos[positions][:, None], self.model.rotary.sin[positions][:, None]
+            mask = attention_mask(positions)
         x = self.model.embed_tokens(tokens)
         for layer in self.model.layers:
-            x = layer(x, cos, sin)
+            x = layer(x, cos, sin, mask)
         logits: torch.Tensor = self.lm_head(self.model.norm(x))
         if targets is None:
             return logits
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def num_params(self) -> int:
+        return self.arch.num_params()
 
     def flops_per_token(self, seq_len: int) -> float:
         """Training FLOPs per token: 6 per matmul weight (forward + backward) plus attention

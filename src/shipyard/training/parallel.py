@@ -100,7 +100,7 @@ def wrap(model: nn.Module, d: Dist, parallelism: str, bf16: bool) -> nn.Module:
         policy = MixedPrecisionPolicy(
             param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32
         )
-        for block in model.model.layers:  # type: ignore[union-attr]
+        for block in _blocks(model):
             fully_shard(block, mesh=mesh, mp_policy=policy)
         fully_shard(model, mesh=mesh, mp_policy=policy)
         return model
@@ -108,6 +108,13 @@ def wrap(model: nn.Module, d: Dist, parallelism: str, bf16: bool) -> nn.Module:
 
     ids = [d.device.index] if d.device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
+
+
+def _blocks(model: nn.Module) -> nn.ModuleList:
+    """The model's transformer blocks: its longest list of modules (``model.layers`` of Shipyard's
+    LLaMA and of every ``transformers`` decoder, however deep a PEFT wrapper puts it)."""
+    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
+    return max(lists, key=len)
 
 
 def no_sync(model: nn.Module, last_micro_step: bool) -> AbstractContextManager[Any]:
@@ -119,9 +126,10 @@ def no_sync(model: nn.Module, last_micro_step: bool) -> AbstractContextManager[A
 
 
 def full_state(
-    model: nn.Module, optimizer: torch.optim.Optimizer, d: Dist, fsdp: bool
+    model: nn.Module, optimizer: torch.optim.Optimizer, d: Dist, fsdp: bool, trainable_only: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Unsharded model and optimizer state (all ranks must call; rank 0 saves it)."""
+    """Unsharded model and optimizer state (all ranks must call; rank 0 saves it);
+    ``trainable_only``: the model's trained parameters alone (adapters, not the frozen base)."""
     if fsdp and d.enabled:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
@@ -129,12 +137,18 @@ def full_state(
             get_optimizer_state_dict,
         )
 
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        options = StateDictOptions(
+            full_state_dict=True, cpu_offload=True, ignore_frozen_params=trainable_only
+        )
         return (
             get_model_state_dict(model, options=options),
             get_optimizer_state_dict(model, optimizer, options=options),
         )
-    return model.state_dict(), optimizer.state_dict()
+    state = model.state_dict()
+    if trainable_only:
+        trained = {name for name, p in model.named_parameters() if p.requires_grad}
+        state = {k: v for k, v in state.items() if k in trained}
+    return state, optimizer.state_dict()
 
 
 def load_full_state(
@@ -144,7 +158,9 @@ def load_full_state(
     optim_state: dict[str, Any],
     d: Dist,
     fsdp: bool,
+    trainable_only: bool = False,
 ) -> None:
+    """``trainable_only``: the state holds the trained parameters alone; the rest stay as loaded."""
     if fsdp and d.enabled:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
@@ -152,9 +168,9 @@ def load_full_state(
             set_optimizer_state_dict,
         )
 
-        options = StateDictOptions(full_state_dict=True)
+        options = StateDictOptions(full_state_dict=True, strict=not trainable_only)
         set_model_state_dict(model, model_state, options=options)
         set_optimizer_state_dict(model, optimizer, optim_state, options=options)
         return
-    model.load_state_dict(model_state)
+    model.load_state_dict(model_state, strict=not trainable_only)
     optimizer.load_state_dict(optim_state)

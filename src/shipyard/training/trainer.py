@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
-from shipyard.errors import InvalidSpec
+from shipyard.errors import CheckpointError, InvalidSpec
 from shipyard.schemas.data_roots import refuse_escaped_folders
 from shipyard.schemas.jobspec import JobSpec, ScheduleSection
 from shipyard.schemas.launch import (
@@ -28,11 +28,14 @@ from shipyard.schemas.launch import (
     METRICS_FILE,
     AttemptResult,
     LaunchPlan,
+    write_json_atomic,
 )
 from shipyard.schemas.presets import PRESETS
-from shipyard.training import checkpoint, hf, parallel
-from shipyard.training.data import TokenWindows, prepare
+from shipyard.storage.digests import folder_digest
+from shipyard.training import checkpoint, finetune, hf, parallel
+from shipyard.training.data import TokenizedData, TokenWindows, prepare
 from shipyard.training.model import Transformer
+from shipyard.training.samples import SampleRows
 
 
 def lr_factor(step: int, total_steps: int, schedule: ScheduleSection) -> float:
@@ -81,31 +84,51 @@ class StopSignal:
         print(f"received {signal.Signals(signum).name}: checkpointing and stopping", flush=True)
 
 
-def build_model(spec: JobSpec, vocab_size: int) -> Transformer:
-    """A preset from scratch, or a Hugging Face directory to fine-tune."""
+TrainedModel = Transformer | finetune.CausalLM
+
+
+def build_model(spec: JobSpec, data: TokenizedData, device: torch.device, precision: str) -> TrainedModel:
+    """A preset from scratch; a plain LLaMA folder to fully fine-tune on Shipyard's own model; any
+    other causal LM, or any method with adapters, through ``transformers`` and PEFT."""
     t = spec.training
-    model = hf.load_model(Path(spec.model.path)) if spec.model.path else None
-    if model is None:
-        model = Transformer(PRESETS[spec.model.preset or ""].with_vocab(vocab_size))
-    arch = model.arch
-    if arch.vocab_size < vocab_size:
+    model: TrainedModel
+    if spec.model.path is None:
+        model = Transformer(PRESETS[spec.model.preset or ""].with_vocab(data.vocab_size)).to(device)
+        vocab, max_seq_len = model.arch.vocab_size, model.arch.max_seq_len
+    elif finetune.builtin_fits(finetune.read_config(Path(spec.model.path)), spec):
+        model = hf.load_model(Path(spec.model.path)).to(device)
+        vocab, max_seq_len = model.arch.vocab_size, model.arch.max_seq_len
+    else:
+        model = finetune.load(Path(spec.model.path), spec, device, precision)
+        vocab, max_seq_len = int(model.model.config.vocab_size), model.max_seq_len
+    if vocab < data.vocab_size:
         raise InvalidSpec(
-            f"the tokenizer has {vocab_size} tokens but the model only {arch.vocab_size}",
-            hint="use the model's own tokenizer (data.tokenizer.path = model.path)",
+            f"the tokenizer has {data.vocab_size} tokens but the model only {vocab}",
+            hint="use the model's own tokenizer (leave data.tokenizer.path out, or point it at model.path)",
         )
-    if t.seq_len > arch.max_seq_len:
+    if t.seq_len > max_seq_len:
         raise InvalidSpec(
-            f"training.seq_len {t.seq_len} exceeds the model's max_seq_len {arch.max_seq_len}",
-            hint=f"set training.seq_len to at most {arch.max_seq_len}",
+            f"training.seq_len {t.seq_len} exceeds the model's max_seq_len {max_seq_len}",
+            hint=f"set training.seq_len to at most {max_seq_len}",
         )
     return model
+
+
+def tokenizer_dir(spec: JobSpec) -> Path | None:
+    """The tokenizer a job reads with: ``data.tokenizer.path``, else a fine-tuned model's own."""
+    if spec.data.tokenizer.path:
+        return Path(spec.data.tokenizer.path)
+    if spec.model.path and (Path(spec.model.path) / "tokenizer.json").is_file():
+        return Path(spec.model.path)
+    return None
 
 
 def build_optimizer(model: nn.Module, spec: JobSpec, device: torch.device, fsdp: bool) -> torch.optim.AdamW:
     """AdamW with no weight decay on norms (1-D parameters)."""
     o = spec.training.optimizer
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    trained = [p for p in model.parameters() if p.requires_grad]  # not a frozen base under adapters
+    decay = [p for p in trained if p.dim() >= 2]
+    no_decay = [p for p in trained if p.dim() < 2]
     return torch.optim.AdamW(
         [
             {"params": decay, "weight_decay": o.weight_decay},
@@ -158,16 +181,36 @@ class Trainer:
         within = [Path(root) for root in plan.data_roots] if plan.data_roots is not None else None
         if within is not None:
             refuse_escaped_folders(spec, within)
+        self.tokenizer_dir = tokenizer_dir(spec)
+        cache = Path(plan.cache_dir)
         if d.is_main:
-            self.data = prepare(spec.data, Path(plan.cache_dir), log=self.log, within=within)
+            self.data = prepare(
+                spec.data, cache, log=self.log, within=within, tokenizer_dir=self.tokenizer_dir
+            )
         parallel.barrier(d)
         if not d.is_main:
-            self.data = prepare(spec.data, Path(plan.cache_dir), log=lambda _: None, within=within)
-        self.windows = TokenWindows(self.data, t.seq_len, spec.data.eval_fraction, t.seed)
+            self.data = prepare(
+                spec.data, cache, log=lambda _: None, within=within, tokenizer_dir=self.tokenizer_dir
+            )
+        self.windows: TokenWindows | SampleRows = (
+            TokenWindows(self.data, t.seq_len, spec.data.eval_fraction, t.seed)
+            if spec.data.format == "text"
+            else SampleRows(
+                self.data.directory,
+                self.data.pad_id,
+                t.seq_len,
+                spec.data.eval_fraction,
+                t.seed,
+                spec.data.packing,
+            )
+        )
 
         # 2. Model, spread over the devices; the optimizer and its schedule.
-        self.raw_model = build_model(spec, self.data.vocab_size).to(d.device)
         self.precision = resolve_precision(t.precision, d.device)
+        self.raw_model = build_model(spec, self.data, d.device, self.precision)
+        # Adapters: checkpoints hold the trained parameters alone, the base is read from model.path.
+        self.adapters = spec.method in ("lora", "qlora")
+        self.base_digest = folder_digest(Path(spec.model.path)) if spec.model.path else None
         self.fsdp = t.parallelism == "fsdp" and d.enabled
         self.model = parallel.wrap(self.raw_model, d, t.parallelism, bf16=self.precision == "bf16")
         self.forward: nn.Module = torch.compile(self.model) if t.compile else self.model  # type: ignore[assignment]
@@ -183,8 +226,20 @@ class Trainer:
         self.start_step = 0
         if plan.resume_from:
             state = checkpoint.load(Path(plan.resume_from))
+            if state.get("base_digest") != self.base_digest:
+                raise CheckpointError(
+                    f"checkpoint {plan.resume_from} was written on other base weights than "
+                    f"{spec.model.path or spec.model.preset} holds now",
+                    hint="resume onto the model it was trained from, or start without --resume",
+                )
             parallel.load_full_state(
-                self.state_module, self.optimizer, state["model"], state["optimizer"], d, self.fsdp
+                self.state_module,
+                self.optimizer,
+                state["model"],
+                state["optimizer"],
+                d,
+                self.fsdp,
+                trainable_only=self.adapters,
             )
             self.scheduler.load_state_dict(state["scheduler"])
             self.start_step = state["step"]
@@ -219,9 +274,9 @@ class Trainer:
         # ``eval_batches`` (more ranks than batches) are run, but not counted.
         with torch.no_grad():
             for i in range(d.rank, math.ceil(t.eval_batches / d.world_size) * d.world_size, d.world_size):
-                x, y = self.windows.eval_batch(i % t.eval_batches, t.micro_batch_size)
+                batch = self.windows.eval_batch(i % t.eval_batches, t.micro_batch_size)
                 with self.autocast():
-                    loss_i = float(self.forward(*self.to_device(x, y)))
+                    loss_i = float(self.forward(*self.to_device(*batch)))
                 if i < t.eval_batches:
                     total, counted = total + loss_i, counted + 1
         self.model.train()
@@ -233,7 +288,9 @@ class Trainer:
 
     def save_checkpoint(self, step: int) -> Path:
         d = self.dist
-        model_state, optim_state = parallel.full_state(self.state_module, self.optimizer, d, self.fsdp)
+        model_state, optim_state = parallel.full_state(
+            self.state_module, self.optimizer, d, self.fsdp, trainable_only=self.adapters
+        )
         rngs = _gather_rng(d)
         directory = self.run_dir / CHECKPOINT_DIR
         path = directory / checkpoint.step_dir_name(step)
@@ -244,7 +301,7 @@ class Trainer:
                 "scheduler": self.scheduler.state_dict(),
                 "step": step,
                 "samples_seen": step * self.spec.training.global_batch_tokens // self.spec.training.seq_len,
-                "arch": vars_of(self.raw_model.arch),
+                "base_digest": self.base_digest,
             }
             path = checkpoint.save(directory, step, state, rngs, keep=self.spec.checkpoint.keep)
             self.record(kind="checkpoint", step=step, path=str(path))
@@ -262,9 +319,9 @@ class Trainer:
         # before it could queue the next micro-step's kernels.
         loss_sum = torch.zeros((), device=d.device)
         for m in range(accum):
-            x, y = self.windows.train_batch(first + m * micro, micro)
+            batch = self.windows.train_batch(first + m * micro, micro)
             with parallel.no_sync(self.model, last_micro_step=m == accum - 1), self.autocast():
-                loss = self.forward(*self.to_device(x, y)) / accum
+                loss = self.forward(*self.to_device(*batch)) / accum
             self.scaler.scale(loss).backward()
             loss_sum += loss.detach().float()
         self.scaler.unscale_(self.optimizer)
@@ -280,11 +337,12 @@ class Trainer:
         """Say what is about to train; a fresh run starts its metrics and evaluates the untrained
         model. Returns the parameter count."""
         spec, d, t = self.spec, self.dist, self.spec.training
-        total, arch = t.total_steps, self.raw_model.arch
-        n_params = arch.num_params()
+        total, n_params = t.total_steps, self.raw_model.num_params()
+        trained = sum(p.numel() for p in self.raw_model.parameters() if p.requires_grad)
+        method = f"{spec.method} fine-tuning, {trained / 1e6:.2f}M trained; " if spec.method else ""
         self.log(
-            f"model: {n_params / 1e6:.2f}M parameters ({spec.model.preset or spec.model.path}), "
-            f"vocab {arch.vocab_size}; {self.data.n_tokens:,} tokens; precision {self.precision}; "
+            f"model: {n_params / 1e6:.2f}M parameters ({spec.model.preset or spec.model.path}), {method}"
+            f"vocab {self.data.vocab_size}; {self.data.n_tokens:,} tokens; precision {self.precision}; "
             f"{d.world_size} x {d.device.type} ({t.parallelism if d.enabled else 'single'}); "
             f"{t.grad_accum_steps(d.world_size)} micro-steps of {t.micro_batch_size}x{t.seq_len} per "
             f"device per step; steps {self.start_step}->{total}"
@@ -306,7 +364,7 @@ class Trainer:
 
     def _train(self, stop: StopSignal) -> AttemptResult:
         spec, plan, d, t = self.spec, self.plan, self.dist, self.spec.training
-        total, arch = t.total_steps, self.raw_model.arch
+        total = t.total_steps
         flops_per_token = self.raw_model.flops_per_token(t.seq_len)
         peak = plan.peak_tflops_bf16 if self.precision in ("bf16", "fp16") else plan.peak_tflops_fp32
         peak_flops = peak * 1e12 * d.world_size
@@ -356,11 +414,12 @@ class Trainer:
         # 5. The end: final eval, checkpoint and Hugging Face export.
         eval_loss = self.evaluate(step)
         path = self.save_checkpoint(step)
-        model_state, _ = parallel.full_state(self.state_module, self.optimizer, d, self.fsdp)
+        model_state, _ = parallel.full_state(
+            self.state_module, self.optimizer, d, self.fsdp, trainable_only=self.adapters
+        )
         export_dir = self.run_dir / EXPORT_DIR
         if d.is_main:
-            hf.export(model_state, arch, self.data.tokenizer_path, self.data.eos_id, export_dir)
-            self.log(f"exported Hugging Face model to {export_dir}")
+            self._export(model_state, export_dir)
         # The other ranks wait here: one that tears down its process group while rank 0 is
         # still exporting can abort inside gloo ("terminate called without an active exception").
         parallel.barrier(d)
@@ -370,11 +429,38 @@ class Trainer:
             checkpoint=str(path),
             export_dir=str(export_dir),
             summary={"train_loss": loss, "eval_loss": eval_loss, "params": float(n_params)},
+            lineage=self.lineage(),
         )
 
+    def _export(self, model_state: dict[str, torch.Tensor], out: Path) -> None:
+        model = self.raw_model
+        if isinstance(model, Transformer):
+            hf.export(
+                model_state, model.arch, self.data.tokenizer_path, self.data.eos_id, out, self.tokenizer_dir
+            )
+        else:
+            # The state's names are the wrapper's (``model.``...); PEFT and transformers name from within.
+            inner = {name.removeprefix("model."): value for name, value in model_state.items()}
+            assert self.tokenizer_dir is not None and self.spec.model.path is not None
+            finetune.export(
+                model, inner, self.spec.finetune, Path(self.spec.model.path), self.tokenizer_dir, out
+            )
+        if self.spec.method is not None:
+            fmt = {"data_format": self.spec.data.format}
+            write_json_atomic(out / finetune.PROMPT_FORMAT_FILE, fmt)
+        what = "adapters" if self.adapters else "model"
+        self.log(f"exported Hugging Face {what} to {out}")
 
-def vars_of(arch: object) -> dict[str, Any]:
-    return {name: getattr(arch, name) for name in arch.__dataclass_fields__}  # type: ignore[attr-defined]
+    def lineage(self) -> dict[str, Any]:
+        """Where the result comes from, beside the job's spec: the content of the base weights and
+        of the data, and how the one was trained on the other."""
+        spec = self.spec
+        found: dict[str, Any] = {"dataset_digest": self.data.digest, "data_format": spec.data.format}
+        if spec.method is not None:
+            found.update(base_model=spec.model.path, base_digest=self.base_digest, method=spec.method)
+        if self.adapters and spec.finetune is not None:
+            found["adapter"] = spec.finetune.lora.model_dump(mode="json")
+        return found
 
 
 def _gather_rng(d: parallel.Dist) -> list[dict[str, Any]]:

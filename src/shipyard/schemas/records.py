@@ -1,0 +1,138 @@
+"""Fine-tuning records: what an ``instruction`` or ``chat`` JSONL line must hold.
+
+One reader for both sides: the submit check walks every line of the dataset with it (a missing
+field names its line before the job queues), and the runtime reads the same parts from it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shipyard.errors import DatasetError
+from shipyard.schemas.jobspec import DataSection, InstructionFields
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True, slots=True)
+class Instruction:
+    prompt: str
+    """The prompt as the model reads it: the instruction, then the input when there is one."""
+    response: str
+
+
+def instruction_of(record: object, fields: InstructionFields, where: str) -> Instruction:
+    if not isinstance(record, dict):
+        raise _bad(where, "is not a JSON object", "each line must be one object")
+    prompt = _text(record, fields.prompt, where, "data.fields.prompt")
+    response = _text(record, fields.response, where, "data.fields.response")
+    extra = record.get(fields.input) if fields.input else None
+    if extra is not None and not isinstance(extra, str):
+        raise _bad(
+            where, f"field {fields.input!r} is not a string", "give the input as text, or leave it out"
+        )
+    return Instruction(prompt=f"{prompt}\n\n{extra}\n\n" if extra else f"{prompt}\n\n", response=response)
+
+
+def messages_of(record: object, field: str, where: str) -> list[dict[str, str]]:
+    if not isinstance(record, dict):
+        raise _bad(where, "is not a JSON object", "each line must be one object")
+    messages = record.get(field)
+    if not isinstance(messages, list) or not messages:
+        raise _bad(
+            where,
+            f"has no non-empty list {field!r}",
+            "give each record a `messages` list of {role, content}, or set data.messages_field",
+        )
+    for number, message in enumerate(messages):
+        if (
+            not isinstance(message, dict)
+            or message.get("role") not in ROLES
+            or not isinstance(message.get("content"), str)
+        ):
+            raise _bad(
+                where,
+                f"message {number} is not {{role, content}} with a role of {', '.join(ROLES)}",
+                'write each message as {"role": "user", "content": "..."}',
+            )
+    if not any(m["role"] == "assistant" for m in messages):
+        raise _bad(
+            where, "has no assistant message: nothing to learn from", "drop the record or add the answer"
+        )
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def _text(record: dict[str, Any], field: str, where: str, setting: str) -> str:
+    value = record.get(field)
+    if not isinstance(value, str):
+        present = ", ".join(sorted(record)[:8]) or "none"
+        raise _bad(
+            where,
+            f"has no string field {field!r} (its fields: {present})",
+            f"set {setting} to the field that holds it",
+        )
+    return value
+
+
+def _bad(where: str, problem: str, hint: str) -> DatasetError:
+    return DatasetError(f"{where} {problem}", hint=hint)
+
+
+def records(path: Path) -> Iterator[tuple[str, object]]:
+    """``(file:line, record)`` for every non-empty line of a JSONL file."""
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                yield where, json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise _bad(
+                    where, f"is not valid JSON ({exc.msg})", "each line must be one JSON object"
+                ) from None
+
+
+def check_records(data: DataSection, files: list[Path]) -> int:
+    """Read every record of an ``instruction`` or ``chat`` dataset as the runtime will, raising
+    on the first bad line; returns how many there are."""
+    if data.format == "text":
+        return 0
+    count = 0
+    for path in files:
+        if path.suffix != ".jsonl":
+            raise DatasetError(
+                f"{path} is not a .jsonl file; data.format {data.format!r} reads JSON lines",
+                hint="give .jsonl files, or data.format: text for plain text",
+            )
+        info = path.stat()
+        count += _checked_file(
+            str(path), info.st_size, info.st_mtime_ns, data.format, data.fields, data.messages_field
+        )
+    if count == 0:
+        raise DatasetError(f"dataset {data.paths} holds no records", hint="point data.paths at JSONL records")
+    return count
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_file(
+    path: str,
+    size: int,  # noqa: ARG001 - with mtime_ns, the cache key: a changed file is read again
+    mtime_ns: int,  # noqa: ARG001
+    format: str,
+    fields: InstructionFields,
+    messages_field: str,
+) -> int:
+    count = 0
+    for where, record in records(Path(path)):
+        if format == "instruction":
+            instruction_of(record, fields, where)
+        else:
+            messages_of(record, messages_field, where)
+        count += 1
+    return count

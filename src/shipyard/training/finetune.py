@@ -1,0 +1,220 @@
+"""Fine-tuning a local Hugging Face causal LM: full, LoRA or QLoRA (PEFT over ``transformers``).
+
+Shipyard's own LLaMA (``model.py``) trains presets and fully fine-tunes plain LLaMA folders, where
+it is faster; every other model and method loads through ``AutoModelForCausalLM`` and is wrapped
+so that the trainer calls it as it calls its own: ``model(tokens, targets[, positions])`` is the
+mean loss over the targets that carry one.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from shipyard.errors import InvalidSpec
+from shipyard.schemas.jobspec import FinetuneSection, JobSpec
+from shipyard.training._atomic import staged_directory
+from shipyard.training.hf import TOKENIZER_FILES
+from shipyard.training.samples import IGNORE, attention_mask
+
+MERGED_DIR = "merged"
+PROMPT_FORMAT_FILE = "shipyard-data.json"
+"""In an export: the data format it was fine-tuned on, so that sampling renders a prompt the same way."""
+
+
+def builtin_fits(config: dict[str, Any], spec: JobSpec) -> bool:
+    """Whether Shipyard's own LLaMA trains this folder: full fine-tuning of a plain LLaMA (no
+    rope scaling, biases or other activation), which it does faster than ``transformers``."""
+    return (
+        spec.method == "full"
+        and config.get("model_type") == "llama"
+        and not config.get("rope_scaling")
+        and not config.get("attention_bias")
+        and not config.get("mlp_bias")
+        and config.get("hidden_act", "silu") == "silu"
+        and not (spec.finetune and spec.finetune.gradient_checkpointing)
+    )
+
+
+class CausalLM(nn.Module):
+    """A ``transformers`` causal LM (or a PEFT model around one) behind the trainer's calling
+    convention. Packed rows pass ``positions``; the mask then keeps each sample to itself."""
+
+    model: Any
+    """The ``transformers`` model, or the PEFT model around it."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        config = model.config
+        self.max_seq_len = int(getattr(config, "max_position_embeddings", 1 << 20))
+
+    def forward(
+        self, tokens: torch.Tensor, targets: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        extra = (
+            {}
+            if positions is None
+            else {"position_ids": positions, "attention_mask": attention_mask(positions)}
+        )
+        logits: torch.Tensor = self.model(input_ids=tokens, **extra).logits
+        if targets is None:
+            return logits
+        return nn.functional.cross_entropy(
+            logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE
+        )
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def flops_per_token(self, seq_len: int) -> float:
+        """6 FLOPs per weight and token for a fully trained model; with frozen weights the
+        backward pass skips their weight gradients (4 per weight), as the planner counts."""
+        config = self.model.config
+        trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
+        frozen = self.num_params() - trainable
+        hidden = int(config.hidden_size)
+        attention = 12 * int(config.num_hidden_layers) * hidden * seq_len
+        return 6 * trainable + 4 * frozen + attention
+
+
+def load(folder: Path, spec: JobSpec, device: torch.device, precision: str) -> CausalLM:
+    """The model of ``folder`` on ``device``, ready to train with the spec's method."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    finetune = spec.finetune or FinetuneSection(method="full")
+    try:
+        config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise InvalidSpec(
+            f"model.path {folder} cannot be read as a Hugging Face model: {str(exc).splitlines()[0][:300]}",
+            hint="give a folder that save_pretrained wrote (config.json + weights)",
+        ) from None
+    kwargs: dict[str, Any] = {"local_files_only": True, "attn_implementation": "sdpa"}
+    if finetune.method == "qlora":
+        kwargs["quantization_config"] = _nf4(precision)
+        kwargs["device_map"] = {"": device}
+    else:
+        # fp32 master weights (autocast computes in 16 bits), or bf16 frozen weights under LoRA.
+        frozen_16 = finetune.method == "lora" and precision == "bf16"
+        kwargs["dtype"] = torch.bfloat16 if frozen_16 else torch.float32
+    try:
+        model: Any = AutoModelForCausalLM.from_pretrained(str(folder), config=config, **kwargs)
+    except ValueError as exc:
+        raise InvalidSpec(
+            f"model.path {folder} is not a causal language model ({type(config).__name__})",
+            hint="fine-tune a decoder model (Llama, Qwen2, Mistral, Gemma, Phi, ...)",
+        ) from exc
+    model.config.use_cache = False
+    if finetune.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if finetune.method in ("lora", "qlora"):
+        model = _with_adapters(model, finetune, qlora=finetune.method == "qlora")
+    if finetune.method != "qlora":
+        model = model.to(device)
+    return CausalLM(model)
+
+
+def _nf4(precision: str) -> Any:
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(  # type: ignore[no-untyped-call]
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16 if precision == "bf16" else torch.float16,
+    )
+
+
+def linear_names(model: nn.Module) -> list[str]:
+    """The distinct last names of the model's linear layers, the output head aside: what
+    ``lora.target_modules`` may name."""
+    names = {
+        name.rsplit(".", 1)[-1]
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Linear) and not name.endswith("lm_head")
+    }
+    return sorted(names)
+
+
+def _with_adapters(model: nn.Module, finetune: FinetuneSection, qlora: bool) -> nn.Module:
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    present = linear_names(model)
+    targets = finetune.lora.target_modules or present
+    missing = [t for t in targets if t not in present]
+    if missing:
+        raise InvalidSpec(
+            f"finetune.lora.target_modules {missing} are not layers of this model",
+            hint=f"its linear layers are {', '.join(present)}",
+        )
+    if qlora:
+        model = prepare_model_for_kbit_training(  # type: ignore[no-untyped-call]
+            model, use_gradient_checkpointing=finetune.gradient_checkpointing
+        )
+    lora = finetune.lora
+    config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(targets),
+        use_dora=lora.dora,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    peft_model: nn.Module = get_peft_model(model, config)
+    if finetune.gradient_checkpointing:
+        peft_model.enable_input_require_grads()  # type: ignore[operator]  # the frozen embeddings feed checkpointed blocks
+    return peft_model
+
+
+def trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The part of a state dict that training changes (all of it for full fine-tuning)."""
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    return {k: v for k, v in state.items() if k in trainable}
+
+
+def export(
+    model: CausalLM,
+    state: dict[str, torch.Tensor],
+    finetune: FinetuneSection | None,
+    base_dir: Path,
+    tokenizer_dir: Path,
+    out: Path,
+) -> Path:
+    """Write ``out``: the adapter folder PEFT loads (and, with ``merge``, the merged model in
+    ``out/merged``), or the full fine-tuned model, with the tokenizer; atomically."""
+    with staged_directory(out) as staging:
+        model.model.save_pretrained(str(staging), state_dict=state, safe_serialization=True)
+        _copy_tokenizer(tokenizer_dir, staging)
+        if finetune is not None and finetune.method != "full" and finetune.merge:
+            merge(base_dir, staging, staging / MERGED_DIR)
+            _copy_tokenizer(tokenizer_dir, staging / MERGED_DIR)
+    return out
+
+
+def merge(base_dir: Path, adapter_dir: Path, out: Path) -> None:
+    """The base model with the adapters folded into its weights, in full precision (a QLoRA
+    job's adapters merge into the unquantized base), as a plain ``transformers`` folder."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(str(base_dir), local_files_only=True, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
+    merged.save_pretrained(str(out), safe_serialization=True)
+
+
+def _copy_tokenizer(source: Path, target: Path) -> None:
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, target / name)
+
+
+def read_config(folder: Path) -> dict[str, Any]:
+    config: dict[str, Any] = json.loads((folder / "config.json").read_text())
+    return config

@@ -1,0 +1,123 @@
+"""Fine-tuning data: instruction and chat records become samples whose prompt tokens carry no
+loss, packed so that attention never crosses from one sample into the next."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from shipyard.errors import DatasetError
+from shipyard.schemas.jobspec import DataSection
+from shipyard.schemas.records import check_records
+from shipyard.training import finetune
+from shipyard.training.data import prepare
+from shipyard.training.model import Transformer
+from shipyard.training.samples import IGNORE, SampleRows, attention_mask
+from tests.support import tiny_models
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("tokenizer")
+    tiny_models.tokenizer(folder)
+    return folder
+
+
+def _rows(
+    tmp_path: Path, tokenizer_dir: Path, records: list[dict[str, object]], **data: object
+) -> SampleRows:
+    path = tiny_models.write_jsonl(tmp_path / "data.jsonl", records)
+    section = DataSection.model_validate({"paths": [str(path)], **data})
+    prepared = prepare(section, tmp_path / "cache", log=lambda _: None, tokenizer_dir=tokenizer_dir)
+    return SampleRows(prepared.directory, prepared.pad_id, 64, 0.1, 0, section.packing)
+
+
+def test_instruction_prompts_carry_no_loss_and_the_response_ends_with_eos(
+    tmp_path: Path, tokenizer_dir: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    records = [{"prompt": "What colors are sky and snow?", "response": "blue and white"}] * 40
+    rows = _rows(tmp_path, tokenizer_dir, records, format="instruction", packing=False)
+    x, y = rows.train_batch(0, 1)
+    trained = y[0][y[0] != IGNORE].tolist()
+    assert tok.decode(trained) == "blue and white" + tok.eos_token
+    prompt = tok("What colors are sky and snow?\n\n")["input_ids"]
+    assert (y[0][: len(prompt) - 1] == IGNORE).all()  # no target inside the prompt
+    assert x[0][: len(prompt)].tolist() == prompt
+
+    everything = _rows(
+        tmp_path, tokenizer_dir, records, format="instruction", packing=False, mask_prompt=False
+    )
+    _, y_all = everything.train_batch(0, 1)
+    assert (y_all[0] != IGNORE).sum() > len(trained)
+
+
+def test_chat_records_train_on_the_assistant_turns_only(tmp_path: Path, tokenizer_dir: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    rows = _rows(tmp_path, tokenizer_dir, tiny_models.chat_records(40), format="chat", packing=False)
+    x, y = rows.train_batch(0, 1)
+    trained = tok.decode(y[0][y[0] != IGNORE].tolist())
+    assert trained.endswith("<|im_end|>\n") and " and " in trained
+    assert "user" not in trained and "Answer with colors" not in trained
+    assert "<|im_start|>assistant\n" in tok.decode(x[0].tolist())
+
+
+def test_packed_rows_hold_several_samples_whose_attention_stays_within_each(
+    tmp_path: Path, tokenizer_dir: Path
+) -> None:
+    rows = _rows(tmp_path, tokenizer_dir, tiny_models.instruction_records(60), format="instruction")
+    x, y, positions = rows.train_batch(0, 2)
+    assert x.shape == y.shape == positions.shape == (2, 64)
+    assert int((positions[0] == 0).sum()) >= 3  # several samples (and the padding) in one row
+    mask = attention_mask(positions)[0, 0]
+    starts = (positions[0] == 0).nonzero().flatten().tolist()
+    second = starts[1]
+    assert not mask[second, second - 1] and mask[second + 1, second]
+
+    # A packed row's logits are those of each sample alone, for Shipyard's LLaMA and for a
+    # transformers model alike.
+    from transformers import AutoModelForCausalLM
+
+    from shipyard.schemas.presets import PRESETS
+
+    torch.manual_seed(0)
+    own = Transformer(PRESETS["llama-tiny"].with_vocab(tiny_models.VOCAB + 8)).eval()
+    hf = finetune.CausalLM(
+        AutoModelForCausalLM.from_config(tiny_models.config("qwen2", tiny_models.VOCAB + 8))
+    )
+    for model in (own, hf.eval()):
+        with torch.no_grad():
+            packed = model(x[:1], None, positions[:1])
+            alone = model(x[:1, second : starts[2]])
+        torch.testing.assert_close(packed[:, second : starts[2]], alone, atol=1e-5, rtol=1e-4)
+
+
+def test_instruction_records_missing_a_field_are_named_by_line(tmp_path: Path) -> None:
+    path = tiny_models.write_jsonl(
+        tmp_path / "bad.jsonl", [{"prompt": "a", "response": "b"}, {"prompt": "c", "answer": "d"}]
+    )
+    section = DataSection.model_validate({"paths": [str(path)], "format": "instruction"})
+    with pytest.raises(DatasetError) as caught:
+        check_records(section, [path])
+    assert f"{path}:2 has no string field 'response'" in caught.value.message
+    assert "data.fields.response" in (caught.value.hint or "")
+
+    alpaca = tiny_models.write_jsonl(
+        tmp_path / "alpaca.jsonl", [{"instruction": "Name a color", "input": "", "output": "red"}]
+    )
+    fields = {"prompt": "instruction", "input": "input", "response": "output"}
+    section = DataSection.model_validate({"paths": [str(alpaca)], "format": "instruction", "fields": fields})
+    assert check_records(section, [alpaca]) == 1
+
+    chat = tiny_models.write_jsonl(
+        tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}]
+    )
+    section = DataSection.model_validate({"paths": [str(chat)], "format": "chat"})
+    with pytest.raises(DatasetError, match=r"chat\.jsonl:1 has no assistant message"):
+        check_records(section, [chat])
