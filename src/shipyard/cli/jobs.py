@@ -169,9 +169,13 @@ def _estimate_rows(estimate: dict[str, Any], measured: dict[str, float]) -> list
     def against(key: str) -> str:
         return f" (measured {fmt(measured[key])})" if key in measured else ""
 
+    memory = f"{estimate['memory_gib_per_device']:.2f} GiB"
+    if "memory_measured_by" in estimate:  # an earlier job of this shape measured it
+        by, model = estimate["memory_measured_by"], estimate["memory_gib_planned"]
+        memory += f" (as job {by} peaked; the planner's model: {model:.2f})"
     return [
         ("planned on", f"{estimate['devices']} x {estimate['accelerator']}"),
-        ("planned memory/device", f"{estimate['memory_gib_per_device']:.2f} GiB{against('memory_gib')}"),
+        ("planned memory/device", f"{memory}{against('memory_gib')}"),
         ("planned tokens/s", f"{fmt(estimate['tokens_per_s'])}{against('tokens_per_s')}"),
         ("planned wall time", f"{duration(estimate['wall_time_s'])}"),
     ]

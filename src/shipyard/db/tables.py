@@ -165,6 +165,23 @@ class Artifact(Base):
     stored_name: Mapped[str | None] = mapped_column(String(255), nullable=True)
     """Its name in the artifact store (project: the job's) once committed there; ``""`` when the
     folder was gone before it could be; None while not yet committed."""
+    lineage: Mapped[dict[str, Any] | None]
+    """An export's origin as the runtime recorded it: the digests of its base model and data,
+    the fine-tuning method and its settings."""
+
+
+class MemoryMeasurement(Base):
+    """The peak memory per device last measured for a shape of job (model, method, batch, layout)
+    on an accelerator type: later estimates of the same shape say it beside the planner's."""
+
+    __tablename__ = "memory_measurements"
+
+    shape: Mapped[str] = mapped_column(String(64), primary_key=True)
+    accelerator_type: Mapped[str] = mapped_column(String(64), primary_key=True)
+    planned_gib: Mapped[float]
+    measured_gib: Mapped[float]
+    job_id: Mapped[str] = mapped_column(String(64))
+    measured_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class ModelVersion(Base):

@@ -91,8 +91,15 @@ class Calibration:
     training time at 16k GPUs, which this and the rate above reproduce."""
     runtime_reserve_gib: float = 1.0
     """Per device: CUDA/ROCm context, NCCL buffers, allocator slack."""
+    host_runtime_reserve_gib: float = 0.42
+    """A process training on the CPU, before its model: the interpreter, torch, transformers and
+    PEFT resident (measured: 0.40-0.43 GiB peak RSS fine-tuning models of a few M parameters)."""
     collective_latency_s: float = 20e-6
     """Per collective call (launch plus one hop), NCCL tests on NVLink/InfiniBand."""
+
+    def reserve(self, accelerator: str) -> float:
+        """Memory per device the runtime holds besides the model's own state."""
+        return self.host_runtime_reserve_gib if accelerator == "cpu" else self.runtime_reserve_gib
 
     def gemm(self, architecture: str) -> float:
         return self.gemm_efficiency.get(architecture, self.default_gemm_efficiency)

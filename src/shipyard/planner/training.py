@@ -319,7 +319,7 @@ def plan_training(
     best: tuple[float, Layout, MemoryBreakdown, StepTime] | None = None
     smallest: tuple[float, Layout, MemoryBreakdown] | None = None
     for layout in candidate_layouts(workload, cluster, request):
-        memory = training_memory(workload, layout, usable, calibration)
+        memory = training_memory(workload, layout, usable, calibration, cluster.accelerator.key)
         if not memory.fits:
             if smallest is None or memory.total_gib < smallest[0]:
                 smallest = (memory.total_gib, layout, memory)

@@ -52,6 +52,8 @@ class TrainingWorkload:
     precision: TrainPrecision = "bf16"
     optimizer: Optimizer = "adamw"
     lora_rank: int = 16
+    lora_dropout: bool = True
+    """Dropout on the adapters' inputs (PEFT's default setting keeps a copy of each)."""
     flash_attention: bool = True
     """Attention kernels that never store the s x s scores (FlashAttention, SDPA, xformers; since
     2022). Without them Korthikanti's 5*a*s/h term is stored and the scores cost memory traffic."""

@@ -308,6 +308,14 @@ class ModelLineageView(_View):
     accelerator_type: str | None
     checkpoint_step: int
     base_model: str | None
+    base_model_digest: str | None = None
+    """The content digest of the base model's folder when the version was trained from it."""
+    method: str | None = None
+    """``full``, ``lora`` or ``qlora`` for a fine-tuned model; None for one trained from scratch."""
+    adapter: dict[str, Any] | None = None
+    """The adapters' settings (rank, alpha, dropout, target modules, DoRA)."""
+    dataset_digest: str | None = None
+    """The content digest of the data files it was trained on."""
     dataset: list[dict[str, Any]]
     stored_as: str | None
     metrics: dict[str, Any]

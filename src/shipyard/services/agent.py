@@ -36,6 +36,7 @@ from shipyard.schemas.launch import (
 )
 from shipyard.services import telemetry
 from shipyard.services.context import ServiceContext
+from shipyard.services.estimates import record_measured_memory
 from shipyard.services.launching import launch
 from shipyard.services.outputs import commit_outputs, record_checkpoint, register_outputs
 from shipyard.services.scheduler import LiveJob, executor_node, plan_round
@@ -262,6 +263,7 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
     if ended.job_state == JobState.SUCCEEDED:
         assert result is not None
         register_outputs(ctx, session, job, result)
+        record_measured_memory(session, job)
     audit.append(
         session,
         ctx.audit_key,

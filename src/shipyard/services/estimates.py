@@ -7,12 +7,18 @@ measured figures.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
+from shipyard.db import Job, MemoryMeasurement, Metric
+from shipyard.db.tables import utcnow
 from shipyard.errors import InvalidSpec, ShipyardError, Unschedulable
 from shipyard.hardware import Device
 from shipyard.hardware.catalog import AcceleratorSpec, Catalog
@@ -20,8 +26,9 @@ from shipyard.planner.shapes import ModelShape
 from shipyard.planner.training import TrainingPlan, plan_training
 from shipyard.planner.workload import LayoutRequest, TrainingWorkload, cluster_of
 from shipyard.schemas.documents import describe_error, read_document_file
-from shipyard.schemas.jobspec import JobSpec
+from shipyard.schemas.jobspec import FinetuneSection, JobSpec
 from shipyard.schemas.presets import PRESETS, ModelArch
+from shipyard.services.base_models import QLORA_VENDOR
 
 
 def job_arch(spec: JobSpec) -> ModelArch:
@@ -79,9 +86,12 @@ def job_workload(spec: JobSpec) -> TrainingWorkload:
         vocab=arch.vocab_size,
         ffn_hidden=arch.ffn_dim,
     )
+    method = spec.method
     return TrainingWorkload(
         model=shape,
-        kind="finetune" if spec.model.path else "pretrain",
+        kind="pretrain" if method is None else "finetune" if method == "full" else method,
+        lora_rank=spec.finetune.lora.rank if spec.finetune else 16,
+        lora_dropout=bool(spec.finetune and spec.finetune.lora.dropout > 0),
         seq_len=t.seq_len,
         global_batch_tokens=t.global_batch_tokens,
         tokens=float(t.total_steps * t.global_batch_tokens),
@@ -99,7 +109,7 @@ def _plan_on(
         tp=1,
         pp=1,
         zero=3 if spec.training.parallelism == "fsdp" else 0,
-        recompute="none",
+        recompute="full" if spec.finetune and spec.finetune.gradient_checkpointing else "none",
         micro_batch=spec.training.micro_batch_size,
     )
     return plan_training(workload, cluster, layout)
@@ -137,13 +147,17 @@ def estimate_job(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog
     return found
 
 
-def _estimate(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog) -> dict[str, Any]:
-    workload = job_workload(spec)
+def _plans(
+    workload: TrainingWorkload, spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog
+) -> list[TrainingPlan]:
+    """The job planned on each accelerator type it may use that this node has."""
     devices = spec.resources.devices
     plans: list[TrainingPlan] = []
     for accelerator_type in spec.resources.accelerator:
         found = [d for d in node_devices if d.accelerator_type == accelerator_type]
         if not found or accelerator_type not in catalog:
+            continue
+        if workload.kind == "qlora" and catalog[accelerator_type].vendor != QLORA_VENDOR:
             continue
         # The memory this node reports; the CPU's is shared by the job's processes.
         memory_gib = min(d.memory_gib for d in found)
@@ -153,29 +167,24 @@ def _estimate(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog) -
             update={"memory_gib": memory_gib, "usable_memory_fraction": 1.0}
         )
         plans.append(_plan_on(workload, spec, accelerator, devices))
+    return plans
+
+
+METHOD_WORDS = {"full": "full fine-tuning", "lora": "lora", "qlora": "qlora"}
+
+
+def _estimate(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog) -> dict[str, Any]:
+    workload = job_workload(spec)
+    plans = _plans(workload, spec, node_devices, catalog)
     if not plans:
         return {}
     fitting = [p for p in plans if p.fits]
     if not fitting:
-        largest = max(plans, key=lambda p: p.memory.usable_gib)
-        need = min(plans, key=lambda p: p.memory.total_gib)
-        shared = (
-            f", shared by {devices} processes"
-            if largest.cluster.accelerator.key == "cpu" and devices > 1
-            else ""
-        )
-        raise Unschedulable(
-            f"job {spec.name!r} needs {need.memory.total_gib:.1f} GiB per device with tp=1 "
-            f"({_breakdown(need)}); the largest accelerator here has {largest.memory.usable_gib:.1f} GiB "
-            f"({largest.cluster.accelerator.key}{shared})",
-            hint="lower training.micro_batch_size or training.seq_len, shard the weights with "
-            "training.parallelism: fsdp over more resources.devices, or pick a smaller model; "
-            "`shipyard plan train` shows what fits where",
-        )
+        raise _fits_nowhere(spec, workload, plans, node_devices, catalog)
     best = min(fitting, key=lambda p: p.step.total_s)
     return {
         "accelerator": best.cluster.accelerator.key,
-        "devices": devices,
+        "devices": spec.resources.devices,
         "memory_gib_per_device": round(best.memory.total_gib, 3),
         "memory": best.memory.to_dict(),
         "step_time_s": best.step.total_s,
@@ -185,9 +194,114 @@ def _estimate(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog) -
     }
 
 
+def _fits_nowhere(
+    spec: JobSpec,
+    workload: TrainingWorkload,
+    plans: list[TrainingPlan],
+    node_devices: Sequence[Device],
+    catalog: Catalog,
+) -> Unschedulable:
+    devices = spec.resources.devices
+    largest = max(plans, key=lambda p: p.memory.usable_gib)
+    need = min(plans, key=lambda p: p.memory.total_gib)
+    shared = (
+        f", shared by {devices} processes" if largest.cluster.accelerator.key == "cpu" and devices > 1 else ""
+    )
+    what = f"job {spec.name!r}"
+    if spec.method is not None:
+        what = f"{METHOD_WORDS[spec.method]} of {workload.model.params / 1e9:.2g} B parameters"
+    hint = (
+        "lower training.micro_batch_size or training.seq_len, shard the weights with "
+        "training.parallelism: fsdp over more resources.devices, or pick a smaller model; "
+        "`shipyard plan train` shows what fits where"
+    )
+    lighter = _lighter_methods(spec, node_devices, catalog)
+    if lighter:
+        hint = f"{', '.join(lighter)} (finetune.method); or {hint}"
+    return Unschedulable(
+        f"{what} needs {need.memory.total_gib:.1f} GiB per device with tp=1 "
+        f"({_breakdown(need)}); the largest accelerator here has {largest.memory.usable_gib:.1f} GiB "
+        f"({largest.cluster.accelerator.key}{shared})",
+        hint=hint,
+    )
+
+
+def _lighter_methods(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog) -> list[str]:
+    """What the fine-tuning methods lighter than the job's would need: "lora fits in 19.3 GiB on
+    rtx-4090" where one of the job's accelerator types here holds it, else the memory it needs."""
+    if spec.method not in ("full", "lora"):
+        return []
+    order = ["full", "lora", "qlora"]
+    found = []
+    for method in order[order.index(spec.method) + 1 :]:
+        finetune = (spec.finetune or FinetuneSection()).model_copy(update={"method": method})
+        variant = spec.model_copy(update={"finetune": finetune})
+        workload = job_workload(variant)
+        plans = _plans(workload, variant, node_devices, catalog)
+        fitting = sorted((p for p in plans if p.fits), key=lambda p: p.memory.total_gib)
+        if fitting:
+            p = fitting[0]
+            found.append(f"{method} fits in {p.memory.total_gib:.1f} GiB on {p.cluster.accelerator.key}")
+        elif method == "qlora" and not plans:
+            gpu = catalog[next(k for k in catalog if catalog[k].vendor == QLORA_VENDOR)]
+            need = _plan_on(workload, variant, gpu, spec.resources.devices).memory.total_gib
+            found.append(f"qlora needs {need:.1f} GiB on an NVIDIA GPU")
+    return found
+
+
 def _breakdown(plan: TrainingPlan) -> str:
     m = plan.memory
     return (
         f"weights {m.weights_gib:.1f}, gradients {m.gradients_gib:.1f}, optimizer {m.optimizer_gib:.1f}, "
         f"activations {m.activations_gib:.1f}"
     )
+
+
+def shape_key(spec: JobSpec) -> str:
+    """What decides a job's memory per device, hashed: the model (a fine-tuned folder by its
+    config), the method, the batch, the precision and the layout. Data and step counts do not."""
+    model: object = spec.model.preset
+    if spec.model.path:
+        config = Path(spec.model.path) / "config.json"
+        model = hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else spec.model.path
+    t = spec.training
+    shape = {
+        "model": model,
+        "vocab": spec.data.tokenizer.vocab_size if spec.model.preset else None,
+        "finetune": spec.finetune.model_dump(mode="json", exclude={"merge"}) if spec.finetune else None,
+        "batch": [t.micro_batch_size, t.seq_len],
+        "precision": t.precision,
+        "layout": [t.parallelism, spec.resources.devices, spec.resources.nodes],
+    }
+    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()
+
+
+def with_measured_memory(session: Session, spec: JobSpec, estimate: dict[str, Any]) -> dict[str, Any]:
+    """The estimate, with the peak memory an earlier job of the same shape measured on the same
+    accelerator type in place of the planner's figure (which stays beside it)."""
+    if not estimate:
+        return estimate
+    shape = shape_key(spec)
+    found = session.get(MemoryMeasurement, (shape, estimate["accelerator"]))
+    out = {**estimate, "shape": shape}
+    if found is not None:
+        out["memory_gib_planned"] = estimate["memory_gib_per_device"]
+        out["memory_gib_per_device"] = round(found.measured_gib, 3)
+        out["memory_measured_by"] = found.job_id
+    return out
+
+
+def record_measured_memory(session: Session, job: Job) -> None:
+    """Remember a finished job's peak memory per device for later jobs of its shape."""
+    estimate = job.estimate or {}
+    if "shape" not in estimate:
+        return
+    peak = session.scalars(select(Metric.values).where(Metric.job_id == job.id, Metric.kind == "train")).all()
+    measured = [float(v["mem_gib"]) for v in peak if v and v.get("mem_gib") is not None]
+    if not measured:
+        return
+    key = (estimate["shape"], estimate["accelerator"])
+    row = session.get(MemoryMeasurement, key) or MemoryMeasurement(shape=key[0], accelerator_type=key[1])
+    row.planned_gib = float(estimate.get("memory_gib_planned", estimate["memory_gib_per_device"]))
+    row.measured_gib, row.job_id, row.measured_at = max(measured), job.id, utcnow()
+    session.merge(row)

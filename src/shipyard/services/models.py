@@ -122,9 +122,9 @@ def generate(
                 f"{flag} must be {low} to {high:,}, got {value}", hint=f"give {flag} in that range"
             )
     label, folder = resolve(ctx, ref)
-    if not (folder / "config.json").is_file():
+    if not (folder / "config.json").is_file() and not (folder / "adapter_config.json").is_file():
         raise NotFound(
-            f"{folder} holds no model (no config.json)",
+            f"{folder} holds no model (no config.json or adapter_config.json)",
             hint="give a model folder or NAME[:VERSION]",
         )
     command = [
@@ -165,6 +165,7 @@ def lineage(ctx: ServiceContext, ref: str) -> ModelLineageView:
         assert job is not None
         spec = job.spec
         last = job.attempts[-1] if job.attempts else None
+        origin = found.artifact.lineage or {}
         return ModelLineageView(
             model=label,
             project=found.project,
@@ -176,6 +177,10 @@ def lineage(ctx: ServiceContext, ref: str) -> ModelLineageView:
             accelerator_type=last.accelerator_type if last else None,
             checkpoint_step=found.step,
             base_model=spec.get("model", {}).get("path") or spec.get("model", {}).get("preset"),
+            base_model_digest=origin.get("base_digest"),
+            method=origin.get("method"),
+            adapter=origin.get("adapter"),
+            dataset_digest=origin.get("dataset_digest"),
             dataset=[
                 storage.dataset_lineage(
                     session, job.project, p, [a.inputs[p] for a in job.attempts if a.inputs and p in a.inputs]

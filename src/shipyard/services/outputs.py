@@ -109,6 +109,7 @@ def register_outputs(ctx: ServiceContext, session: Session, job: Job, result: At
         path=result.export_dir,
         step=result.step,
         size_bytes=_size(Path(result.export_dir)),
+        lineage=result.lineage or None,
     )
     session.add(export)
     session.flush()

@@ -15,6 +15,7 @@ from shipyard.db import Job
 from shipyard.domain.text import has_control_character
 from shipyard.errors import DatasetError, InvalidSpec, NotFound, Unschedulable
 from shipyard.executors.base import Request, capacity_of
+from shipyard.hardware.catalog import Catalog
 from shipyard.schemas.documents import shown
 from shipyard.schemas.jobspec import MAX_PATH, JobSpec
 from shipyard.schemas.launch import (
@@ -24,9 +25,11 @@ from shipyard.schemas.launch import (
     latest_checkpoint,
 )
 from shipyard.schemas.presets import PRESETS
+from shipyard.schemas.records import check_records
 from shipyard.services import data_roots, rbac, storage
+from shipyard.services.base_models import check_base_model, check_resume_base
 from shipyard.services.context import ServiceContext
-from shipyard.services.estimates import estimate_job
+from shipyard.services.estimates import estimate_job, with_measured_memory
 from shipyard.services.job_access import allowed_job
 from shipyard.services.planning import hardware_catalog
 
@@ -50,10 +53,13 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
         rbac.require(ctx, session, Permission.JOB_SUBMIT, f"project/{spec.project}", spec.project)
         data_roots.confine(ctx, spec)
         spec.data.check_content()  # missing, empty or binary dataset: fail now, not in the job's log
+        if spec.data.format != "text":  # every instruction or chat record, a bad one by its line
+            check_records(spec.data, spec.data.files())
         for name in spec.data.stored():  # present, readable by the submitter, not empty
             if storage.stat(ctx, name, spec.project).size_bytes == 0:
                 raise DatasetError(f"dataset store:{name} is empty", hint="store text or JSONL files in it")
-        _check_model(spec)
+        catalog = hardware_catalog(ctx.settings)
+        _check_model(spec, catalog)
         request = Request.of(spec.resources)
         unplaceable = ctx.executor.check_feasible(request)
         if unplaceable is not None:
@@ -67,19 +73,16 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
                 "list an accelerator type they have in resources.accelerator",
             )
         spec.training.grad_accum_steps(request.devices * request.nodes)
-        estimate = estimate_job(spec, ctx.devices(), hardware_catalog(ctx.settings))
+        estimate = with_measured_memory(session, spec, estimate_job(spec, ctx.devices(), catalog))
         checkpoint = _resume_point(ctx, session, spec, resume, resume_from)
+        if checkpoint is not None:
+            check_resume_base(spec, checkpoint)
     return Checked(ctx, spec, request, estimate, checkpoint)
 
 
-def _check_model(spec: JobSpec) -> None:
+def _check_model(spec: JobSpec, catalog: Catalog) -> None:
     if spec.model.path:
-        config = Path(spec.model.path) / "config.json"
-        if not config.is_file():
-            raise InvalidSpec(
-                f"model.path {spec.model.path} is not a Hugging Face model folder (no config.json)",
-                hint="give the folder that save_pretrained or a Shipyard export wrote",
-            )
+        check_base_model(spec, catalog)
         return
     arch = PRESETS[spec.model.preset or ""]
     if spec.training.seq_len > arch.max_seq_len:

@@ -1,0 +1,247 @@
+"""Fine-tuning local Hugging Face models of three families (Llama, Qwen2, Mistral), full and
+LoRA, through ``jobs submit``, the agent and the runtime, on CPU; nothing is downloaded: the
+models are built from configs with tokenizers trained on local text (tests/support/tiny_models)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from shipyard.storage.digests import folder_digest
+from tests.builders import spec_dict
+from tests.conftest import Cli
+from tests.integration.test_runtime import metrics, run_runtime
+from tests.support import tiny_models
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("bases")
+    return {family: tiny_models.build(root / family, family) for family in tiny_models.FAMILIES}
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("data")
+    return {
+        "instruction": tiny_models.write_jsonl(root / "colors.jsonl", tiny_models.instruction_records(240)),
+        "chat": tiny_models.write_jsonl(root / "chat.jsonl", tiny_models.chat_records(240)),
+    }
+
+
+def finetune_spec(base: Path, data: Path, fmt: str, name: str = "tuned", **finetune: Any) -> dict[str, Any]:
+    return spec_dict(
+        name,
+        model={"preset": None, "path": str(base)},
+        data={"paths": [str(data)], "format": fmt, "tokenizer": {"vocab_size": 512}},
+        finetune={"method": "lora", **finetune},
+        training={
+            "steps": 10,
+            "eval_interval": 0,
+            "optimizer": {"lr": 0.01},
+            "schedule": {"warmup_steps": 1},
+        },
+    )
+
+
+def submit(cli: Cli, tmp_path: Path, spec: dict[str, Any], *flags: str, check: bool = True) -> Any:
+    path = tmp_path / f"{spec['name']}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    done = cli.run("jobs", "submit", str(path), "--wait", "--json", *flags, check=check)
+    return json.loads(done.stdout) if check else done
+
+
+def test_each_family_fine_tunes_through_jobs_submit_with_its_lineage(
+    cli: Cli, tmp_path: Path, bases: dict[str, Path], datasets: dict[str, Path]
+) -> None:
+    # Six jobs queued at once: the agent runs them two at a time on the two cores.
+    submitted = {}
+    for family in tiny_models.FAMILIES:
+        fmt = "chat" if family == "qwen2" else "instruction"
+        for method in ("lora", "full"):
+            spec = finetune_spec(bases[family], datasets[fmt], fmt, f"{family}-{method}", method=method)
+            path = tmp_path / f"{family}-{method}.yaml"
+            path.write_text(yaml.safe_dump(spec, sort_keys=False))
+            submitted[family, method] = cli.json("jobs", "submit", str(path))["id"]
+    for (family, method), job_id in submitted.items():
+        detail = cli.wait_for(job_id, lambda j: j["state"] not in ("queued", "running"), timeout=600)
+        assert detail["state"] == "succeeded", detail
+        assert detail["summary"]["eval_loss_end"] < detail["summary"]["eval_loss_start"] - 0.2
+        assert detail["estimate"]["memory_gib_per_device"] > 0 and detail["summary"]["memory_gib"] > 0
+
+        lineage = cli.json("models", "show", f"{family}-{method}:1")
+        assert lineage["method"] == method
+        assert lineage["base_model"] == str(bases[family])
+        assert lineage["base_model_digest"] == folder_digest(bases[family])
+        assert len(lineage["dataset_digest"]) == 64
+        [version] = cli.json("models", "list", f"{family}-{method}")
+        export = Path(version["path"])
+        if method == "lora":
+            assert lineage["adapter"]["rank"] == 16
+            assert (export / "adapter_config.json").is_file() and not (export / "config.json").exists()
+            log = cli.run("jobs", "logs", job_id).stdout
+            assert "lora fine-tuning" in log and "exported Hugging Face adapters" in log
+        else:
+            assert lineage["adapter"] is None and (export / "config.json").is_file()
+    for name in ("qwen2-lora", "mistral-full"):  # a chat model's adapters, an instruction model
+        assert cli.json("generate", name, "--prompt", "What colors are sky and coal?")["tokens"] > 0
+
+    # The same shape again: planned with the peak the first one measured.
+    again = submit(
+        cli, tmp_path, finetune_spec(bases["llama"], datasets["instruction"], "instruction", "llama-lora")
+    )
+    estimate = cli.json("jobs", "show", again["id"])["estimate"]
+    first = cli.json("jobs", "show", submitted["llama", "lora"])
+    assert estimate["memory_measured_by"] == first["id"]
+    assert estimate["memory_gib_per_device"] == pytest.approx(first["summary"]["memory_gib"], abs=1e-3)
+    assert f"as job {first['id']} peaked" in cli.run("jobs", "show", again["id"]).stdout
+
+
+def test_an_adapter_resumed_run_equals_an_uninterrupted_one_and_checkpoints_hold_adapters_only(
+    tmp_path: Path, bases: dict[str, Path], datasets: dict[str, Path]
+) -> None:
+    spec = finetune_spec(bases["mistral"], datasets["instruction"], "instruction", lora={"rank": 2})
+    spec["training"]["steps"] = 6
+    straight = run_runtime(tmp_path / "straight", tmp_path / "cache", spec)
+    stopped = run_runtime(tmp_path / "stopped", tmp_path / "cache", spec, stop_at=3)
+    checkpoint = Path(json.loads((stopped / "result.json").read_text())["checkpoint"])
+    state = torch.load(checkpoint / "state.pt", weights_only=False)
+    assert state["model"] and all("lora_" in name for name in state["model"])
+    weights = sum(f.stat().st_size for f in bases["mistral"].glob("*.safetensors"))
+    assert (checkpoint / "state.pt").stat().st_size < weights / 4  # adapters and their Adam state
+    resumed = run_runtime(tmp_path / "resumed", tmp_path / "cache", spec, resume_from=checkpoint)
+    a = torch.load(
+        Path(json.loads((straight / "result.json").read_text())["checkpoint"]) / "state.pt",
+        weights_only=False,
+    )
+    b = torch.load(
+        Path(json.loads((resumed / "result.json").read_text())["checkpoint"]) / "state.pt", weights_only=False
+    )
+    assert a["model"].keys() == b["model"].keys()
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    assert [m["loss"] for m in metrics(resumed, "train")] == [m["loss"] for m in metrics(straight, "train")][
+        3:
+    ]
+
+
+def test_the_merged_export_gives_the_logits_of_base_plus_adapters(
+    tmp_path: Path, bases: dict[str, Path], datasets: dict[str, Path]
+) -> None:
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    spec = finetune_spec(bases["qwen2"], datasets["chat"], "chat", merge=True, lora={"rank": 8, "dora": True})
+    spec["training"]["steps"] = 3
+    run = run_runtime(tmp_path / "run", tmp_path / "cache", spec)
+    export = run / "export"
+    tokens = torch.randint(0, tiny_models.VOCAB, (2, 24))
+    base = AutoModelForCausalLM.from_pretrained(str(bases["qwen2"]))
+    with torch.no_grad():
+        adapted = PeftModel.from_pretrained(base, str(export)).eval()(tokens).logits
+        merged = AutoModelForCausalLM.from_pretrained(str(export / "merged")).eval()(tokens).logits
+        plain = AutoModelForCausalLM.from_pretrained(str(bases["qwen2"])).eval()(tokens).logits
+    torch.testing.assert_close(merged, adapted, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(merged, plain, atol=1e-4)  # the adapters changed something
+    assert json.loads((export / "adapter_config.json").read_text())["use_dora"] is True
+
+
+def test_qlora_on_cpu_is_refused_at_submit_with_what_to_use_instead(
+    cli: Cli, tmp_path: Path, bases: dict[str, Path], datasets: dict[str, Path]
+) -> None:
+    spec = finetune_spec(bases["llama"], datasets["instruction"], "instruction", method="qlora")
+    done = submit(cli, tmp_path, spec, check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "NVIDIA GPU" in done.stderr and "finetune.method: lora" in done.stderr
+    assert cli.json("jobs", "list") == []
+
+
+def test_bad_fine_tuning_input_is_refused_at_submit(
+    cli: Cli, tmp_path: Path, bases: dict[str, Path], datasets: dict[str, Path]
+) -> None:
+    def refused(spec: dict[str, Any], *flags: str) -> str:
+        done = submit(cli, tmp_path, spec, *flags, check=False)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+        return str(done.stderr)
+
+    llama, data = bases["llama"], datasets["instruction"]
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "config.json").write_text(
+        json.dumps({"model_type": "bert", "architectures": ["BertForMaskedLM"]})
+    )
+    assert "holds a BertForMaskedLM, not a causal language model" in refused(
+        finetune_spec(bert, data, "instruction")
+    )
+    wrong = refused(finetune_spec(llama, data, "instruction", lora={"target_modules": ["qkv"]}))
+    assert "['qkv'] are not layers" in wrong and "down_proj, gate_proj, k_proj" in wrong
+    assert "rank" in refused(finetune_spec(llama, data, "instruction", lora={"rank": 0}))
+
+    plain = tmp_path / "no-template"
+    tiny_models.build(plain, "llama")
+    config = json.loads((plain / "tokenizer_config.json").read_text())
+    config.pop("chat_template", None)
+    (plain / "tokenizer_config.json").write_text(json.dumps(config))
+    (plain / "chat_template.jinja").unlink(missing_ok=True)
+    assert "has none" in refused(finetune_spec(plain, datasets["chat"], "chat"))
+
+    broken = tiny_models.write_jsonl(
+        tmp_path / "broken.jsonl", [{"prompt": "a", "response": "b"}, {"prompt": "c"}]
+    )
+    assert f"{broken}:2 has no string field 'response'" in refused(
+        finetune_spec(llama, broken, "instruction")
+    )
+
+    # A checkpoint resumes only onto the weights it was trained on.
+    spec = finetune_spec(plain, data, "instruction", "drift")
+    spec["training"]["steps"] = 2
+    assert submit(cli, tmp_path, spec)["state"] == "succeeded"
+    tiny_models.build(plain, "llama", seed=1)  # the same folder, other weights
+    assert "trained on other weights than" in refused(spec, "--resume")
+
+
+def test_the_planned_memory_of_full_and_lora_fine_tuning_is_within_15_percent_of_the_peak(
+    tmp_path: Path, datasets: dict[str, Path]
+) -> None:
+    from shipyard.hardware import Device
+    from shipyard.hardware.catalog import catalog
+    from shipyard.schemas.jobspec import validate_job_spec
+    from shipyard.services.estimates import estimate_job
+
+    # Large enough (24 M parameters) that the weights, their state and the activations, not
+    # the interpreter, make most of the peak; the CPU's figure is the process's peak RSS.
+    shape = {"hidden_size": 512, "intermediate_size": 1408, "num_hidden_layers": 8, "num_attention_heads": 8}
+    base = tiny_models.build(tmp_path / "base", "llama", **shape)
+    cpu = Device(
+        accelerator_type="cpu", index=0, name="cpu", vendor="cpu", memory_gib=20.0,
+        peak_bf16_tflops=1.0, peak_fp32_tflops=1.0, cores=2,
+    )  # fmt: skip
+    for method in ("full", "lora"):
+        spec = finetune_spec(base, datasets["instruction"], "instruction", method=method)
+        spec["training"].update(steps=3, micro_batch_size=4, seq_len=128, global_batch_tokens=512)
+        run = run_runtime(tmp_path / method, tmp_path / "cache", spec)
+        measured = max(m["mem_gib"] for m in metrics(run, "train"))
+        planned = estimate_job(validate_job_spec(spec), [cpu], catalog())["memory_gib_per_device"]
+        assert planned == pytest.approx(measured, rel=0.15), (method, planned, measured)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
+def test_lora_on_two_processes_matches_one_with_the_same_global_batch(
+    tmp_path: Path, bases: dict[str, Path], datasets: dict[str, Path], parallelism: str
+) -> None:
+    spec = finetune_spec(bases["qwen2"], datasets["instruction"], "instruction", lora={"dropout": 0.0})
+    spec["training"].update(steps=3, parallelism=parallelism)
+    one = run_runtime(tmp_path / "one", tmp_path / "cache", spec)
+    two = run_runtime(tmp_path / "two", tmp_path / "cache", spec, world=2)
+    assert [m["loss"] for m in metrics(two, "train")] == pytest.approx(
+        [m["loss"] for m in metrics(one, "train")], rel=1e-4
+    )
+    assert (two / "export" / "adapter_model.safetensors").is_file()
