@@ -8,9 +8,10 @@ The base model is built offline (a config, random weights and a tokenizer traine
 as the tests do), of the family and shape given. The data is an instruction set whose prompts carry
 no loss in both ways; the Shipyard job pads each record to ``--seq-len`` (``packing: false``) as the
 script's collator does, so both train on the same tokens. Each way runs in a fresh child process,
-one after the other, ``--rounds`` times; tokens/s is the global batch over the median step time
-after two warm-up steps; peak memory is the process's (GPU: allocated; CPU: resident); eval loss
-is the mean over the records Shipyard holds out, which the script evaluates too.
+one after the other, ``--rounds`` times (round r seeds both ways with r): tokens/s is the global
+batch over the median step time after two warm-up steps; peak memory is the process's (GPU:
+allocated; CPU: resident); eval loss is the mean over the records Shipyard holds out, which the
+script evaluates too. Each figure is the median over the rounds.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ def shipyard_job(args: argparse.Namespace, method: str, base: Path, data: Path) 
             "precision": args.precision,
             "eval_batches": args.eval_batches,
             "optimizer": {"lr": args.lr, "weight_decay": 0.0},
+            "seed": args.seed,
             "schedule": {"decay": "linear", "min_lr_ratio": 0.0},
         },
         "resources": {"accelerator": accelerator, "devices": 1},
@@ -129,6 +131,7 @@ def peft_trainer(args: argparse.Namespace, method: str, base: Path, data: Path) 
     train = [encode(r) for r, out in zip(rows, held_out, strict=True) if not out]
     evaluation = [encode(r) for r, out in zip(rows, held_out, strict=True) if out]
     evaluation = evaluation[: args.eval_batches * args.micro]
+    torch.manual_seed(args.seed)  # the adapters' initialisation, as the Shipyard job seeds it
     model = AutoModelForCausalLM.from_pretrained(str(base), dtype=torch.float32)
     if method == "lora":
         from peft import LoraConfig, get_peft_model
@@ -173,6 +176,7 @@ def peft_trainer(args: argparse.Namespace, method: str, base: Path, data: Path) 
             logging_steps=10_000,
             dataloader_num_workers=0,
             disable_tqdm=True,
+            seed=args.seed,
         )
         trainer = Trainer(
             model=model,
@@ -225,6 +229,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--seed", type=int, default=0, help="of the first round; round r uses seed + r")
     parser.add_argument("--way", choices=list(WAYS), help=argparse.SUPPRESS)  # one way, in a child
     parser.add_argument("--method", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -242,17 +247,9 @@ def main() -> None:
             for round_ in range(args.rounds):
                 names = list(WAYS)[round_ % 2 :] + list(WAYS)[: round_ % 2]  # alternate who goes first
                 for name in names:
-                    command = [
-                        sys.executable,
-                        __file__,
-                        *argv,
-                        "--way",
-                        name,
-                        "--method",
-                        method,
-                        "--workdir",
-                        workdir,
-                    ]
+                    seed = str(args.seed + round_)  # the eval loss: a median over seeds
+                    way = ["--way", name, "--method", method, "--workdir", workdir, "--seed", seed]
+                    command = [sys.executable, __file__, *argv, *way]
                     done = subprocess.run(command, capture_output=True, text=True)
                     if done.returncode != 0:
                         raise SystemExit(f"{name} ({method}) failed:\n{done.stderr[-3000:]}")

@@ -153,6 +153,33 @@ def test_the_merged_export_gives_the_logits_of_base_plus_adapters(
     assert json.loads((export / "adapter_config.json").read_text())["use_dora"] is True
 
 
+def test_a_stored_model_and_a_registered_version_are_fine_tuned_like_a_folder(
+    cli: Cli, tmp_path: Path, bases: dict[str, Path], datasets: dict[str, Path]
+) -> None:
+    cli.run("storage", "put", str(bases["mistral"]), "models/mistral-tiny")
+    spec = finetune_spec(Path("store:models/mistral-tiny"), datasets["instruction"], "instruction", "stored")
+    spec["model"]["path"] = "store:models/mistral-tiny"
+    spec["training"]["steps"] = 2
+    first = submit(cli, tmp_path, spec)
+    assert first["state"] == "succeeded", first
+    assert cli.json("models", "show", "stored:1")["base_model_digest"] == folder_digest(bases["mistral"])
+
+    # A version of adapters trains on only through its merged export.
+    spec["model"] = {"version": "stored"}
+    done = submit(cli, tmp_path, {**spec, "name": "on-top"}, check=False)
+    assert done.returncode == 1 and "holds adapters without a merged model" in done.stderr
+    spec["model"] = {"path": "store:models/mistral-tiny"}
+    spec["finetune"]["merge"] = True
+    assert submit(cli, tmp_path, spec)["state"] == "succeeded"  # stored:2, with export/merged
+    spec["model"] = {"version": "stored"}
+    again = submit(cli, tmp_path, {**spec, "name": "on-top"})
+    assert again["state"] == "succeeded", again
+    stored_spec = cli.json("jobs", "show", again["id"])["spec"]
+    assert stored_spec["model"]["version"] == "stored:2"  # pinned at submit
+    merged = Path(cli.json("models", "list", "stored")[0]["path"]) / "merged"
+    assert cli.json("models", "show", "on-top:1")["base_model_digest"] == folder_digest(merged)
+
+
 def test_qlora_on_cpu_is_refused_at_submit_with_what_to_use_instead(
     cli: Cli, tmp_path: Path, bases: dict[str, Path], datasets: dict[str, Path]
 ) -> None:

@@ -87,3 +87,21 @@ def test_the_agent_places_a_job_on_the_gpu_and_records_its_utilization(cli: Cli,
     # NVML's busy fraction of the GPU the agent saw on its last pass (the vendor query is real here).
     assert 0.0 <= agent["utilization"][str(gpu["index"])] <= 1.0
     assert agent["devices"][gpu["accelerator_type"]]["total"] >= 1
+
+
+def test_qlora_fine_tunes_a_4_bit_base_on_the_gpu(cli: Cli, tmp_path: Path) -> None:
+    pytest.importorskip("bitsandbytes", reason="QLoRA needs bitsandbytes: pip install 'shipyard[qlora]'")
+    from tests.integration.test_finetune import finetune_spec, submit
+    from tests.support import tiny_models
+
+    gpu = next(d for d in discover() if d.accelerator_type != "cpu")
+    base = tiny_models.build(tmp_path / "base", "qwen2", hidden_size=256, intermediate_size=704)
+    data = tiny_models.write_jsonl(tmp_path / "chat.jsonl", tiny_models.chat_records(240))
+    spec = finetune_spec(base, data, "chat", "qlora-gpu", method="qlora", merge=True)
+    spec["training"]["precision"] = "auto"
+    spec["resources"] = {"accelerator": gpu.accelerator_type, "devices": 1}
+    job = submit(cli, tmp_path, spec)
+    assert job["state"] == "succeeded", job
+    detail = cli.json("jobs", "show", job["id"])
+    assert detail["summary"]["eval_loss_end"] < detail["summary"]["eval_loss_start"]
+    assert cli.json("models", "show", "qlora-gpu:1")["method"] == "qlora"

@@ -76,13 +76,16 @@ def spec_paths(spec: JobSpec) -> Iterator[tuple[str, str]]:
             yield f"data.paths[{index}]", path
     if spec.data.tokenizer.path:
         yield "data.tokenizer.path", spec.data.tokenizer.path
-    if spec.model.path:
-        yield "model.path", spec.model.path
+    if spec.model.local_path:
+        yield "model.path", spec.model.local_path
 
 
 def spec_folders(spec: JobSpec) -> Iterator[tuple[str, Path]]:
     """(field, folder) for the folders a spec names whose every file the job reads."""
-    for field, folder in (("model.path", spec.model.path), ("data.tokenizer.path", spec.data.tokenizer.path)):
+    for field, folder in (
+        ("model.path", spec.model.local_path),
+        ("data.tokenizer.path", spec.data.tokenizer.path),
+    ):
         if folder:
             yield field, Path(folder)
 

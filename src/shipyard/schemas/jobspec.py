@@ -58,12 +58,22 @@ class _Section(BaseModel):
     )
 
 
+STORE_SCHEME = "store:"
+"""A data or model path ``store:NAME`` names an artifact of the job's project in the artifact store."""
+MODEL_REF_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?(:[0-9]{1,9})?$"
+"""``NAME[:VERSION]`` of a registered model (names are job names: DNS labels)."""
+
+
 class ModelSection(_Section):
     preset: str | None = Field(default=None, max_length=64)
     """A built-in architecture (``llama-tiny``, ``llama-12m``, ... ``llama-7b``), trained from scratch."""
     path: PathText | None = None
     """A local Hugging Face-format folder of a causal language model (Llama, Qwen2, Mistral,
-    Gemma, Phi, ...) to fine-tune, with its own tokenizer; see ``finetune``."""
+    Gemma, Phi, ...) to fine-tune, with its own tokenizer; or ``store:NAME``, such a folder in the
+    project's artifact store (fetched, verified, into the node's cache). See ``finetune``."""
+    version: Annotated[str, Field(pattern=MODEL_REF_PATTERN)] | None = None
+    """A registered model version to fine-tune further, ``NAME:VERSION`` (``NAME`` alone: its newest,
+    pinned at submit). A version of adapters is read through its merged export."""
 
     @field_validator("preset")
     @classmethod
@@ -74,9 +84,19 @@ class ModelSection(_Section):
 
     @model_validator(mode="after")
     def _one_source(self) -> Self:
-        if (self.preset is None) == (self.path is None):
-            raise ValueError("give exactly one of `preset` or `path`")
+        if [self.preset, self.path, self.version].count(None) != 2:
+            raise ValueError("give exactly one of `preset`, `path` or `version`")
         return self
+
+    @property
+    def pretrained(self) -> bool:
+        """Whether the job starts from an existing model (a folder, a stored one, a version)."""
+        return self.preset is None
+
+    @property
+    def local_path(self) -> str | None:
+        """``path`` when it names a folder on this machine (not the artifact store)."""
+        return None if self.path is None or self.path.startswith(STORE_SCHEME) else self.path
 
 
 class TokenizerSection(_Section):
@@ -85,10 +105,6 @@ class TokenizerSection(_Section):
     256 byte tokens."""
     path: PathText | None = None
     """A local Hugging Face tokenizer directory (holding tokenizer.json) instead of training one."""
-
-
-STORE_SCHEME = "store:"
-"""A data path ``store:NAME`` names an artifact of the job's project in the artifact store."""
 
 
 class InstructionFields(_Section):
@@ -409,9 +425,9 @@ class JobSpec(_Section):
 
     @model_validator(mode="after")
     def _finetune_needs_a_model(self) -> Self:
-        if self.finetune is not None and self.model.path is None:
+        if self.finetune is not None and not self.model.pretrained:
             raise ValueError("`finetune` adapts an existing model: give `model.path`, not a preset")
-        if self.data.format != "text" and self.model.path is None:
+        if self.data.format != "text" and not self.model.pretrained:
             raise ValueError(
                 f"data.format {self.data.format!r} fine-tunes an existing model: give `model.path`"
             )
@@ -420,7 +436,7 @@ class JobSpec(_Section):
     @property
     def method(self) -> FinetuneMethod | None:
         """How the model is trained: None pre-trains a preset from scratch."""
-        if self.model.path is None:
+        if not self.model.pretrained:
             return None
         return self.finetune.method if self.finetune else "full"
 

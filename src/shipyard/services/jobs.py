@@ -57,8 +57,8 @@ def absolutize(spec: JobSpec, base: Path) -> JobSpec:
     document["data"]["paths"] = [p if p.startswith(STORE_SCHEME) else resolve(p) for p in spec.data.paths]
     if spec.data.tokenizer.path:
         document["data"]["tokenizer"]["path"] = resolve(spec.data.tokenizer.path)
-    if spec.model.path:
-        document["model"]["path"] = resolve(spec.model.path)
+    if spec.model.local_path:
+        document["model"]["path"] = resolve(spec.model.local_path)
     return validate_job_spec(document)
 
 

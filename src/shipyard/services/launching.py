@@ -15,7 +15,7 @@ from shipyard.domain import ExitReason, JobState
 from shipyard.executors.base import Placement
 from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, stored_job_spec, validate_job_spec
 from shipyard.schemas.launch import CHECKPOINT_DIR, METRICS_FILE, RESULT_FILE, LaunchPlan, latest_checkpoint
-from shipyard.services import data_roots, storage
+from shipyard.services import data_roots, model_sources, storage
 from shipyard.services.context import ServiceContext
 
 
@@ -71,10 +71,15 @@ def launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> N
         )
         resume_from = str(own) if own else resume_from
     spec, inputs = _with_fetched_data(ctx, job)
+    session = object_session(job)
+    assert session is not None
+    model = model_sources.local(ctx, session, spec, job.project)
+    spec = model.spec
     roots = data_roots.roots_of_owner(ctx, job.owner or "", job.project)
-    if roots is not None:  # and the verified copies of its store: datasets, not the whole cache
+    if roots is not None:  # and the verified copies of its store: datasets and model, not the whole cache
         given = job.spec["data"]["paths"]
         roots += [Path(local) for local, path in zip(spec.data.paths, given, strict=True) if path != local]
+        roots += [model.fetched] if model.fetched else []
     LaunchPlan(
         job_id=job.id,
         attempt=number,

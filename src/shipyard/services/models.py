@@ -79,11 +79,11 @@ def resolve(ctx: ServiceContext, ref: str) -> tuple[str, Path]:
     if path.is_dir():
         return str(path), path
     with ctx.db.transaction() as session:
-        found, label = _allowed(ctx, session, ref, Permission.MODEL_DOWNLOAD)
-        return label, _export_folder(ctx, session, found)
+        found, label = allowed_version(ctx, session, ref, Permission.MODEL_DOWNLOAD)
+        return label, export_folder(ctx, session, found)
 
 
-def _export_folder(ctx: ServiceContext, session: Session, version: ModelVersion) -> Path:
+def export_folder(ctx: ServiceContext, session: Session, version: ModelVersion) -> Path:
     """The version's export: the job's folder on this node, else a copy fetched (once, verified)
     from the artifact store into the cache."""
     folder = Path(version.artifact.path)
@@ -160,7 +160,7 @@ def lineage(ctx: ServiceContext, ref: str) -> ModelLineageView:
     """Where a version comes from: its job and attempts, dataset (with its content digest when
     stored), base model, checkpoint step, and the planner's estimate beside what was measured."""
     with ctx.db.transaction() as session:
-        found, label = _allowed(ctx, session, ref, Permission.MODEL_READ)
+        found, label = allowed_version(ctx, session, ref, Permission.MODEL_READ)
         job = session.get(Job, found.job_id)
         assert job is not None
         spec = job.spec
@@ -176,7 +176,9 @@ def lineage(ctx: ServiceContext, ref: str) -> ModelLineageView:
             attempts=len(job.attempts),
             accelerator_type=last.accelerator_type if last else None,
             checkpoint_step=found.step,
-            base_model=spec.get("model", {}).get("path") or spec.get("model", {}).get("preset"),
+            base_model=next(
+                filter(None, (spec.get("model", {}).get(k) for k in ("path", "version", "preset"))), None
+            ),
             base_model_digest=origin.get("base_digest"),
             method=origin.get("method"),
             adapter=origin.get("adapter"),
@@ -219,7 +221,7 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): value}
 
 
-def _allowed(
+def allowed_version(
     ctx: ServiceContext, session: Session, ref: str, permission: Permission
 ) -> tuple[ModelVersion, str]:
     """The version ``NAME[:VERSION]`` names, if the caller holds ``permission`` on its project."""
@@ -236,7 +238,7 @@ def promote(ctx: ServiceContext, ref: str, stage: str) -> ModelVersionView:
     if stage not in registry.STAGES:  # before the permission: a typo is not a refusal to audit
         raise InvalidSpec(f"unknown stage {stage!r}", hint=f"use one of: {', '.join(registry.STAGES)}")
     with ctx.db.transaction() as session:
-        found, label = _allowed(ctx, session, ref, Permission.MODEL_PROMOTE)
+        found, label = allowed_version(ctx, session, ref, Permission.MODEL_PROMOTE)
         previous = registry.move(session, found, stage)
         audit.append(
             session,
@@ -252,8 +254,8 @@ def promote(ctx: ServiceContext, ref: str, stage: str) -> ModelVersionView:
 def download(ctx: ServiceContext, ref: str, file: str) -> Path:
     """One file of a version's export, for streaming; permission-checked and audited."""
     with ctx.db.transaction() as session:
-        found, label = _allowed(ctx, session, ref, Permission.MODEL_DOWNLOAD)
-        folder = _export_folder(ctx, session, found).resolve()
+        found, label = allowed_version(ctx, session, ref, Permission.MODEL_DOWNLOAD)
+        folder = export_folder(ctx, session, found).resolve()
         path = (folder / file).resolve()
         if folder not in path.parents or not path.is_file():
             raise NotFound(
@@ -280,7 +282,7 @@ def delete(ctx: ServiceContext, ref: str) -> None:
     if ":" not in ref:
         raise InvalidSpec("delete names one version: NAME:VERSION", hint="e.g. quickstart:2")
     with ctx.db.transaction() as session:
-        found, label = _allowed(ctx, session, ref, Permission.MODEL_DELETE)
+        found, label = allowed_version(ctx, session, ref, Permission.MODEL_DELETE)
         if found.stage == "production":
             raise Conflict(
                 f"model {label} is in production", hint=f"promote another version or archive {label} first"

@@ -26,7 +26,7 @@ from shipyard.schemas.launch import (
 )
 from shipyard.schemas.presets import PRESETS
 from shipyard.schemas.records import check_records
-from shipyard.services import data_roots, rbac, storage
+from shipyard.services import data_roots, model_sources, rbac, storage
 from shipyard.services.base_models import check_base_model, check_resume_base
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import estimate_job, with_measured_memory
@@ -51,6 +51,7 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
     that no answer about a path reaches a caller who may not read it."""
     with ctx.db.read() as session:
         rbac.require(ctx, session, Permission.JOB_SUBMIT, f"project/{spec.project}", spec.project)
+        spec = model_sources.pinned(ctx, session, spec)
         data_roots.confine(ctx, spec)
         spec.data.check_content()  # missing, empty or binary dataset: fail now, not in the job's log
         if spec.data.format != "text":  # every instruction or chat record, a bad one by its line
@@ -59,7 +60,8 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
             if storage.stat(ctx, name, spec.project).size_bytes == 0:
                 raise DatasetError(f"dataset store:{name} is empty", hint="store text or JSONL files in it")
         catalog = hardware_catalog(ctx.settings)
-        _check_model(spec, catalog)
+        local = model_sources.local(ctx, session, spec, spec.project).spec  # the base model, here
+        _check_model(local, catalog)
         request = Request.of(spec.resources)
         unplaceable = ctx.executor.check_feasible(request)
         if unplaceable is not None:
@@ -73,10 +75,10 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
                 "list an accelerator type they have in resources.accelerator",
             )
         spec.training.grad_accum_steps(request.devices * request.nodes)
-        estimate = with_measured_memory(session, spec, estimate_job(spec, ctx.devices(), catalog))
+        estimate = with_measured_memory(session, local, estimate_job(local, ctx.devices(), catalog))
         checkpoint = _resume_point(ctx, session, spec, resume, resume_from)
         if checkpoint is not None:
-            check_resume_base(spec, checkpoint)
+            check_resume_base(local, checkpoint)
     return Checked(ctx, spec, request, estimate, checkpoint)
 
 

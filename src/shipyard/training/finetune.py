@@ -18,11 +18,11 @@ from torch import nn
 
 from shipyard.errors import InvalidSpec
 from shipyard.schemas.jobspec import FinetuneSection, JobSpec
+from shipyard.schemas.launch import MERGED_DIR
 from shipyard.training._atomic import staged_directory
 from shipyard.training.hf import TOKENIZER_FILES
 from shipyard.training.samples import IGNORE, attention_mask
 
-MERGED_DIR = "merged"
 PROMPT_FORMAT_FILE = "shipyard-data.json"
 """In an export: the data format it was fine-tuned on, so that sampling renders a prompt the same way."""
 

@@ -213,6 +213,7 @@ class Trainer:
         self.base_digest = folder_digest(Path(spec.model.path)) if spec.model.path else None
         self.fsdp = t.parallelism == "fsdp" and d.enabled
         self.model = parallel.wrap(self.raw_model, d, t.parallelism, bf16=self.precision == "bf16")
+        self.model.train()  # from_pretrained hands a model over in eval mode (dropout off)
         self.forward: nn.Module = torch.compile(self.model) if t.compile else self.model  # type: ignore[assignment]
         self.optimizer = build_optimizer(self.model, spec, d.device, self.fsdp)
         total = t.total_steps

@@ -1,0 +1,68 @@
+"""Where a fine-tuning job's base model comes from: a folder on the node, a folder in the artifact
+store (``model.path: store:NAME``) or a registered model version (``model.version``). The stored
+spec keeps the reference; the submit checks and each launch read a verified local copy."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from shipyard import registry
+from shipyard.auth import Permission
+from shipyard.errors import InvalidSpec
+from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, validate_job_spec
+from shipyard.schemas.launch import MERGED_DIR
+from shipyard.services import models, storage
+from shipyard.services.context import ServiceContext
+
+
+@dataclass(frozen=True, slots=True)
+class LocalModel:
+    spec: JobSpec
+    """The spec with ``model.path`` a folder on this node."""
+    fetched: Path | None
+    """The folder when it is a copy this node made (a root the job may read), else None."""
+
+
+def pinned(ctx: ServiceContext, session: Session, spec: JobSpec) -> JobSpec:
+    """At submit: ``model.version`` ``NAME`` becomes the ``NAME:VERSION`` it is now, so that a
+    relaunch trains on the same weights; the caller must be allowed to download it."""
+    ref = spec.model.version
+    if ref is None:
+        return spec
+    _, label = models.allowed_version(ctx, session, ref, Permission.MODEL_DOWNLOAD)
+    if label == ref:
+        return spec
+    return spec.model_copy(update={"model": spec.model.model_copy(update={"version": label})})
+
+
+def local(ctx: ServiceContext, session: Session, spec: JobSpec, project: str) -> LocalModel:
+    """The spec with its base model as a local folder, fetched (verified) when it is not one."""
+    model = spec.model
+    if model.version is not None:
+        name, _, number = model.version.partition(":")
+        found = registry.find(session, name, number)
+        folder = _weights_of(models.export_folder(ctx, session, found), model.version)
+    elif model.path is not None and model.path.startswith(STORE_SCHEME):
+        folder, _ = storage.materialize(
+            ctx, model.path.removeprefix(STORE_SCHEME), project=project, session=session
+        )
+    else:
+        return LocalModel(spec, None)
+    document = spec.model_dump(mode="json", by_alias=True)
+    document["model"] = {"path": str(folder)}
+    return LocalModel(validate_job_spec(document), folder)
+
+
+def _weights_of(folder: Path, ref: str) -> Path:
+    """A version's full weights: its export, or the merged model beside a version of adapters."""
+    if not (folder / "adapter_config.json").is_file():
+        return folder
+    if (folder / MERGED_DIR / "config.json").is_file():
+        return folder / MERGED_DIR
+    raise InvalidSpec(
+        f"model version {ref} holds adapters without a merged model to train on",
+        hint="fine-tune the base it was trained from, or train that version again with finetune.merge: true",
+    )
