@@ -1,0 +1,57 @@
+"""The planner at submit for fine-tuning: a job that fits nowhere is refused with the lighter
+method that would fit. Only config.json is read, so a 7 B shape needs no weights; the node's
+GPU is a seam (a device advertising an RTX 4090), as this machine has none."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shipyard.errors import Unschedulable
+from shipyard.hardware import Device
+from shipyard.hardware.catalog import catalog
+from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.services.estimates import estimate_job
+from tests.builders import spec_dict
+
+QWEN2_7B = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+}
+
+
+def _spec(folder: Path, method: str, accelerator: str) -> object:
+    return validate_job_spec(
+        spec_dict(
+            model={"preset": None, "path": str(folder)},
+            finetune={"method": method},
+            training={"steps": 10, "precision": "bf16", "micro_batch_size": 1, "seq_len": 512,
+                      "global_batch_tokens": 512},
+            resources={"accelerator": accelerator, "devices": 1},
+        )
+    )  # fmt: skip
+
+
+def test_full_fine_tuning_that_fits_nowhere_names_the_methods_that_would(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(QWEN2_7B))
+    rtx = catalog()["rtx-4090"]
+    gpu = Device(
+        accelerator_type="rtx-4090", index=0, name="NVIDIA GeForce RTX 4090", vendor="nvidia",
+        memory_gib=rtx.memory_gib, peak_bf16_tflops=rtx.bf16_tflops, peak_fp32_tflops=82.6,
+    )  # fmt: skip
+    with pytest.raises(Unschedulable) as refused:
+        estimate_job(_spec(tmp_path, "full", "rtx-4090"), [gpu], catalog())  # type: ignore[arg-type]
+    message, hint = refused.value.message, refused.value.hint or ""
+    assert message.startswith("full fine-tuning of 7.6 B parameters needs")
+    assert "lora fits in" in hint and "on rtx-4090" in hint and "qlora fits in" in hint
+    lora = estimate_job(_spec(tmp_path, "lora", "rtx-4090"), [gpu], catalog())  # type: ignore[arg-type]
+    qlora = estimate_job(_spec(tmp_path, "qlora", "rtx-4090"), [gpu], catalog())  # type: ignore[arg-type]
+    assert qlora["memory_gib_per_device"] < lora["memory_gib_per_device"] < rtx.memory_gib
