@@ -9,7 +9,6 @@ mean loss over the targets that carry one.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from shipyard.errors import InvalidSpec
 from shipyard.schemas.jobspec import FinetuneSection, JobSpec
 from shipyard.schemas.launch import MERGED_DIR
 from shipyard.training._atomic import staged_directory
-from shipyard.training.hf import TOKENIZER_FILES
+from shipyard.training.hf import copy_tokenizer
 from shipyard.training.samples import IGNORE, attention_mask
 
 PROMPT_FORMAT_FILE = "shipyard-data.json"
@@ -191,10 +190,10 @@ def export(
     ``out/merged``), or the full fine-tuned model, with the tokenizer; atomically."""
     with staged_directory(out) as staging:
         model.model.save_pretrained(str(staging), state_dict=state, safe_serialization=True)
-        _copy_tokenizer(tokenizer_dir, staging)
+        copy_tokenizer(tokenizer_dir, staging)
         if finetune is not None and finetune.method != "full" and finetune.merge:
             merge(base_dir, staging, staging / MERGED_DIR)
-            _copy_tokenizer(tokenizer_dir, staging / MERGED_DIR)
+            copy_tokenizer(tokenizer_dir, staging / MERGED_DIR)
     return out
 
 
@@ -207,12 +206,6 @@ def merge(base_dir: Path, adapter_dir: Path, out: Path) -> None:
     base = AutoModelForCausalLM.from_pretrained(str(base_dir), local_files_only=True, dtype=torch.float32)
     merged = PeftModel.from_pretrained(base, str(adapter_dir)).merge_and_unload()
     merged.save_pretrained(str(out), safe_serialization=True)
-
-
-def _copy_tokenizer(source: Path, target: Path) -> None:
-    for name in TOKENIZER_FILES:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, target / name)
 
 
 def read_config(folder: Path) -> dict[str, Any]:

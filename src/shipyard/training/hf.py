@@ -74,9 +74,7 @@ def export(
             {"bos_token_id": eos_id, "eos_token_id": eos_id, "do_sample": True},
         )
         if tokenizer_dir is not None:
-            for name in TOKENIZER_FILES:
-                if (tokenizer_dir / name).is_file():
-                    shutil.copyfile(tokenizer_dir / name, staging / name)
+            copy_tokenizer(tokenizer_dir, staging)
             return out
         shutil.copyfile(tokenizer_file, staging / "tokenizer.json")
         _write_json(
@@ -92,6 +90,13 @@ def export(
         )
         _write_json(staging / "special_tokens_map.json", {"eos_token": EOS, "bos_token": EOS})
     return out
+
+
+def copy_tokenizer(source: Path, target: Path) -> None:
+    """A Hugging Face tokenizer's files, as they are (special tokens and chat template included)."""
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, target / name)
 
 
 def _write_json(path: Path, payload: object) -> None:
