@@ -24,7 +24,43 @@ CHECKPOINT_POINTER = "latest"
 CHECKPOINT_BASE_FILE = "base.json"
 """Beside a fine-tuning checkpoint's state: the digest of the base weights it was trained on."""
 
+HEARTBEAT_DIR = "heartbeats"
+"""``rank-N.json`` per rank, replaced after every step: how far it got, when, how long steps take."""
+FAULTS_ENV = "SHIPYARD_FAULTS"
+"""Faults to inject into attempts (``training/faults.py``): the chaos benchmark's and the tests'
+way to cause an out-of-memory, a hang or a slow rank on a machine that would not have one."""
+
 TorchDevice = Literal["cpu", "cuda", "mps", "xpu", "hpu"]
+Phase = Literal["setup", "step", "eval", "checkpoint", "export"]
+
+
+class Heartbeat(BaseModel):
+    """One rank's progress, as the agent reads it to tell a hang and a straggler."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int
+    step: int
+    """Optimizer steps done (in this attempt or before it, when it resumed)."""
+    phase: Phase
+    """What the rank is doing since ``at``: a step, or a pause that is not one (eval, checkpoint)."""
+    at: float
+    """Unix time the rank last made progress (finished a step, entered a phase)."""
+    median_step_s: float | None = None
+    """Over its recent steps."""
+    median_compute_s: float | None = None
+    """Of each step, the time before its last collective: what a slow device makes slow."""
+
+    @classmethod
+    def read_all(cls, run_dir: Path) -> list[Heartbeat]:
+        """Every rank's newest heartbeat (unreadable ones, mid-replace on a copy, are skipped)."""
+        beats = []
+        for path in sorted((run_dir / HEARTBEAT_DIR).glob("rank-*.json")):
+            try:
+                beats.append(cls.model_validate_json(path.read_bytes()))
+            except (OSError, ValueError):
+                continue
+        return beats
 
 
 class LaunchPlan(BaseModel):
@@ -65,6 +101,8 @@ class AttemptResult(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     status: Literal["completed", "cancelled", "failed"]
+    failure: Literal["oom", "collective"] | None = None
+    """A failure of the machine rather than of the job, which the restart policy may retry."""
     step: int = 0
     message: str | None = None
     hint: str | None = None

@@ -6,10 +6,13 @@ code 0 when the run completed or was stopped cleanly (checkpointed), 1 when it f
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
+from typing import Literal
 
 from shipyard.errors import ShipyardError
 from shipyard.schemas.launch import RESULT_FILE, AttemptResult, LaunchPlan, write_json_atomic
@@ -23,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(args[0])
     plan = LaunchPlan.read(run_dir)
     is_main = int(os.environ.get("RANK", "0")) == 0
+    # The agent sends SIGUSR1 to a hung attempt before it stops it: every thread's stack goes
+    # into the log, which is how the hang is found (a collective, a data read, a deadlock).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         from shipyard.training.trainer import Trainer
 
@@ -32,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         result = AttemptResult(status="failed", message=exc.message, hint=exc.hint)
     except Exception as exc:
         traceback.print_exc()
-        result = AttemptResult(status="failed", message=f"{type(exc).__name__}: {exc}")
+        result = AttemptResult(
+            status="failed", failure=machine_failure(exc), message=f"{type(exc).__name__}: {exc}"
+        )
     if is_main:
         write_json_atomic(run_dir / RESULT_FILE, result.model_dump(mode="json"))
     code = 1 if result.status == "failed" else 0
@@ -43,6 +51,23 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+_COLLECTIVE_WORDS = ("nccl", "gloo", "processgroup", "connection closed by peer", "connection reset by peer")
+_OUT_OF_MEMORY_WORDS = ("out of memory", "can't allocate memory")
+
+
+def machine_failure(exc: BaseException) -> Literal["oom", "collective"] | None:
+    """Whether an exception is the machine's (out of memory, a collective that failed) rather
+    than the job's own, which a retry would meet again."""
+    import torch
+
+    text = str(exc).lower()
+    if isinstance(exc, torch.OutOfMemoryError) or any(w in text for w in _OUT_OF_MEMORY_WORDS):
+        return "oom"
+    if isinstance(exc, torch.distributed.DistError) or any(w in text for w in _COLLECTIVE_WORDS):
+        return "collective"
+    return None
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ from shipyard.schemas.presets import PRESETS
 from shipyard.storage.digests import folder_digest
 from shipyard.training import checkpoint, finetune, hf, parallel
 from shipyard.training.data import TokenizedData, TokenWindows, prepare
+from shipyard.training.faults import Faults
+from shipyard.training.heartbeat import Pulse
 from shipyard.training.model import Transformer
 from shipyard.training.samples import SampleRows
 
@@ -165,6 +167,9 @@ class Trainer:
     def run(self) -> AttemptResult:
         torch.set_num_threads(self.plan.threads_per_process)
         self.dist = parallel.init(self.plan.torch_device)
+        self.faults = Faults.of_attempt(self.plan.attempt)
+        self.pulse = Pulse(self.run_dir, self.dist.rank, step=0)
+        self.pulse.enter("setup")
         stop = StopSignal()
         try:
             self._setup()
@@ -243,10 +248,11 @@ class Trainer:
                 trainable_only=self.adapters,
             )
             self.scheduler.load_state_dict(state["scheduler"])
-            self.start_step = state["step"]
+            self.start_step = self.pulse.step = state["step"]
             rngs = state["rng_by_rank"]
             checkpoint.set_rng_state(rngs[d.rank % len(rngs)])
             self.log(f"resumed from {plan.resume_from} at step {self.start_step}")
+            self.record(kind="resume", step=self.start_step, path=plan.resume_from)
 
     @property
     def state_module(self) -> nn.Module:
@@ -268,6 +274,7 @@ class Trainer:
 
     def evaluate(self, step: int) -> float:
         d, t = self.dist, self.spec.training
+        self.pulse.enter("eval")
         self.model.eval()
         total, counted = 0.0, 0.0
         # Every rank runs as many forward passes as the busiest one: under DDP and FSDP each is a
@@ -289,6 +296,7 @@ class Trainer:
 
     def save_checkpoint(self, step: int) -> Path:
         d = self.dist
+        self.pulse.enter("checkpoint")
         model_state, optim_state = parallel.full_state(
             self.state_module, self.optimizer, d, self.fsdp, trainable_only=self.adapters
         )
@@ -309,10 +317,13 @@ class Trainer:
         parallel.barrier(d)
         return path
 
-    def train_step(self, step: int) -> tuple[float, float]:
-        """One optimizer step (0-based ``step``); returns the mean loss over all ranks and the
-        gradient norm before clipping."""
+    def train_step(self, step: int) -> tuple[float, float, float]:
+        """One optimizer step (0-based ``step``); returns the mean loss over all ranks, the
+        gradient norm before clipping, and the seconds it computed before its last collective
+        (which a slow device makes long, and the peers waiting for it do not)."""
         d, t = self.dist, self.spec.training
+        started = time.perf_counter()
+        compute_s = 0.0
         accum, micro = t.grad_accum_steps(d.world_size), t.micro_batch_size
         # Each rank reads its own slice of the step's samples, so any world size sees the same batch.
         first = step * (t.global_batch_tokens // t.seq_len) + d.rank * accum * micro
@@ -321,8 +332,13 @@ class Trainer:
         loss_sum = torch.zeros((), device=d.device)
         for m in range(accum):
             batch = self.windows.train_batch(first + m * micro, micro)
+            self.faults.before_forward(step + 1, d.rank, micro)
             with parallel.no_sync(self.model, last_micro_step=m == accum - 1), self.autocast():
                 loss = self.forward(*self.to_device(*batch)) / accum
+            if m == accum - 1:  # what comes next, the last backward, waits for the other ranks
+                if d.device.type == "cuda":
+                    torch.cuda.synchronize()
+                compute_s = time.perf_counter() - started
             self.scaler.scale(loss).backward()
             loss_sum += loss.detach().float()
         self.scaler.unscale_(self.optimizer)
@@ -332,7 +348,7 @@ class Trainer:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
-        return parallel.all_reduce_mean(float(loss_sum), d), grad_norm
+        return parallel.all_reduce_mean(float(loss_sum), d), grad_norm, compute_s
 
     def _announce(self, flops_per_token: float) -> int:
         """Say what is about to train; a fresh run starts its metrics and evaluates the untrained
@@ -376,11 +392,12 @@ class Trainer:
         while step < total:
             step_start = time.perf_counter()
             lr = self.scheduler.get_last_lr()[0]
-            loss, grad_norm = self.train_step(step)
+            loss, grad_norm, compute_s = self.train_step(step)
             step += 1
             if d.device.type == "cuda":
                 torch.cuda.synchronize()
             elapsed = time.perf_counter() - step_start
+            self.pulse.stepped(step, elapsed, compute_s)
             tokens_per_s = t.global_batch_tokens / elapsed
             mfu = flops_per_token * tokens_per_s / peak_flops if peak_flops else 0.0
             if step % t.log_interval == 0 or step == total:
@@ -419,6 +436,7 @@ class Trainer:
             self.state_module, self.optimizer, d, self.fsdp, trainable_only=self.adapters
         )
         export_dir = self.run_dir / EXPORT_DIR
+        self.pulse.enter("export")
         if d.is_main:
             self._export(model_state, export_dir)
         # The other ranks wait here: one that tears down its process group while rank 0 is
