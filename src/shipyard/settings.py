@@ -31,6 +31,11 @@ class Settings:
     """Where attempts run: ``local`` (this machine) or ``ray`` (a Ray cluster)."""
     ray_address: str = "auto"
     """The Ray head's ``HOST:PORT`` for ``executor: ray`` (``auto``: the node this runs on)."""
+    min_free_disk_gib: float = 5.0
+    """Below this much free disk under the run folders the node is cordoned (no new attempts)."""
+    unhealthy_node: str = "finish"
+    """What becomes of the attempts running on a node that is cordoned: ``finish`` there, or
+    ``drain`` (checkpoint, stop and requeue, to resume elsewhere or once the node is well)."""
 
     @property
     def runs_dir(self) -> Path:
@@ -57,4 +62,6 @@ class Settings:
             max_upload_bytes=int(float(os.environ.get("SHIPYARD_MAX_UPLOAD_MB", "2048")) * 2**20),
             executor=os.environ.get("SHIPYARD_EXECUTOR", "local"),
             ray_address=os.environ.get("SHIPYARD_RAY_ADDRESS", "auto"),
+            min_free_disk_gib=float(os.environ.get("SHIPYARD_MIN_FREE_DISK_GIB", "5")),
+            unhealthy_node=os.environ.get("SHIPYARD_UNHEALTHY_NODE", "finish"),
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,30 @@ def test_roles_decide_who_submits_reads_and_cancels(server: Server, tmp_path: Pa
         submitted = next(r for r in root.audit() if r.action == "job.submit")
         assert (submitted.actor, submitted.resource) == ("bob", f"job/{job.id}")
         assert submitted.source == "127.0.0.1"
+
+
+def test_a_retried_submission_creates_its_job_once(server: Server) -> None:
+    spec = spec_dict(training={"steps": 400})
+    with admin(server) as root:
+        first = root.submit_job(spec, idempotency_key="nightly-7")
+        assert root.submit_job(spec, idempotency_key="nightly-7").id == first.id  # the answer was lost
+        # Requests with one key in flight at once (a client that retried too soon): one job.
+        with ThreadPoolExecutor(8) as pool:
+            burst = set(pool.map(lambda _: root.submit_job(spec, idempotency_key="burst").id, range(8)))
+        assert len(burst) == 1
+        with pytest.raises(Conflict, match=r"idempotency key 'nightly-7' already created job"):
+            root.submit_job(spec_dict("other"), idempotency_key="nightly-7")
+        jobs = root.list_jobs()
+        assert sorted(j.id for j in jobs) == sorted({first.id, *burst})
+        too_long = httpx.post(
+            f"{server.url}/api/v1/jobs",
+            json={"spec": spec},
+            headers={**root._http.headers, "Idempotency-Key": "k" * 129},
+        )
+        assert too_long.status_code == 422 and "Idempotency-Key" in problem_of(too_long)["detail"]
+        assert len(root.list_jobs()) == len(jobs)
+        for job in jobs:
+            root.cancel_job(job.id)
 
 
 def test_bad_input_is_a_clear_problem_and_changes_nothing(server: Server) -> None:

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from sqlalchemy import select
 from shipyard.audit import Actor
 from shipyard.db import StoredBlob
 from shipyard.errors import Conflict, Forbidden, IntegrityError, InvalidSpec, NotFound, StorageError
-from shipyard.services import accounts, rbac
+from shipyard.services import accounts, rbac, scrubber
 from shipyard.services import storage as store
 from shipyard.services import storage_upkeep as upkeep
 from shipyard.services.context import ServiceContext, open_context
@@ -371,3 +372,64 @@ def test_cli_contract(tmp_path: Path) -> None:
     assert bad.returncode == 1 and "Error:" in bad.stderr and "Traceback" not in bad.stderr
     missing = cli.run("storage", "get", "nope", str(tmp_path / "x"), check=False)
     assert missing.returncode == 1 and "no artifact default/nope" in missing.stderr
+
+
+def test_the_background_scrubber_repairs_every_replica_and_resumes_where_it_stopped(
+    ctx: ServiceContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(5):
+        (tmp_path / f"f{i}.bin").write_bytes(os.urandom(50_000 + i))
+        store.put(ctx, tmp_path / f"f{i}.bin", f"many/f{i}", replicas=2)
+    with ctx.db.transaction() as session:
+        names = sorted(session.scalars(select(StoredBlob.name)))
+    for n, name in enumerate(names):
+        first = _replica_files(ctx, name)[0]
+        if n % 2:
+            first.unlink()
+        else:
+            first.write_bytes(b"bit rot" + first.read_bytes()[7:])
+    config = storage_config.load(ctx.settings.home)
+    config.scrub.rate_mb_s = 1000.0
+    storage_config.save(ctx.settings.home, config)
+    monkeypatch.setattr(scrubber, "BATCH", 2)
+    stopping = threading.Event()
+    scrubber.scrub_some(ctx, stopping)  # the first two blobs; then the process "restarts"
+    assert scrubber.last_pass(ctx).cursor == names[1]
+    while scrubber.scrub_some(ctx, stopping) == 0.0 and scrubber.last_pass(ctx).started_at:
+        pass
+    done = scrubber.last_pass(ctx)
+    assert done.finished_at and done.cursor == ""
+    assert (done.tally["checked"], done.tally["repaired"], done.tally["lost"]) == (5, 5, 0)
+    clean = upkeep.scrub(ctx, repair=False)
+    assert (clean.missing, clean.corrupt) == (0, 0)
+    # The next pass waits out scrub.interval_h (a week by default).
+    assert scrubber.scrub_some(ctx, stopping) == scrubber.IDLE_LOOK_S
+    assert upkeep.status(ctx).background_scrub["tally"]["repaired"] == 5
+
+
+def test_the_catalog_is_rebuilt_from_the_manifests_when_the_database_is_lost(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    first = open_context(Settings(home=home, db_url=f"sqlite:///{tmp_path / 'first.db'}"))
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "a.txt").write_text("a")
+    (tmp_path / "folder" / "b.txt").write_text("b")
+    (tmp_path / "secret.bin").write_bytes(os.urandom(10_000))
+    store.put(first, tmp_path / "folder", "kept/folder")
+    store.put(first, tmp_path / "secret.bin", "kept/secret", encrypt=True)
+    store.put(first, tmp_path / "secret.bin", "dropped")
+    store.delete(first, "dropped")
+    upkeep.gc(first, grace_s=0)  # the manifests of live artifacts are not leftovers
+    first.close()
+
+    # The database is gone; the store (and the home's master key) are not.
+    lost = open_context(Settings(home=home, db_url=f"sqlite:///{tmp_path / 'fresh.db'}"))
+    assert store.list_artifacts(lost) == []
+    report = upkeep.recover(lost)
+    assert (report.manifests, report.recovered, report.already_known, report.unreadable) == (2, 2, 0, [])
+    store.get(lost, "kept/folder", tmp_path / "out")
+    assert (tmp_path / "out" / "b.txt").read_text() == "b"
+    store.get(lost, "kept/secret", tmp_path / "secret.out")
+    assert (tmp_path / "secret.out").read_bytes() == (tmp_path / "secret.bin").read_bytes()
+    assert upkeep.recover(lost).recovered == 0  # nothing twice
+    assert upkeep.scrub(lost, repair=False).lost == 0
+    lost.close()

@@ -8,11 +8,15 @@ bodies are bounded in ``limits``, requests are counted in ``metrics``.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
 
 from shipyard import __version__
 from shipyard.api.deps import Platform
@@ -21,14 +25,30 @@ from shipyard.api.limits import LimitBodies
 from shipyard.api.metrics import MeasureRequests, Metrics
 from shipyard.api.routers import ROUTERS
 from shipyard.daemon.supervisor import Supervisor
-from shipyard.services import accounts
-from shipyard.services.context import open_context
+from shipyard.services import accounts, jobs
+from shipyard.services.context import ServiceContext, open_context
+from shipyard.services.scrubber import scrub_in_background
 from shipyard.services.submissions import SubmissionWriter
 from shipyard.services.verified_tokens import VerifiedTokens
 from shipyard.settings import Settings
 
+_log = logging.getLogger("shipyard.server")
+
 NO_AGENT_ENV = "SHIPYARD_NO_AGENT"
 """Set to 1 (``shipyard server --no-agent``): the server queues jobs but starts no agent."""
+
+
+AGENT_WATCH_S = 5.0
+
+
+async def _keep_agent_alive(ctx: ServiceContext) -> None:
+    """Start this home's agent again when it died while jobs were live (kill -9, a crash)."""
+    while True:
+        await asyncio.sleep(AGENT_WATCH_S)
+        try:
+            await run_in_threadpool(jobs.revive_agent, ctx)
+        except Exception:  # a database that is down now may be back at the next look
+            _log.exception("could not check on the agent")
 
 
 def create_app(
@@ -50,7 +70,15 @@ def create_app(
         ctx.executor.nodes()  # discover devices now (may import torch), not in the first request
         writer = SubmissionWriter(ctx.db)
         app.state.platform = Platform(ctx=ctx, writer=writer, metrics=metrics)
+        watchdog = asyncio.create_task(_keep_agent_alive(ctx)) if starter else None
+        stopping = threading.Event()
+        scrubber = threading.Thread(target=scrub_in_background, args=(ctx, stopping), name="scrubber")
+        scrubber.start()
         yield
+        if watchdog is not None:
+            watchdog.cancel()
+        stopping.set()
+        scrubber.join()
         writer.close()
         ctx.close()
 

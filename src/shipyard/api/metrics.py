@@ -46,10 +46,15 @@ class Metrics:
         self.utilization = gauge(
             "shipyard_device_utilization_ratio", "Busy fraction the vendor reports", ("node", "device")
         )
+        self.stragglers = gauge(
+            "shipyard_straggler_ratio",
+            "A straggling rank's compute per step over its attempt's median rank",
+            ("job", "rank"),
+        )
 
     def observe(self, state: telemetry.ClusterMetrics) -> None:
         for series in (self.wait_quantiles, self.pass_s, self.schedule_s, self.pass_age, self.devices,
-                       self.in_use, self.utilization):  # fmt: skip
+                       self.in_use, self.utilization, self.stragglers):  # fmt: skip
             series.clear()  # a node or quantile that is gone must not linger with its last value
         for job_state, count in state.jobs_by_state.items():
             self.jobs.labels(job_state).set(count)
@@ -66,6 +71,8 @@ class Metrics:
                 self.in_use.labels(node, accelerator_type).set(counts["in_use"])
             for device, busy in agent["utilization"].items():
                 self.utilization.labels(node, device).set(busy)
+        for job_id, rank, ratio in state.stragglers:
+            self.stragglers.labels(job_id, str(rank)).set(ratio)
 
 
 class MeasureRequests:

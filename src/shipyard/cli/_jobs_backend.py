@@ -37,12 +37,15 @@ class Embedded:
         )
 
     def list(self, state: str | None, limit: int) -> list[JobView]:
+        job_service.revive_agent(self.ctx)  # whoever looks at the jobs keeps them served
         return job_service.list_jobs(self.ctx, state=state, limit=limit)
 
     def get(self, job_id: str) -> JobDetail:
+        job_service.revive_agent(self.ctx)
         return job_service.get(self.ctx, job_id)
 
     def status(self, job_id: str) -> JobView:
+        job_service.revive_agent(self.ctx)
         return job_service.status(self.ctx, job_id)
 
     def cancel(self, job_id: str) -> JobView:

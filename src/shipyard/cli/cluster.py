@@ -86,7 +86,7 @@ def nodes(json_out: JsonOpt = False) -> None:
         ["node", "health", "devices (used/all)", "labels", "jobs"],
         lambda n: (
             n.id,
-            "up" if n.up else "DOWN",
+            ("cordoned: " + "; ".join(n.problems)) if n.problems else "up" if n.up else "DOWN",
             ", ".join(f"{k} {n.used.get(k, 0)}/{v}" for k, v in sorted(n.capacity.items())),
             ",".join(f"{k}={v}" for k, v in sorted(n.labels.items()) if k != "hostname") or "-",
             ",".join(n.jobs) or "-",

@@ -10,7 +10,7 @@ import typer
 
 from shipyard.cli._follow import follow
 from shipyard.cli._jobs_backend import jobs as jobs_backend
-from shipyard.cli._output import JsonOpt, console, duration, fmt, print_json, table
+from shipyard.cli._output import JsonOpt, console, duration, err_console, fmt, print_json, table
 from shipyard.domain import JobState
 from shipyard.schemas.views import JobDetail, JobView
 
@@ -38,6 +38,8 @@ def submit(
     """Queue a training job; the local agent starts it when its devices are free."""
     with jobs_backend() as platform:
         view = platform.submit(spec, resume=resume, resume_from=resume_from)
+        for warning in view.warnings:
+            err_console.print(f"[bold yellow]Warning:[/] {warning}")
         if not json_out:
             resuming = f" (resuming {view.resume_from})" if view.resume_from else ""
             console.print(f"submitted [bold]{view.id}[/]{resuming}")
@@ -139,7 +141,7 @@ def _print_detail(d: JobDetail) -> None:
     if d.attempts:
         table(
             "attempts",
-            ["#", "state", "exit", "devices", "threads", "pid", "log"],
+            ["#", "state", "exit", "devices", "threads", "micro-batch", "pid", "log"],
             [
                 (
                     a.number,
@@ -147,12 +149,19 @@ def _print_detail(d: JobDetail) -> None:
                     a.exit_reason,
                     f"{a.accelerator_type} {a.device_ids}",
                     a.threads_per_process,
+                    a.micro_batch_size,
                     a.pid,
                     a.log_path,
                 )
                 for a in d.attempts
             ],
         )
+        for a in d.attempts:
+            for straggler in (a.health or {}).get("stragglers", []):
+                console.print(
+                    f"attempt {a.number}: rank {straggler['rank']} straggles, computing "
+                    f"{straggler['ratio']:.2f}x as long per step as the ranks' median"
+                )
     if d.artifacts:
         table(
             "artifacts",

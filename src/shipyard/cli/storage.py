@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -252,6 +253,27 @@ def gc(
 
 
 @sub_app.command()
+def recover(json_out: JsonOpt = False) -> None:
+    """Rebuild the catalog from the manifests beside the blobs (after the database was lost).
+
+    Every artifact whose manifest is in the store and not in the catalog is put back, its blobs
+    with it; artifacts the catalog knows are left as they are. Run `shipyard storage scrub` after.
+    """
+    report = upkeep.recover(open_context())
+    if json_out:
+        print_json(report)
+    else:
+        console.print(
+            f"{report.manifests} manifests: {report.recovered} artifacts recovered, "
+            f"{report.already_known} already in the catalog"
+        )
+        for problem in report.unreadable:
+            err_console.print(f"[red]unreadable:[/] {problem}")
+    if report.unreadable:
+        raise typer.Exit(1)
+
+
+@sub_app.command()
 def status(json_out: JsonOpt = False) -> None:
     """Roots with their failure domains and free space; artifacts, blobs and bytes."""
     found = upkeep.status(open_context())
@@ -272,6 +294,15 @@ def status(json_out: JsonOpt = False) -> None:
         f"{found.blobs} distinct blobs ({_gib(found.stored_bytes)}), "
         f"{found.encrypted_blobs} encrypted; master key: {found.active_key or 'none yet'}"
     )
+    scrub = found.background_scrub
+    if scrub.get("started_at"):
+        console.print(f"background scrub under way since {_when(scrub['started_at'])}: {scrub['tally']}")
+    elif scrub.get("finished_at"):
+        console.print(f"background scrub last finished {_when(scrub['finished_at'])}: {scrub['tally']}")
+
+
+def _when(unix_s: float) -> str:
+    return datetime.fromtimestamp(unix_s, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @sub_app.command("rotate-key")

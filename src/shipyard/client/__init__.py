@@ -4,6 +4,8 @@ classes the service layer raises, so callers handle one error tree whether embed
 from __future__ import annotations
 
 import shutil
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -53,6 +55,10 @@ _BY_CODE: dict[str, type[errors.ShipyardError]] = {
     )
 }
 _BY_CODE["invalid_request"] = errors.InvalidSpec  # the API's own validation of a request
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+SUBMIT_TRIES = 4
+SUBMIT_BACKOFF_S = 0.5
 
 
 class Client:
@@ -115,10 +121,27 @@ class Client:
         return self._get(JobDetail, "GET", f"/api/v1/jobs/{job_id}")
 
     def submit_job(
-        self, spec: dict[str, Any], *, resume: bool = False, resume_from: str | None = None
+        self,
+        spec: dict[str, Any],
+        *,
+        resume: bool = False,
+        resume_from: str | None = None,
+        idempotency_key: str | None = None,
     ) -> JobView:
+        """Queue a job. The request carries an idempotency key (a new one unless given) and is
+        sent again when the connection fails before the answer: the server creates the job
+        once however many times it arrives."""
         body = {"spec": spec, "resume": resume, "resume_from": resume_from}
-        return self._get(JobView, "POST", "/api/v1/jobs", json=body)
+        headers = {IDEMPOTENCY_HEADER: idempotency_key or uuid.uuid4().hex}
+        tries = 0
+        while True:
+            try:
+                return self._get(JobView, "POST", "/api/v1/jobs", json=body, headers=headers)
+            except errors.ExecutorError:  # unreachable, or the answer was lost on the way
+                tries += 1
+                if tries == SUBMIT_TRIES:
+                    raise
+                time.sleep(SUBMIT_BACKOFF_S * 2 ** (tries - 1))
 
     def cancel_job(self, job_id: str) -> JobView:
         return self._get(JobView, "POST", f"/api/v1/jobs/{job_id}/cancel")

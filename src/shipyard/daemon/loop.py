@@ -1,16 +1,21 @@
 """The local agent process: ``python -m shipyard.daemon`` (started on demand by ``supervisor``).
 
 Holds the home's agent lock for its lifetime and, while it leads (``leader``: one scheduling loop
-per database), runs ``services.agent.tick`` every poll interval; it
-exits after a while with nothing queued or running. Jobs run in their own sessions, so stopping the
-agent does not stop them: the next agent adopts them.
+per database), runs ``services.agent.tick`` every poll interval. Beside it, a committer thread
+copies checkpoints and exports into the artifact store as they are written (a multi-GB copy never
+stalls scheduling) and the background scrubber verifies and repairs the store. It exits after a
+while with nothing queued or running. Jobs run in their own sessions, so stopping the agent (even
+kill -9) does not stop them: the next agent adopts those still running and the restart policy
+requeues the others.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import signal
+import threading
 import time
 import traceback
 from types import FrameType
@@ -18,11 +23,30 @@ from types import FrameType
 from shipyard.daemon.leader import Leadership
 from shipyard.daemon.supervisor import AGENT_LOCK
 from shipyard.services import agent
-from shipyard.services.context import local_actor, open_context
+from shipyard.services.context import ServiceContext, local_actor, open_context
+from shipyard.services.outputs import commit_outputs
+from shipyard.services.scrubber import scrub_in_background
 from shipyard.settings import Settings
 
 BUSY_SHARE_INVERSE = 4.0
 """Sleep at least this many times as long as the last pass took."""
+COMMIT_POLL_S = 0.5
+
+
+def commit_continuously(ctx: ServiceContext, stopping: threading.Event) -> None:
+    """The committer: whatever the passes recorded goes to the store, until asked to stop and
+    nothing is left."""
+    while True:
+        try:
+            while commit_outputs(ctx):
+                pass
+        except Exception:  # a store that fails now may work at the next look
+            traceback.print_exc()
+        if stopping.wait(COMMIT_POLL_S):
+            with contextlib.suppress(Exception):
+                while commit_outputs(ctx):  # what the last pass recorded
+                    pass
+            return
 
 
 def run(settings: Settings) -> int:
@@ -48,6 +72,13 @@ def run(settings: Settings) -> int:
     agent_id = f"{os.uname().nodename}:{os.getpid()}"
     ctx.executor.nodes()  # discover devices before the first pass, so its time measures the queue
     leadership = Leadership(ctx.db)
+    stopping_helpers = threading.Event()
+    helpers = [
+        threading.Thread(target=commit_continuously, args=(ctx, stopping_helpers), name="committer"),
+        threading.Thread(target=scrub_in_background, args=(ctx, stopping_helpers), name="scrubber"),
+    ]
+    for helper in helpers:
+        helper.start()
     print(f"agent {agent_id} serving {settings.home}", flush=True)
     leading: bool | None = None  # unknown until the first pass asks
     idle_since = time.monotonic()
@@ -79,6 +110,9 @@ def run(settings: Settings) -> int:
             # would take a whole core from the jobs and the server; spend at most a fifth of it.
             time.sleep(max(delay, BUSY_SHARE_INVERSE * spent))
     finally:
+        stopping_helpers.set()
+        for helper in helpers:
+            helper.join()
         leadership.close()
         ctx.close()
         print(f"agent {agent_id} stopped", flush=True)

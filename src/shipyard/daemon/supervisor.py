@@ -44,6 +44,8 @@ class Supervisor:
     def __call__(self, settings: Settings) -> None:
         """Start a background agent for this home unless one runs (a second one exits at once)."""
         if is_running(settings):
+            # It started: if it is gone at a later call, it died, and no grace is owed to it.
+            self._spawned.pop(settings.home, None)
             return
         now = time.monotonic()
         if now - self._spawned.get(settings.home, -SPAWN_GRACE_S) < SPAWN_GRACE_S:

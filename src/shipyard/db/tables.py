@@ -57,6 +57,7 @@ class Base(DeclarativeBase):
 
 class Job(Base):
     __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     name: Mapped[str] = mapped_column(String(64), index=True)
@@ -89,6 +90,13 @@ class Job(Base):
     submitted_at: Mapped[datetime] = mapped_column(default=utcnow)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    micro_batch_size: Mapped[int | None] = mapped_column(Integer)
+    """The micro-batch of its next attempt where it differs from the spec's (after an attempt
+    ran out of memory: half of it, with twice the gradient accumulation)."""
+    restart_at: Mapped[datetime | None]
+    """A job the restart policy requeued waits until then (its backoff)."""
+    idempotency_key: Mapped[str | None] = mapped_column(String(128))
+    """The client's key for the submission that created it: a retried request finds this job."""
 
     attempts: Mapped[list[Attempt]] = relationship(
         back_populates="job", order_by="Attempt.number", cascade="all, delete-orphan"
@@ -127,6 +135,10 @@ class Attempt(Base):
     signalled_at: Mapped[datetime | None]
     started_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None]
+    micro_batch_size: Mapped[int | None] = mapped_column(Integer)
+    """Sequences per forward pass it ran with (None: the spec's)."""
+    health: Mapped[dict[str, Any] | None]
+    """What its heartbeats showed: each rank's compute time per step and its stragglers."""
     inputs: Mapped[dict[str, Any] | None]
     """Stored datasets it read (``store:NAME``) -> their content digest at launch: the lineage of
     what it trained on, even if the artifact is replaced later."""
@@ -300,6 +312,8 @@ class StoredBlob(Base):
     replicas: Mapped[int] = mapped_column(Integer)
     key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     wrapped_key: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    block_crcs: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
+    """CRC32C of each 4 MiB block (plain blobs): what reads check; None before blocks had them."""
     """The blob's data key wrapped by the master key ``key_id``; None when stored in the clear."""
     project: Mapped[str | None] = mapped_column(String(64), nullable=True)
     """The project an encrypted blob belongs to (plain blobs are shared across projects)."""
@@ -370,3 +384,5 @@ class AgentStatus(Base):
     """Accelerator type -> {"total": n, "in_use": m} (cpu counts cores)."""
     utilization: Mapped[dict[str, Any] | None]
     """Device index -> busy fraction 0..1 from the vendor's counters, where a vendor reports it."""
+    problems: Mapped[list[Any] | None]
+    """Why the node is cordoned (low disk, a GPU with ECC errors or that does not answer); None: fit."""

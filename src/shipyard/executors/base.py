@@ -193,9 +193,14 @@ class Executor(Protocol):
         when a node of it left the cluster), else None."""
         ...
 
+    def dump_stacks(self, handle: AttemptHandle) -> None:
+        """Have every training process of the attempt write its threads' Python stacks into its
+        log (SIGUSR1, which the runtime hands to ``faulthandler``): how a hang is diagnosed."""
+        ...
+
     def sync(self, handle: AttemptHandle, run_dir: Path) -> None:
-        """Bring what the attempt wrote on its nodes (metrics, result, logs, its newest complete
-        checkpoint, its export) into ``run_dir`` here; nothing to do where both are the same."""
+        """Bring what the attempt wrote on its nodes (metrics, heartbeats, result, logs, its newest
+        complete checkpoint, its export) into ``run_dir`` here; nothing to do where both are the same."""
         ...
 
     def release(self, handle: AttemptHandle) -> None:

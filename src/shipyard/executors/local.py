@@ -242,13 +242,17 @@ class LocalExecutor:
                 preexec_fn=pin,
             )
         self._children[process.pid] = process
-        return AttemptHandle(node=self.node.id, handle=str(process.pid), pid=process.pid)
+        # The start time makes the handle name this process only: a later agent that finds the
+        # pid alive adopts it only if it is the same process, not another that reuses the pid.
+        started = _start_time(process.pid)
+        handle = f"{process.pid}@{started}" if started is not None else str(process.pid)
+        return AttemptHandle(node=self.node.id, handle=handle, pid=process.pid)
 
     def runs(self, handle: AttemptHandle) -> bool:
         return handle.node == self.node.id
 
     def poll(self, handle: AttemptHandle) -> int | None:
-        pid = int(handle.handle)
+        pid = _pid_of(handle)[0]
         child = self._children.get(pid)
         if child is not None:
             code = child.poll()
@@ -256,10 +260,33 @@ class LocalExecutor:
                 del self._children[pid]
             return code
         # Launched by an earlier agent: we cannot wait on it, only see whether it still runs.
-        return None if _alive(pid) else -1
+        return None if self._runs_still(handle) else -1
+
+    def _runs_still(self, handle: AttemptHandle) -> bool:
+        """Whether the attempt's process runs (and is the one launched, not another with its pid)."""
+        pid, started = _pid_of(handle)
+        child = self._children.get(pid)
+        if child is not None:
+            return child.poll() is None
+        return _alive(pid) and (started is None or _start_time(pid) == started)
 
     def stop(self, handle: AttemptHandle, *, force: bool = False) -> None:
-        _signal_group(int(handle.handle), signal.SIGKILL if force else signal.SIGTERM)
+        pid, started = _pid_of(handle)
+        if started is not None and _start_time(pid) not in (started, None):
+            return  # the pid names another process now: never signal it
+        # The whole group: ranks outlive a torchrun that died first.
+        _signal_group(pid, signal.SIGKILL if force else signal.SIGTERM)
+
+    def dump_stacks(self, handle: AttemptHandle) -> None:
+        if not self._runs_still(handle):
+            return
+        leader = _pid_of(handle)[0]
+        # Under torchrun the ranks are the leader's children in its group; torchrun itself has no
+        # handler for SIGUSR1 (it would die of it and leave the ranks running unobserved).
+        members = [pid for pid in _group_members(leader) if pid != leader] or [leader]
+        for pid in members:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGUSR1)
 
     def sync(self, handle: AttemptHandle, run_dir: Path) -> None:
         del handle, run_dir  # the attempt writes into the run directory itself
@@ -300,6 +327,34 @@ def _prefer_nvlink_island(free: list[Device], count: int) -> list[Device]:
         if len(island) >= count:
             return island[:count]
     return free[:count]
+
+
+def _pid_of(handle: AttemptHandle) -> tuple[int, int | None]:
+    """The process id and start time a handle names (handles of older agents hold the pid only)."""
+    pid, _, started = handle.handle.partition("@")
+    return int(pid), int(started) if started else None
+
+
+def _start_time(pid: int) -> int | None:
+    """When the process started, in clock ticks after boot (Linux ``/proc/PID/stat`` field 22)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rpartition(")")[2].split()[19])  # the fields after the command's name
+
+
+def _group_members(pgid: int) -> list[int]:
+    """The processes of a process group (Linux); just the leader where ``/proc`` is absent."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rpartition(")")[2].split()
+        except OSError:
+            continue  # ended meanwhile
+        if int(fields[2]) == pgid:
+            members.append(int(stat.parent.name))
+    return members or [pgid]
 
 
 def _alive(pid: int) -> bool:

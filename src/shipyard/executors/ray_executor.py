@@ -47,6 +47,7 @@ from shipyard.executors.ray_ranks import RankGroup, pack, unpack
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     CHECKPOINT_POINTER,
+    HEARTBEAT_DIR,
     LAUNCH_FILE,
     METRICS_FILE,
     RESULT_FILE,
@@ -320,6 +321,10 @@ class RayExecutor:
         for actor in actors:
             actor.signal.remote(int(sig))
 
+    def dump_stacks(self, handle: AttemptHandle) -> None:
+        for actor in self._group(handle) or []:
+            actor.signal.remote(int(signal.SIGUSR1))  # each rank is a process group of its own
+
     def sync(self, handle: AttemptHandle, run_dir: Path) -> None:
         ray = self.ray
         actors = self._group(handle)
@@ -332,6 +337,7 @@ class RayExecutor:
             state = json.loads(state_path.read_text())
         try:
             logs = ray.get([a.drain_log.remote() for a in actors], timeout=CALL_TIMEOUT_S)
+            beats = ray.get([a.heartbeats.remote() for a in actors], timeout=CALL_TIMEOUT_S)
             pulled = ray.get(
                 actors[0].pull.remote(state["metrics"], state["checkpoint"], True), timeout=CALL_TIMEOUT_S
             )
@@ -342,6 +348,10 @@ class RayExecutor:
         with open(log_path, "ab") as log:
             for chunk in logs:
                 log.write(chunk)
+        heartbeats = run_dir / HEARTBEAT_DIR
+        heartbeats.mkdir(exist_ok=True)
+        for name, beat in (item for node in beats for item in node.items()):
+            _write_atomic(heartbeats / name, beat.decode())
         if pulled["checkpoint"] is not None:
             checkpoint_name, archive = pulled["checkpoint"]
             checkpoints = run_dir / CHECKPOINT_DIR

@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
+    HEARTBEAT_DIR,
     LAUNCH_FILE,
     METRICS_FILE,
     RESULT_FILE,
@@ -159,6 +160,10 @@ class RankGroup:
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signum)
+
+    def heartbeats(self) -> dict[str, bytes]:
+        """The newest heartbeat of each of the node's ranks (``rank-N.json``)."""
+        return {path.name: path.read_bytes() for path in (self.run_dir / HEARTBEAT_DIR).glob("rank-*.json")}
 
     def drain_log(self) -> bytes:
         """The node's log lines written since the last call."""

@@ -7,12 +7,14 @@ code ever pretending at run time: the real functions below are what ``discover()
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import platform
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from shipyard.hardware.catalog import lookup, match_accelerator_type
 
@@ -65,6 +67,8 @@ class VendorQueries:
     cpu: Callable[[], CpuInfo] = field(default=lambda: query_cpu())
     utilization: Callable[[], dict[int, float]] = field(default=lambda: query_nvml_utilization())
     """Busy fraction (0..1) per accelerator index, where the vendor reports one."""
+    health: Callable[[], dict[int, str]] = field(default=lambda: query_nvml_health())
+    """Accelerators unfit for work, by index, with why (``hardware.health``)."""
 
 
 def discover(queries: VendorQueries | None = None) -> list[Device]:
@@ -167,17 +171,31 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def query_nvml() -> list[RawDevice]:
-    """NVIDIA GPUs through NVML (``nvidia-ml-py``), with NVLink peers; [] without driver."""
+@contextlib.contextmanager
+def nvml() -> Iterator[Any]:
+    """``pynvml``, initialised for the block; None without the package, a driver or a GPU (not
+    an error: just no NVIDIA devices)."""
     if importlib.util.find_spec("pynvml") is None:
-        return []
+        yield None
+        return
     import pynvml
 
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
-        return []  # no driver or no GPU: not an error, just no NVIDIA devices
+        yield None
+        return
     try:
+        yield pynvml
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def query_nvml() -> list[RawDevice]:
+    """NVIDIA GPUs through NVML (``nvidia-ml-py``), with NVLink peers; [] without driver."""
+    with nvml() as pynvml:
+        if pynvml is None:
+            return []
         count = pynvml.nvmlDeviceGetCount()
         handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         bus_ids = [_bus_id(pynvml.nvmlDeviceGetPciInfo(h)) for h in handles]
@@ -196,30 +214,46 @@ def query_nvml() -> list[RawDevice]:
                 )
             )
         return devices
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def query_nvml_utilization() -> dict[int, float]:
     """Each NVIDIA GPU's busy fraction over NVML's last sample period; {} without driver."""
-    if importlib.util.find_spec("pynvml") is None:
-        return {}
-    import pynvml
+    with nvml() as pynvml:
+        if pynvml is None:
+            return {}
+        try:
+            busy = {}
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                busy[i] = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
+            return busy
+        except pynvml.NVMLError:
+            return {}  # a GPU that does not report utilization (some MIG setups): unknown, not zero
 
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return {}
-    try:
-        busy = {}
+
+def query_nvml_health() -> dict[int, str]:
+    """NVIDIA GPUs unfit for work, by index, with why: uncorrectable ECC errors since the driver
+    loaded, or no answer at all (a GPU that fell off the bus). {} without a driver."""
+    with nvml() as pynvml:
+        if pynvml is None:
+            return {}
+        problems: dict[int, str] = {}
         for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            busy[i] = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu / 100.0
-        return busy
-    except pynvml.NVMLError:
-        return {}  # a GPU that does not report utilization (some MIG setups): unknown, not zero
-    finally:
-        pynvml.nvmlShutdown()
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                pynvml.nvmlDeviceGetUtilizationRates(handle)  # a lost GPU fails here
+            except pynvml.NVMLError as exc:
+                problems[i] = f"does not answer ({exc})"
+                continue
+            try:
+                errors = pynvml.nvmlDeviceGetTotalEccErrors(
+                    handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC
+                )
+            except pynvml.NVMLError:
+                continue  # no ECC on this GPU (GeForce): nothing to judge
+            if errors:
+                problems[i] = f"{errors} uncorrectable ECC errors since the driver loaded"
+        return problems
 
 
 def _bus_id(pci: object) -> str:

@@ -406,6 +406,41 @@ class CheckpointSection(_Section):
     """How many recent checkpoints to keep on disk."""
 
 
+RetriedFailure = Literal["signal", "lost", "node_lost", "collective", "hang", "oom"]
+RETRIED_FAILURES: tuple[RetriedFailure, ...] = ("signal", "lost", "node_lost", "collective", "hang", "oom")
+"""Failures that are the machine's, not the job's: retried by default. A bad spec, a data error
+or any other exception of the job's own is never retried: it would fail the same way again."""
+
+
+class RestartsSection(_Section):
+    """What Shipyard does by itself when an attempt fails: each retry resumes from the job's
+    newest checkpoint (in the run folder, else in the artifact store)."""
+
+    max: Annotated[int, Field(ge=0, le=100)] = 3
+    """Attempts started again after a failure, at most; 0 never retries."""
+    backoff_s: Annotated[float, Field(ge=0, le=86_400)] = 10.0
+    """Seconds before the first retry; doubled for each one after, up to an hour."""
+    on: list[RetriedFailure] = Field(default=list(RETRIED_FAILURES), max_length=len(RETRIED_FAILURES))
+    """Which failures are retried: ``signal`` (killed by a signal), ``lost`` (the process vanished
+    while no agent watched), ``node_lost``, ``collective`` (an NCCL or gloo error), ``hang`` (no
+    step for ``hang_factor`` median steps), ``oom`` (out of memory: retried with half the
+    micro-batch and twice the gradient accumulation, so the global batch stays the same)."""
+    hang_factor: Annotated[float, Field(ge=2, le=10_000)] = 10.0
+    """An attempt with no step for this many times its median step time is hung."""
+    startup_grace_s: Annotated[float, Field(gt=0, le=86_400)] = 600.0
+    """Never call an attempt hung sooner than this after its start or its last step (loading the
+    model, tokenizing data, writing a checkpoint or an eval all pause the steps)."""
+
+    @model_validator(mode="after")
+    def _can_retry(self) -> Self:
+        if self.max == 0 and self.on:
+            raise ValueError(
+                f"max is 0, so the failures `on` lists ({', '.join(self.on)}) would never be retried; "
+                "give max of 1 or more, or `on: []` to never retry"
+            )
+        return self
+
+
 class JobSpec(_Section):
     api_version: Literal["shipyard/v1"] = Field("shipyard/v1", alias="apiVersion")
     kind: Literal["TrainingJob"] = "TrainingJob"
@@ -419,6 +454,8 @@ class JobSpec(_Section):
     training: TrainingSection
     resources: ResourcesSection = ResourcesSection()
     checkpoint: CheckpointSection = CheckpointSection()
+    restarts: RestartsSection = RestartsSection()
+    """Retries after failures that are not the job's own, with out-of-memory recovery."""
     priority: Annotated[int, Field(ge=-INT32 - 1, le=INT32)] = 0
     """Higher runs first within a queue (a 32-bit integer)."""
     queue: Annotated[str, Field(pattern=QUEUE_NAME_PATTERN)] = "default"

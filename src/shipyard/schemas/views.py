@@ -26,6 +26,12 @@ class AttemptView(_View):
     log_path: str
     started_at: datetime
     finished_at: datetime | None
+    micro_batch_size: int | None = None
+    """Sequences per forward pass (None: the spec's; smaller after an out-of-memory)."""
+    health: dict[str, Any] | None = None
+    """From its heartbeats: ``compute_s`` per rank (median seconds of compute per step),
+    ``stragglers`` (ranks at 1.5 times the median or more, with their ratio) and, for an attempt
+    stopped as hung, ``hang`` (why)."""
 
 
 class JobView(_View):
@@ -54,6 +60,8 @@ class JobView(_View):
     submitted_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    warnings: list[str] = []
+    """In the answer to a submission: what the spec allows but probably does not mean."""
 
 
 class ArtifactView(_View):
@@ -116,6 +124,8 @@ class NodeView(_View):
     labels: dict[str, str]
     """Failure and topology domains: rack, switch, NVLink island, InfiniBand fabric."""
     jobs: list[str]
+    problems: list[str] = []
+    """Why it is cordoned, as its agent last saw it (low disk, a failing GPU); empty: fit."""
 
 
 class LogChunkView(_View):
@@ -167,6 +177,16 @@ class ScrubReport(_View):
     """``project/name`` of every artifact holding a lost blob."""
 
 
+class RecoveryReport(_View):
+    manifests: int
+    """Artifact manifests found in the store."""
+    recovered: int
+    """Artifacts put back into the catalog."""
+    already_known: int
+    unreadable: list[str]
+    """Manifests that could not be read, with why."""
+
+
 class GcReport(_View):
     blobs_removed: int
     bytes_freed: int
@@ -186,6 +206,9 @@ class StorageStatus(_View):
     """Bytes of the distinct blobs, before replication."""
     encrypted_blobs: int
     active_key: str | None
+    background_scrub: dict[str, Any] = {}
+    """The background scrubber's pass: ``cursor`` (the last blob it verified), ``started_at`` of
+    the pass under way, ``finished_at`` of the last whole one, and the pass's ``tally``."""
 
 
 # --- accounts ------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ their own.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -31,15 +32,17 @@ from shipyard.schemas.launch import (
     METRICS_FILE,
     RESULT_FILE,
     AttemptResult,
+    Heartbeat,
     checkpoint_step,
     latest_checkpoint,
 )
-from shipyard.services import telemetry
+from shipyard.services import recovery, telemetry
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import record_measured_memory
 from shipyard.services.launching import launch
-from shipyard.services.outputs import commit_outputs, record_checkpoint, register_outputs
+from shipyard.services.outputs import record_checkpoint, register_outputs
 from shipyard.services.scheduler import LiveJob, executor_node, plan_round
+from shipyard.services.submitted_jobs import aware
 
 _log = logging.getLogger("shipyard.agent")
 
@@ -63,17 +66,24 @@ class Pass:
 def tick(ctx: ServiceContext, agent_id: str) -> Pass:
     """One pass of the agent over every queued and running job."""
     started = time.perf_counter()
+    # This machine's own health (a cluster's nodes are the cluster's to judge).
+    problems = telemetry.node_problems(ctx) if ctx.executor.shares_run_folders else []
+    cordoned = {node.id: problems for node in ctx.executor.nodes()} if problems else {}
     with ctx.db.transaction() as session:
         for attempt in _running(ctx, session):
             _collect(ctx, session, attempt)
             _finish_if_exited(ctx, session, attempt)
         for attempt in _running(ctx, session):
             _stop_if_cancelled(ctx, attempt)
+            _watch(ctx, attempt)
+            if handle_of(ctx, attempt).node in cordoned and ctx.settings.unhealthy_node == "drain":
+                _preempt(ctx, attempt, utcnow())
         scheduling = time.perf_counter()
-        live = _start_leased(ctx, session, agent_id)
+        live = _start_leased(ctx, session, agent_id, cordoned)
         done = time.perf_counter()
-    telemetry.record_pass(ctx, agent_id, pass_s=done - started, schedule_s=done - scheduling)
-    commit_outputs(ctx)
+    telemetry.record_pass(
+        ctx, agent_id, pass_s=done - started, schedule_s=done - scheduling, problems=problems
+    )
     # The jobs as this pass's scheduling read them: a job it launched shows as running from the
     # next pass on, which then polls fast once more.
     seen = frozenset((j.id, j.state, j.cancel_requested) for j in live.values())
@@ -95,10 +105,12 @@ def handle_of(ctx: ServiceContext, attempt: Attempt) -> AttemptHandle:
 WAITING = Pending(Reason.WAITING, "waiting for the scheduler")
 
 
-def _start_leased(ctx: ServiceContext, session: Session, agent_id: str) -> dict[str, LiveJob]:
-    """Ask the scheduler which jobs run now; start those it leases, preempt those it drops
-    (once they held their devices for a round), and tell every waiting job why it waits.
-    Returns the live jobs as the scheduler read them."""
+def _start_leased(
+    ctx: ServiceContext, session: Session, agent_id: str, cordoned: dict[str, list[str]]
+) -> dict[str, LiveJob]:
+    """Ask the scheduler which jobs run now; start those it leases (unless on a ``cordoned``
+    node), preempt those it drops (once they held their devices for a round), and tell every
+    waiting job why it waits. Returns the live jobs as the scheduler read them."""
     now = utcnow()
     decision, rows = plan_round(ctx, session, now)
     plan = decision.plan
@@ -115,14 +127,20 @@ def _start_leased(ctx: ServiceContext, session: Session, agent_id: str) -> dict[
     )
     reasons: dict[str, Pending] = {}
     for waiting in queued:
+        if waiting.restart_at is not None and aware(waiting.restart_at) > now:
+            continue  # backing off: it keeps the restart policy's reason, which says until when
         lease = plan.leases.get(waiting.id)
         if lease is None:
             reasons[waiting.id] = plan.pending_reasons.get(waiting.id, WAITING)
             continue
+        nodes = {executor_node(n) for n in lease.nodes}
+        if sick := sorted(nodes & cordoned.keys()):
+            why = "; ".join(cordoned[sick[0]])
+            reasons[waiting.id] = Pending(Reason.CORDONED, f"node {sick[0]} is cordoned: {why}")
+            continue
         job = session.get_one(Job, waiting.id)
         spec = stored_job_spec(job.spec)
         request = Request.of(spec.resources, [lease.accelerator_type])
-        nodes = {executor_node(n) for n in lease.nodes}
         placed = ctx.executor.place(request, busy, on=nodes)
         if isinstance(placed, Unplaceable):
             reasons[waiting.id] = Pending(Reason.UNPLACEABLE, f"0/{len(nodes)} nodes: {placed.reason}")
@@ -151,12 +169,18 @@ _SET_REASON = (
 
 
 def _preempt_if_due(ctx: ServiceContext, job: Job, now: datetime) -> None:
-    """SIGTERM (the runtime checkpoints, then exits) once the attempt held its devices a round."""
+    """Preempt the job's attempt once it held its devices a round."""
     attempt = next((a for a in job.attempts if a.state == JobState.RUNNING), None)
-    if attempt is None or not _launched(attempt) or job.preempt_requested or job.cancel_requested:
+    if attempt is None:
         return
-    started = attempt.started_at if attempt.started_at.tzinfo else attempt.started_at.replace(tzinfo=UTC)
-    if (now - started).total_seconds() < ctx.settings.round_s:
+    if (now - aware(attempt.started_at)).total_seconds() >= ctx.settings.round_s:
+        _preempt(ctx, attempt, now)
+
+
+def _preempt(ctx: ServiceContext, attempt: Attempt, now: datetime) -> None:
+    """SIGTERM: the runtime checkpoints, then exits, and the job requeues to resume."""
+    job = attempt.job
+    if not _launched(attempt) or job.preempt_requested or job.cancel_requested:
         return
     job.preempt_requested = True
     ctx.executor.stop(handle_of(ctx, attempt))
@@ -185,12 +209,13 @@ def _claim(session: Session, job: Job) -> bool:
 
 
 def _collect(ctx: ServiceContext, session: Session, attempt: Attempt) -> None:
-    """What the attempt wrote since the last pass: its metrics and, from another node, its newest
-    checkpoint, recorded at once so that it reaches the artifact store while the attempt runs."""
+    """What the attempt wrote since the last pass: its metrics and its newest checkpoint,
+    recorded at once so that the committer copies it into the artifact store while the attempt
+    runs (a SIGKILL or a lost node or disk then loses at most one checkpoint interval)."""
     run_dir = Path(attempt.job.run_dir)
     ctx.executor.sync(handle_of(ctx, attempt), run_dir)
     _ingest_metrics(session, attempt)
-    newest = None if ctx.executor.shares_run_folders else latest_checkpoint(run_dir / CHECKPOINT_DIR)
+    newest = latest_checkpoint(run_dir / CHECKPOINT_DIR)
     if newest is not None:
         record_checkpoint(session, attempt.job, newest, checkpoint_step(newest))
 
@@ -235,6 +260,41 @@ def _stop_if_cancelled(ctx: ServiceContext, attempt: Attempt) -> None:
         ctx.executor.stop(handle_of(ctx, attempt), force=True)
 
 
+HANG_DUMP_S = 2.0
+"""Between asking a hung attempt for its stacks (SIGUSR1) and killing it."""
+
+
+def _watch(ctx: ServiceContext, attempt: Attempt) -> None:
+    """Read the attempt's heartbeats: record its ranks' compute time and stragglers, and stop it
+    as hung when no rank made progress for longer than its restart policy allows (first every
+    rank's Python stacks go into its log, then, a look later, it is killed)."""
+    job = attempt.job
+    if not _launched(attempt) or job.cancel_requested or job.preempt_requested:
+        return
+    now = utcnow()
+    if attempt.exit_reason == ExitReason.HANG:  # its stacks were asked for at an earlier look
+        assert attempt.signalled_at is not None
+        if (now - aware(attempt.signalled_at)).total_seconds() >= HANG_DUMP_S:
+            ctx.executor.stop(handle_of(ctx, attempt), force=True)
+        return
+    spec = stored_job_spec(job.spec)
+    beats = Heartbeat.read_all(Path(job.run_dir))
+    seen = recovery.progress(beats, aware(attempt.started_at).timestamp(), now.timestamp(), spec)
+    health = {"compute_s": seen.compute_s, "stragglers": seen.stragglers}
+    if seen.hung:
+        limit = spec.restarts
+        health["hang"] = (
+            f"hung: no progress for {seen.silent_s:.0f}s after step {seen.step} (the limit is "
+            f"{seen.limit_s:.0f}s: the larger of {limit.hang_factor:g} median steps and "
+            f"restarts.startup_grace_s {limit.startup_grace_s:g}s); every rank's stacks are in its log"
+        )
+        _log.warning("job %s attempt %s %s", job.id, attempt.number, health["hang"])
+        ctx.executor.dump_stacks(handle_of(ctx, attempt))
+        attempt.exit_reason, attempt.signalled_at = ExitReason.HANG, now
+    if health != attempt.health:
+        attempt.health = health
+
+
 def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -> None:
     assert _launched(attempt)
     handle = handle_of(ctx, attempt)
@@ -254,10 +314,18 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
         record_checkpoint(session, job, Path(result.checkpoint), result.step)
     ended = _how_it_ended(ctx, job, attempt, exit_code, result)
     attempt.state, attempt.exit_reason = ended.attempt_state, ended.attempt_reason
-    if ended.job_state == JobState.QUEUED:
+    after = None
+    if ended.job_state == JobState.FAILED:
+        after = recovery.decide(session, job, attempt, ended.attempt_reason, ended.message or "", utcnow())
+        if isinstance(after, recovery.GiveUp):
+            ended = dataclasses.replace(ended, message=after.message, hint=after.hint)
+    if isinstance(after, recovery.Retry):
+        code = Reason.NODE_LOST if ended.attempt_reason == ExitReason.NODE_LOST else Reason.RESTARTING
+        job.move(JobState.QUEUED, pending_reason=after.reason, pending_code=code)
+        job.restart_at, job.micro_batch_size = after.restart_at, after.micro_batch_size
+    elif ended.job_state == JobState.QUEUED:
         job.preempt_requested = False
-        code = Reason.NODE_LOST if ended.attempt_reason == ExitReason.NODE_LOST else Reason.PREEMPTED
-        job.move(JobState.QUEUED, pending_reason=ended.message, pending_code=code)
+        job.move(JobState.QUEUED, pending_reason=ended.message, pending_code=Reason.PREEMPTED)
     else:
         job.move(ended.job_state, exit_reason=ended.attempt_reason, message=ended.message, hint=ended.hint)
     if ended.job_state == JobState.SUCCEEDED:
@@ -290,11 +358,13 @@ class _Ended:
 def _how_it_ended(
     ctx: ServiceContext, job: Job, attempt: Attempt, exit_code: int, result: AttemptResult | None
 ) -> _Ended:
+    hint = f"see `shipyard jobs logs {job.id}`; resubmit with --resume to continue from its last checkpoint"
     if exit_code == NODE_LOST:
-        kept = latest_checkpoint(Path(job.run_dir) / CHECKPOINT_DIR)
-        resumes = f"resumes from {kept.name}" if kept else "starts again (no checkpoint was written)"
-        waiting = f"a node of its attempt ({attempt.node}) left the cluster; it {resumes} on other nodes"
-        return _Ended(JobState.FAILED, ExitReason.NODE_LOST, JobState.QUEUED, waiting)
+        lost = f"a node of its attempt ({attempt.node}) left the cluster"
+        return _Ended(JobState.FAILED, ExitReason.NODE_LOST, JobState.FAILED, lost, hint)
+    if attempt.exit_reason == ExitReason.HANG:  # the agent stopped it (see _watch)
+        hung = (attempt.health or {}).get("hang")
+        return _Ended(JobState.FAILED, ExitReason.HANG, JobState.FAILED, hung, hint)
     if result is not None and result.status == "completed":
         return _Ended(JobState.SUCCEEDED, ExitReason.COMPLETED, JobState.SUCCEEDED)
     if result is not None and result.status == "cancelled":
@@ -304,14 +374,18 @@ def _how_it_ended(
         resume = f"shipyard jobs submit SPEC --resume-from {job.id}"
         return _Ended(JobState.CANCELLED, ExitReason.CANCELLED, JobState.CANCELLED, result.message, resume)
     if result is not None:
+        reason = _FAILURES.get(result.failure or "", ExitReason.ERROR)
         hint = result.hint or f"see `shipyard jobs logs {job.id}`"
-        return _Ended(JobState.FAILED, ExitReason.ERROR, JobState.FAILED, result.message, hint)
+        return _Ended(JobState.FAILED, reason, JobState.FAILED, result.message, hint)
     if attempt.signalled_at is not None:
         killed = f"did not stop within {ctx.settings.cancel_grace_s:g}s of SIGTERM and was killed"
         return _Ended(JobState.CANCELLED, ExitReason.KILLED, JobState.CANCELLED, killed)
-    reason = ExitReason.LOST if exit_code == -1 and attempt.agent_id else ExitReason.ERROR
-    hint = f"see `shipyard jobs logs {job.id}`; resubmit with --resume to continue from its last checkpoint"
+    # No result: the process (or a rank under torchrun, which then exits non-zero) was killed.
+    reason = ExitReason.LOST if exit_code == -1 else ExitReason.SIGNAL
     return _Ended(JobState.FAILED, reason, JobState.FAILED, _describe_exit(exit_code), hint)
+
+
+_FAILURES = {"oom": ExitReason.OOM, "collective": ExitReason.COLLECTIVE}
 
 
 def _launched(attempt: Attempt) -> bool:
@@ -323,4 +397,4 @@ def _describe_exit(code: int) -> str:
         return f"the training process was killed by signal {-code} before it reported a result"
     if code == -1:
         return "the training process ended while no agent watched it; its exit status is unknown"
-    return f"the training process exited with code {code} without reporting a result"
+    return f"the training process exited with code {code} without reporting a result (a rank was killed)"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
-from shipyard.db import Attempt, Job
+from shipyard.db import AgentStatus, Attempt, Job
 from shipyard.domain import JobState
 from shipyard.errors import DependencyMissing, ExecutorError
 from shipyard.executors.cluster_nodes import NAMESPACE, Advertisement, kv_key
@@ -135,6 +135,8 @@ def list_nodes(ctx: ServiceContext) -> list[NodeView]:
             .join(Job, Job.id == Attempt.job_id)
             .where(Attempt.state == JobState.RUNNING)
         ).all()
+        statuses = session.execute(select(AgentStatus.node, AgentStatus.problems)).tuples()
+        problems: dict[str, list[str] | None] = dict(statuses.all())
     views = []
     for node in ctx.executor.known_nodes():
         used: dict[str, int] = {}
@@ -156,6 +158,7 @@ def list_nodes(ctx: ServiceContext) -> list[NodeView]:
                 memory_gib=node.memory_gib(),
                 labels=dict(node.labels),
                 jobs=sorted(jobs),
+                problems=problems.get(node.id) or [],
             )
         )
     return views

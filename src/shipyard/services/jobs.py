@@ -78,6 +78,36 @@ def submit(
     return view
 
 
+def submitted_before(ctx: ServiceContext, key: str, spec: JobSpec) -> JobView | None:
+    """The caller's job that a submission with idempotency ``key`` created, if one did (the
+    request is a retry whose answer was lost); a key sent with another job's spec is refused."""
+    with ctx.db.read() as session:
+        job = session.scalar(select(Job).where(Job.owner == ctx.actor.name, Job.idempotency_key == key))
+        if job is None:
+            return None
+        if (job.name, job.project) != (spec.name, spec.project):
+            raise Conflict(
+                f"idempotency key {key!r} already created job {job.id} ({job.project}/{job.name}), "
+                f"not {spec.project}/{spec.name}",
+                hint="send a new key for each new submission; the same key only to retry one",
+            )
+        return _view(job, stored_job_spec(job.spec))
+
+
+def revive_agent(ctx: ServiceContext) -> None:
+    """Start the home's agent again if jobs are queued or running and none serves them (it was
+    killed, or its machine rebooted): the new one adopts the attempts that still run and the
+    restart policy requeues the others (``start_agent`` does nothing while one runs)."""
+    if ctx.start_agent is None:
+        return
+    with ctx.db.read() as session:
+        live = session.scalar(
+            select(Job.id).where(Job.state.in_([JobState.QUEUED, JobState.RUNNING])).limit(1)
+        )
+    if live is not None:
+        ctx.start_agent(ctx.settings)
+
+
 def write(connection: Connection, batch: list[Checked]) -> list[JobView]:
     """Queue checked submissions in the caller's transaction: the jobs in one multi-row insert,
     then their audit records (last, so the audit head, which every append locks, is held only
@@ -104,9 +134,10 @@ def write(connection: Connection, batch: list[Checked]) -> list[JobView]:
             "estimate": checked.estimate or None,
             "owner": ctx.actor.name,
             "submitted_at": now,
+            "idempotency_key": checked.idempotency_key,
         }
         rows.append(row)
-        views.append(_view(Job(**row), spec))
+        views.append(_view(Job(**row), spec).model_copy(update={"warnings": list(checked.warnings)}))
         detail = {"project": spec.project, "queue": spec.queue, "devices": request.devices}
         entries.append(audit.Entry(ctx.actor, "job.submit", f"job/{job_id}", detail=detail))
     with pipelined(connection):  # three round trips instead of six on PostgreSQL

@@ -57,6 +57,15 @@ def _fetch_checkpoint(ctx: ServiceContext, session: Session, job: Job, into: Pat
     return target
 
 
+def _with_micro_batch(spec: JobSpec, micro_batch_size: int | None) -> JobSpec:
+    """The spec with the micro-batch the restart policy chose after an out-of-memory (the same
+    global batch: gradient accumulation grows as the micro-batch shrinks)."""
+    if micro_batch_size is None or micro_batch_size == spec.training.micro_batch_size:
+        return spec
+    training = spec.training.model_copy(update={"micro_batch_size": micro_batch_size})
+    return spec.model_copy(update={"training": training})
+
+
 def launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> None:
     number = len(job.attempts) + 1
     run_dir = Path(job.run_dir)
@@ -74,7 +83,7 @@ def launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> N
     session = object_session(job)
     assert session is not None
     model = model_sources.local(ctx, session, spec, job.project)
-    spec = model.spec
+    spec = _with_micro_batch(model.spec, job.micro_batch_size)
     roots = data_roots.roots_of_owner(ctx, job.owner or "", job.project)
     if roots is not None:  # and the verified copies of its store: datasets and model, not the whole cache
         given = job.spec["data"]["paths"]
@@ -122,8 +131,10 @@ def launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> N
             log_path=str(log_path),
             metrics_offset=metrics.stat().st_size if metrics.exists() else 0,
             inputs=inputs or None,
+            micro_batch_size=spec.training.micro_batch_size,
         )
     )
+    job.restart_at = None
     job.started_at = job.started_at or utcnow()
     session = object_session(job)
     assert session is not None

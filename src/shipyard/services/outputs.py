@@ -22,10 +22,10 @@ from shipyard.services.context import LOCAL_PREFIX, ServiceContext
 _log = logging.getLogger("shipyard.agent")
 
 
-def commit_outputs(ctx: ServiceContext, at_most: int = 4) -> None:
-    """Copy finished checkpoints and exports into the artifact store (outside the pass's
-    transaction: writing gigabytes must not hold the database). A relaunch on another node, and
-    every model download, then read them from there."""
+def commit_outputs(ctx: ServiceContext, at_most: int = 4) -> int:
+    """Copy up to ``at_most`` recorded checkpoints and exports into the artifact store (outside
+    any transaction: writing gigabytes must not hold the database); returns how many it took.
+    A relaunch on another node, and every model download, then read them from there."""
     with ctx.db.transaction() as session:
         pending = session.execute(
             select(Artifact.id, Artifact.path, Artifact.kind, Artifact.step, Job.id, Job.project, Job.owner)
@@ -42,12 +42,17 @@ def commit_outputs(ctx: ServiceContext, at_most: int = 4) -> None:
             pass  # committed by an earlier pass that died before recording it
         except NotFound:
             name = ""  # pruned before it could be committed; nothing to retry
+        except OSError as exc:  # pruned while it was read (the attempt keeps checkpoint.keep)
+            if Path(path).exists():
+                _log.warning("could not commit %s to the artifact store: %s", path, exc)
+            name = ""
         except ShipyardError as exc:  # a full or unreachable store: the job's outcome stands
             _log.warning("could not commit %s to the artifact store: %s", path, exc)
             name = ""
         with ctx.db.transaction() as session:
             session.execute(update(Artifact).where(Artifact.id == artifact_id).values(stored_name=name))
     _prune_superseded(ctx)
+    return len(pending)
 
 
 _KEEP = Job.spec[("checkpoint", "keep")].as_integer()

@@ -69,11 +69,15 @@ class LiveJob:
     pending_reason: str | None
     pending_code: str | None
     cancel_requested: bool
+    restart_at: datetime | None
+    """Until when a job the restart policy requeued waits (its backoff); the scheduler skips it."""
     submitted: Submitted
 
 
 _IS_LIVE = Job.state.in_([JobState.QUEUED, JobState.RUNNING])
-_LIVE = select(Job.id, Job.state, Job.pending_reason, Job.pending_code, Job.cancel_requested).where(_IS_LIVE)
+_LIVE = select(
+    Job.id, Job.state, Job.pending_reason, Job.pending_code, Job.cancel_requested, Job.restart_at
+).where(_IS_LIVE)
 
 
 def snapshot(
@@ -96,9 +100,13 @@ def snapshot(
     measured = _measured_rates(session, list(attempts))
     packed: dict[tuple[str, int, str], float] = {}
     jobs, live = [], {}
-    for job_id, state, pending_reason, pending_code, cancel_requested in rows:
+    for job_id, state, pending_reason, pending_code, cancel_requested, restart_at in rows:
         submitted = submitted_jobs[job_id]
-        live[job_id] = LiveJob(job_id, state, pending_reason, pending_code, cancel_requested, submitted)
+        live[job_id] = LiveJob(
+            job_id, state, pending_reason, pending_code, cancel_requested, restart_at, submitted
+        )
+        if restart_at is not None and aware(restart_at) > now:
+            continue  # waits out its restart backoff: nothing to schedule yet
         for accelerator_type, rate in _rates(submitted, peaks, measured.get(job_id, {})).items():
             packed[(job_id, submitted.demand, accelerator_type)] = rate
         tried = attempts.get(job_id)

@@ -27,7 +27,7 @@ from shipyard.schemas.views import (
     StoredArtifactView,
     StoredFileView,
 )
-from shipyard.services import rbac
+from shipyard.services import manifests, rbac
 from shipyard.services.context import ServiceContext
 from shipyard.storage.blobs import Blob, Progress
 from shipyard.storage.config import StorageConfig
@@ -94,11 +94,15 @@ def put(
             encrypted=encrypted,
             created_by=owner or ctx.actor.name,
         )
+        rows = {}
         for path, blob, _ in placed:
             row = _catalog(session, store, blob, copies, project)
             artifact.entries.append(StoredEntry(path=path, blob_name=row.name))
+            rows[row.name] = row
         session.add(artifact)
         session.flush()
+        # Beside the blobs, before the commit: a catalog lost later is rebuilt from the store.
+        manifests.write(store, artifact, rows)
         audit.append(
             session,
             ctx.audit_key,
@@ -168,6 +172,8 @@ def _catalog(session: Session, store: Store, blob: Blob, replicas: int, project:
         existing = session.scalars(same.limit(1)).first()
     if existing is not None:
         existing.replicas = max(existing.replicas, replicas)
+        if existing.block_crcs is None and not blob.encrypted:  # stored before blocks had CRCs
+            existing.block_crcs = blob.block_crcs
         if existing.name != blob.name:
             store.backend.remove(blob.name)
         # The fresh write may have put copies on other roots than the first: keep as many as asked.
@@ -181,6 +187,7 @@ def _catalog(session: Session, store: Store, blob: Blob, replicas: int, project:
         key_id=blob.key_id,
         wrapped_key=blob.wrapped_key,
         project=project if blob.encrypted else None,
+        block_crcs=blob.block_crcs,
     )
     session.add(row)
     return row
@@ -311,7 +318,7 @@ def dataset_lineage(session: Session, project: str, path: str, recorded: list[st
 
 
 def blob_of(row: StoredBlob) -> Blob:
-    return Blob(row.name, row.digest, row.size_bytes, row.key_id, row.wrapped_key)
+    return Blob(row.name, row.digest, row.size_bytes, row.key_id, row.wrapped_key, row.block_crcs)
 
 
 def _find(session: Session, project: str, name: str) -> StoredArtifact | None:
@@ -358,6 +365,7 @@ def delete(ctx: ServiceContext, name: str, project: str = DEFAULT_PROJECT) -> No
     with ctx.db.transaction() as session:
         artifact = _readable(ctx, session, project, name, Permission.ARTIFACT_DELETE)
         session.delete(artifact)
+        manifests.remove(open_store(ctx.settings.home), project, name)
         audit.append(session, ctx.audit_key, ctx.actor, "artifact.delete", f"artifact/{project}/{name}")
 
 

@@ -4,6 +4,7 @@ master-key rotation, adding and removing roots, and the throughput check."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -16,8 +17,8 @@ from shipyard.auth import Permission
 from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
 from shipyard.errors import Conflict, InvalidSpec, NotFound
 from shipyard.schemas.documents import validate_document
-from shipyard.schemas.views import GcReport, ScrubReport, StorageStatus
-from shipyard.services import rbac
+from shipyard.schemas.views import GcReport, RecoveryReport, ScrubReport, StorageStatus
+from shipyard.services import manifests, rbac, scrubber
 from shipyard.services.context import ServiceContext
 from shipyard.services.storage import blob_of
 from shipyard.storage import config as storage_config
@@ -65,16 +66,8 @@ def scrub(
                     .distinct()
                 )
             ]
-    with ctx.db.transaction() as session:
-        audit.append(
-            session,
-            ctx.audit_key,
-            ctx.actor,
-            "storage.scrub",
-            "storage",
-            outcome="ok" if not tally.lost else "lost",
-            detail={"repair": repair, "corrupt": tally.corrupt, "missing": tally.missing, "lost": tally.lost},
-        )
+    counts = {"corrupt": tally.corrupt, "missing": tally.missing, "lost": tally.lost}
+    scrubber.record_scrub(ctx, repair=repair, counts=counts, background=False)
     return ScrubReport(
         checked=tally.checked,
         corrupt=tally.corrupt,
@@ -106,6 +99,10 @@ def gc(ctx: ServiceContext, *, grace_s: float | None = None) -> GcReport:
             blobs_removed += 1
             bytes_freed += row.size_bytes
         known = set(session.scalars(select(StoredBlob.name)))
+        known |= {
+            manifests.name_of(project, name)
+            for project, name in session.execute(select(StoredArtifact.project, StoredArtifact.name))
+        }
     for name, mtime in list(store.backend.objects()):
         if name not in known and mtime < cutoff and store.backend.remove_stale(name, cutoff):
             orphans += 1
@@ -147,6 +144,7 @@ def status(ctx: ServiceContext) -> StorageStatus:
         stored_bytes=stored,
         encrypted_blobs=encrypted,
         active_key=key,
+        background_scrub=dataclasses.asdict(scrubber.last_pass(ctx)),
     )
 
 
@@ -236,6 +234,38 @@ def remove_root(ctx: ServiceContext, path: Path) -> ScrubReport:
         )
     storage_config.save(ctx.settings.home, staying)
     return moved
+
+
+def recover(ctx: ServiceContext) -> RecoveryReport:
+    """Put back into the catalog every artifact whose manifest the store holds and the catalog
+    lacks (cluster admins): after the database was lost, or restored from an older backup."""
+    _require_admin(ctx, Permission.STORAGE_SCRUB)
+    store = open_store(ctx.settings.home)
+    found = recovered = 0
+    unreadable: list[str] = []
+    for object_name, manifest in manifests.stored(store):
+        found += 1
+        if isinstance(manifest, str):
+            unreadable.append(f"{object_name}: {manifest}")
+            continue
+        with ctx.db.transaction() as session:
+            recovered += manifests.restore(session, manifest)
+    with ctx.db.transaction() as session:
+        audit.append(
+            session,
+            ctx.audit_key,
+            ctx.actor,
+            "storage.recover",
+            "storage",
+            outcome="ok" if not unreadable else "partial",
+            detail={"manifests": found, "recovered": recovered, "unreadable": len(unreadable)},
+        )
+    return RecoveryReport(
+        manifests=found,
+        recovered=recovered,
+        already_known=found - recovered - len(unreadable),
+        unreadable=unreadable,
+    )
 
 
 def _require_admin(ctx: ServiceContext, permission: Permission) -> None:

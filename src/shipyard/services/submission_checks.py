@@ -43,6 +43,10 @@ class Checked:
     request: Request
     estimate: dict[str, Any]
     resume_from: Path | None
+    idempotency_key: str | None = None
+    """The client's name for this submission: the job keeps it, and the same key again finds it."""
+    warnings: tuple[str, ...] = ()
+    """What the spec allows but probably does not mean, said in the answer to the submission."""
 
 
 def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_from: str | None) -> Checked:
@@ -79,7 +83,26 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
         checkpoint = _resume_point(ctx, session, spec, resume, resume_from)
         if checkpoint is not None:
             check_resume_base(local, checkpoint)
-    return Checked(ctx, spec, request, estimate, checkpoint)
+    return Checked(ctx, spec, request, estimate, checkpoint, warnings=recovery_warnings(spec, estimate))
+
+
+def recovery_warnings(spec: JobSpec, estimate: dict[str, Any]) -> tuple[str, ...]:
+    """A checkpoint interval longer than the run (a failure restarts from step 0), a startup
+    grace shorter than the planned step (its first step could be taken for a hang)."""
+    warnings = []
+    steps, interval = spec.training.total_steps, spec.checkpoint.interval
+    if interval > steps:
+        warnings.append(
+            f"checkpoint.interval ({interval}) is longer than the run ({steps} steps): nothing is "
+            "checkpointed before the end, so a failure restarts from step 0; give a smaller interval"
+        )
+    step_s, grace = float(estimate.get("step_time_s") or 0.0), spec.restarts.startup_grace_s
+    if spec.restarts.on and step_s > grace:
+        warnings.append(
+            f"restarts.startup_grace_s ({grace:g}s) is shorter than one step as planned ({step_s:.0f}s): "
+            "the first step could be taken for a hang; raise it above the step time"
+        )
+    return tuple(warnings)
 
 
 def _check_model(spec: JobSpec, catalog: Catalog) -> None:

@@ -3,6 +3,7 @@ batches (group commit), in a thread of its own."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -13,7 +14,7 @@ from shipyard.db import Database
 from shipyard.schemas.jobspec import JobSpec
 from shipyard.schemas.views import JobView
 from shipyard.services.context import ServiceContext
-from shipyard.services.jobs import insert_jobs
+from shipyard.services.jobs import insert_jobs, submitted_before
 from shipyard.services.submission_checks import Checked, check_submission
 
 _log = logging.getLogger("shipyard.jobs")
@@ -27,6 +28,8 @@ class Submission:
     spec: JobSpec
     resume: bool = False
     resume_from: str | None = None
+    idempotency_key: str | None = None
+    """The client's key: a retried request with the same key answers the job the first made."""
 
 
 class SubmissionWriter:
@@ -77,7 +80,11 @@ class SubmissionWriter:
             if not done.set_running_or_notify_cancel():
                 continue
             try:
-                checked.append((check_submission(s.ctx, s.spec, s.resume, s.resume_from), done))
+                if s.idempotency_key and (before := submitted_before(s.ctx, s.idempotency_key, s.spec)):
+                    done.set_result(before)
+                    continue
+                passed = check_submission(s.ctx, s.spec, s.resume, s.resume_from)
+                checked.append((dataclasses.replace(passed, idempotency_key=s.idempotency_key), done))
             except Exception as exc:  # the request's error, raised where it awaits the answer
                 done.set_exception(exc)
         return checked
@@ -89,7 +96,14 @@ class SubmissionWriter:
             views = insert_jobs(self._db, [submission for submission, _ in batch])
         except Exception as exc:
             if len(batch) == 1:
-                batch[0][1].set_exception(exc)
+                first, done = batch[0]
+                # Two requests with one key in flight at once: the second finds the first's job.
+                key = first.idempotency_key
+                before = submitted_before(first.ctx, key, first.spec) if key else None
+                if before is not None:
+                    done.set_result(before)
+                else:
+                    done.set_exception(exc)
             else:
                 for item in batch:
                     self._commit([item])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -18,6 +18,7 @@ from shipyard.db import AgentStatus, Attempt, Job
 from shipyard.db.tables import utcnow
 from shipyard.domain import JobState
 from shipyard.hardware import Device, VendorQueries
+from shipyard.hardware.health import disk_problems
 from shipyard.services.context import ServiceContext
 
 _log = logging.getLogger("shipyard.telemetry")
@@ -26,7 +27,17 @@ WAIT_WINDOW = timedelta(hours=1)
 QUANTILES = (0.5, 0.9, 0.99)
 
 
-def record_pass(ctx: ServiceContext, agent_id: str, *, pass_s: float, schedule_s: float) -> None:
+def node_problems(ctx: ServiceContext) -> list[str]:
+    """Why this machine should take no new attempts now (empty: none)."""
+    queries = ctx.vendor_queries or VendorQueries()
+    problems = disk_problems(ctx.settings.runs_dir, ctx.settings.min_free_disk_gib)
+    problems += [f"accelerator {index}: {why}" for index, why in sorted(queries.health().items())]
+    return problems
+
+
+def record_pass(
+    ctx: ServiceContext, agent_id: str, *, pass_s: float, schedule_s: float, problems: Sequence[str] = ()
+) -> None:
     """Overwrite this node's status with what the pass just did. In a transaction of its own,
     after the pass's: losing a race for the row (two agents of one host sharing a database)
     costs one report, never the pass."""
@@ -41,6 +52,7 @@ def record_pass(ctx: ServiceContext, agent_id: str, *, pass_s: float, schedule_s
                 status.pass_s, status.schedule_s = pass_s, schedule_s
                 status.devices = _devices(inventory.devices, session)
                 status.utilization = utilization or None
+                status.problems = list(problems) or None
                 session.add(status)
     except IntegrityError:
         _log.info("another agent reported for this node at the same moment; this pass's report is dropped")
@@ -68,6 +80,8 @@ class ClusterMetrics:
     queue_wait_s: dict[float, float]
     """Quantile -> seconds from submission to start, over jobs started within ``WAIT_WINDOW``."""
     agents: list[dict[str, Any]]
+    stragglers: list[tuple[str, int, float]] = field(default_factory=list)
+    """(job, rank, its compute per step over the ranks' median) of running attempts."""
 
 
 def cluster_metrics(ctx: ServiceContext) -> ClusterMetrics:
@@ -90,12 +104,22 @@ def cluster_metrics(ctx: ServiceContext) -> ClusterMetrics:
             }
             for a in session.scalars(select(AgentStatus).order_by(AgentStatus.node))
         ]
+        stragglers = [
+            (job_id, int(s["rank"]), float(s["ratio"]))
+            for job_id, health in session.execute(
+                select(Attempt.job_id, Attempt.health).where(
+                    Attempt.state == JobState.RUNNING, Attempt.health.is_not(None)
+                )
+            )
+            for s in (health or {}).get("stragglers", [])
+        ]
     waits = sorted(_seconds(start - submit) for submit, start in started if start is not None)
     return ClusterMetrics(
         jobs_by_state={state.value: counts.get(state.value, 0) for state in JobState},
         oldest_queued_wait_s=_seconds(now - oldest) if oldest else 0.0,
         queue_wait_s=_quantiles(waits),
         agents=agents,
+        stragglers=stragglers,
     )
 
 

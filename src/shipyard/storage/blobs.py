@@ -16,7 +16,7 @@ from pathlib import Path
 from shipyard.errors import IntegrityError, NotFound, StorageError
 from shipyard.storage.backend import Backend, Reader, ScrubTally, Verify, Written
 from shipyard.storage.crypto import MasterKeys, decrypt_chunks, encrypt_chunks, new_data_key
-from shipyard.storage.digests import BlockHasher, blocks, hashed, prefetched
+from shipyard.storage.digests import CRC_BYTES, BlockCrcs, BlockHasher, block_crc, blocks, hashed, prefetched
 
 Progress = Callable[[int], None]
 """Called with the bytes done since the last call."""
@@ -31,6 +31,9 @@ class Blob:
     size_bytes: int
     key_id: str | None = None
     wrapped_key: bytes | None = None
+    block_crcs: bytes | None = None
+    """CRC32C of each 4 MiB plaintext block of a plain blob, which reads check (None: written
+    before blocks had them; such reads check the digest)."""
 
     @property
     def encrypted(self) -> bool:
@@ -46,7 +49,7 @@ class BlobStore:
     def put_file(
         self, path: Path, *, replicas: int, encrypt: bool, progress: Progress | None = None
     ) -> tuple[Blob, Written]:
-        hasher = BlockHasher()
+        hasher, crcs = BlockHasher(), BlockCrcs()
         with open(path, "rb") as source:
             plain = _reporting(hashed(blocks(source.read), hasher), progress)
             if encrypt:
@@ -63,8 +66,8 @@ class BlobStore:
                 digest = hasher.hexdigest()
                 return f"blobs/{digest[:2]}/{digest}"
 
-            written = self.backend.write(plain, name_of, replicas)
-        return Blob(written.name, hasher.hexdigest(), hasher.size), written
+            written = self.backend.write(crcs.through(plain), name_of, replicas)
+        return Blob(written.name, hasher.hexdigest(), hasher.size, block_crcs=bytes(crcs.crcs)), written
 
     def get_file(self, blob: Blob, out: Path, progress: Progress | None = None) -> None:
         """Write the blob to ``out`` (atomically) from the first replica that verifies."""
@@ -123,7 +126,12 @@ class BlobStore:
         assert blob.key_id is not None and blob.wrapped_key is not None
         return self._keys().unwrap(blob.key_id, blob.wrapped_key, blob.name)
 
-    def _plaintext(self, blob: Blob, read: Reader, data_key: bytes | None) -> Iterator[bytes]:
+    def _plaintext(
+        self, blob: Blob, read: Reader, data_key: bytes | None, *, digest: bool = False
+    ) -> Iterator[bytes]:
+        """The blob's bytes from one replica, checked as they stream: by the chunks' GCM tags
+        (encrypted), by each block's CRC32C, or (``digest``, and for blobs without CRCs) by the
+        content digest; an ``IntegrityError`` at the first block that does not match."""
         if data_key is not None:
             # Every chunk's tag authenticates it under a key that belongs to this blob alone (and
             # is bound to its name): the digest would check nothing more, at the cost of a hash.
@@ -133,6 +141,9 @@ class BlobStore:
                 yield piece
             if size != blob.size_bytes:
                 raise IntegrityError(f"blob {blob.name}: {size} bytes decrypted, {blob.size_bytes} expected")
+            return
+        if blob.block_crcs is not None and not digest:
+            yield from self._crc_checked(blob, read, blob.block_crcs)
             return
         hasher = BlockHasher()
         for piece in prefetched(blocks(read)):
@@ -144,11 +155,25 @@ class BlobStore:
                 f"({hasher.size} bytes read, {blob.size_bytes} expected)"
             )
 
-    def verifier(self, blob: Blob) -> Verify:
+    @staticmethod
+    def _crc_checked(blob: Blob, read: Reader, crcs: bytes) -> Iterator[bytes]:
+        size = 0
+        for index, piece in enumerate(prefetched(blocks(read))):
+            expected = crcs[index * CRC_BYTES : (index + 1) * CRC_BYTES]
+            if block_crc(piece) != expected:
+                raise IntegrityError(f"blob {blob.name}: block {index} does not match its CRC32C")
+            size += len(piece)
+            yield piece
+        if size != blob.size_bytes:
+            raise IntegrityError(f"blob {blob.name}: {size} bytes read, {blob.size_bytes} expected")
+
+    def verifier(self, blob: Blob, *, digest: bool = True) -> Verify:
+        """A check of one replica: the full digest, what a scrub runs (with ``digest`` False,
+        what a read checks: each block's CRC32C)."""
         data_key = self._data_key(blob)
 
         def verify(read: Reader) -> None:
-            for _ in self._plaintext(blob, read, data_key):
+            for _ in self._plaintext(blob, read, data_key, digest=digest):
                 pass
 
         return verify

@@ -65,6 +65,15 @@ class ProjectStorage(_Strict):
     quota_gib: float | None = Field(default=None, gt=0)
 
 
+class ScrubConfig(_Strict):
+    """The background scrubber (``services.scrubber``)."""
+
+    interval_h: float = Field(default=168.0, ge=0, le=100_000)
+    """Hours between the starts of two passes over every blob (default: weekly, as Ceph's deep scrub)."""
+    rate_mb_s: float = Field(default=64.0, gt=0, le=1_000_000)
+    """Most MiB per second it reads, so that training keeps the disks."""
+
+
 class StorageConfig(_Strict):
     backend: Literal["local", "s3"] = "local"
     replicas: int = Field(default=2, ge=1, le=16)
@@ -72,6 +81,7 @@ class StorageConfig(_Strict):
     s3: S3Config | None = None
     projects: dict[str, ProjectStorage] = Field(default_factory=dict)
     gc_grace_s: float = Field(default=86400.0, ge=0)
+    scrub: ScrubConfig = Field(default_factory=ScrubConfig)
     kms: str | None = None
 
     def project(self, name: str) -> ProjectStorage:

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import google_crc32c
+
 BLOCK_BYTES = 4 << 20
 _WINDOW = 8
 """Blocks in flight at once: bounds memory (8 × 4 MiB) while keeping both cores busy."""
@@ -106,6 +108,28 @@ def hashed(pieces: Iterable[bytes], hasher: BlockHasher) -> Iterator[bytes]:
     for piece in pieces:
         hasher.update(piece)
         yield piece
+
+
+CRC_BYTES = 4
+
+
+def block_crc(block: bytes) -> bytes:
+    """The CRC32C of one block, as stored (hardware-accelerated: over 10 GB/s on one core)."""
+    return int(google_crc32c.value(block)).to_bytes(CRC_BYTES, "big")
+
+
+class BlockCrcs:
+    """The CRC32C of each block passed through, concatenated: what a read checks instead of the
+    SHA-256 (as Ceph BlueStore and HDFS checksum blocks); the digest stays the content address
+    and what scrubs check."""
+
+    def __init__(self) -> None:
+        self.crcs = bytearray()
+
+    def through(self, pieces: Iterable[bytes]) -> Iterator[bytes]:
+        for piece in pieces:
+            self.crcs += block_crc(piece)
+            yield piece
 
 
 def digest_of(read: Callable[[int], bytes]) -> str:

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
@@ -33,10 +33,24 @@ def list_jobs(
     return job_service.list_jobs(ctx, state=state, limit=limit)
 
 
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        pattern=r"^[A-Za-z0-9._:-]{1,128}$",
+        description="The client's name for this submission: sent again (a retry after a lost "
+        "answer), it answers the job the first request created instead of creating another",
+    ),
+]
+
+
 @router.post("", operation_id="submitJob", response_model=JobView, status_code=201, responses=JOB_LINKS)
-async def submit_job(body: Submission, ctx: Caller, served: Served) -> JobView:
+async def submit_job(
+    body: Submission, ctx: Caller, served: Served, idempotency_key: IdempotencyKey = None
+) -> JobView:
     # Checked and written by the process's submission writer, in its own thread.
-    submission = submissions.Submission(ctx, validate_job_spec(body.spec), body.resume, body.resume_from)
+    spec = validate_job_spec(body.spec)
+    submission = submissions.Submission(ctx, spec, body.resume, body.resume_from, idempotency_key)
     return await asyncio.wrap_future(served.writer.submit(submission))
 
 

@@ -1,0 +1,160 @@
+"""Recovery without a human: the restart policy on real jobs through the CLI, the agent and the
+runtime. Faults this machine would not have by itself (a device out of memory, a collective
+that never returns) are injected into the runtime through ``$SHIPYARD_FAULTS``; processes and
+the agent are killed for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shipyard.daemon.supervisor import is_running
+from shipyard.settings import Settings
+from tests.builders import write_spec
+from tests.conftest import Cli
+
+pytestmark = pytest.mark.integration
+
+QUICK = {"max": 2, "backoff_s": 0.0}
+
+
+def _train_losses(cli: Cli, job_id: str) -> dict[int, float]:
+    """The loss of each step, from the job's metrics file."""
+    run_dir = Path(cli.json("jobs", "show", job_id)["run_dir"])
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["loss"] for r in records if r["kind"] == "train"}
+
+
+def _done(job: dict[str, Any]) -> bool:
+    return job["state"] in ("succeeded", "failed", "cancelled")
+
+
+def test_out_of_memory_is_recovered_with_the_same_global_batch(cli: Cli, tmp_path: Path) -> None:
+    clean = cli.json("jobs", "submit", str(write_spec(tmp_path, "clean")), "--wait")
+    # The fault stands in for a GPU this machine lacks: a micro-batch above 2 runs out of memory.
+    cli.env["SHIPYARD_FAULTS"] = json.dumps({"attempts": [1], "oom_above_micro_batch": 2})
+    job = cli.json("jobs", "submit", str(write_spec(tmp_path, "oom", restarts=QUICK)), "--wait")
+    assert job["state"] == "succeeded", job
+    detail = cli.json("jobs", "show", job["id"])
+    first, second = detail["attempts"]
+    assert (first["exit_reason"], second["exit_reason"]) == ("oom", "completed")
+    assert (first["micro_batch_size"], second["micro_batch_size"]) == (4, 2)
+    log = cli.run("jobs", "logs", job["id"]).stdout
+    assert "16 micro-steps of 2x64" in log  # 8 of 4 before: the same 2,048 tokens per step
+    # The same samples in every step: the loss curve is the uninterrupted run's.
+    assert _train_losses(cli, job["id"]) == pytest.approx(_train_losses(cli, clean["id"]), rel=1e-4)
+    shown = cli.run("jobs", "show", job["id"]).stdout
+    assert "micro-batch" in shown and "oom" in shown
+
+
+def test_a_killed_attempt_restarts_from_the_store_when_its_disk_is_gone(cli: Cli, tmp_path: Path) -> None:
+    spec = write_spec(
+        tmp_path, training={"steps": 400}, checkpoint={"interval": 4}, restarts={"max": 2, "backoff_s": 3.0}
+    )
+    job = cli.json("jobs", "submit", str(spec))
+    running = cli.wait_for(job["id"], lambda j: j["step"] >= 9)
+    # Checkpoints reach the artifact store while the attempt runs, not when it ends.
+    stored = _stored_checkpoints(cli, job["id"])
+    assert stored, "no checkpoint reached the store while the job ran"
+    os.killpg(running["attempts"][0]["pid"], signal.SIGKILL)
+    requeued = cli.wait_for(job["id"], lambda j: j["state"] == "queued")
+    assert requeued["pending_code"] == "restarting"
+    assert (
+        "restart 1 of 2 after attempt 1: the training process was killed by signal 9"
+        in (requeued["pending_reason"])
+    )
+    shutil.rmtree(Path(requeued["run_dir"]) / "checkpoints")  # as if the node's disk were lost
+    done = cli.wait_for(job["id"], _done, timeout=300)
+    assert done["state"] == "succeeded" and done["step"] == 400, done
+    assert [a["exit_reason"] for a in done["attempts"]] == ["signal", "completed"]
+    log = cli.run("jobs", "logs", job["id"]).stdout
+    resumed = int(log.split("resumed from ")[1].split(" at step ")[1].split()[0])
+    assert resumed >= 4  # from the store, not from step 0
+
+
+def _stored_checkpoints(cli: Cli, job_id: str, timeout: float = 60) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while not (stored := cli.json("storage", "ls", f"jobs/{job_id}/checkpoint/", "--project", "default")):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    return stored  # type: ignore[no-any-return]
+
+
+def test_a_hung_attempt_dumps_its_stacks_and_the_same_hang_twice_gives_up(cli: Cli, tmp_path: Path) -> None:
+    cli.env["SHIPYARD_FAULTS"] = json.dumps({"hang_at_step": 3})  # every attempt hangs in step 3
+    restarts = {**QUICK, "startup_grace_s": 4.0, "hang_factor": 3.0}
+    spec = write_spec(tmp_path, training={"steps": 8}, checkpoint={"interval": 2}, restarts=restarts)
+    job = cli.json("jobs", "submit", str(spec))
+    done = cli.wait_for(job["id"], _done, timeout=180)
+    assert done["state"] == "failed"
+    assert [a["exit_reason"] for a in done["attempts"]] == ["hang", "hang"]
+    assert done["message"].startswith("hung: no progress for ")
+    assert "the same failure at the same step (2) as an earlier attempt" in done["message"]
+    assert "--resume-from" in done["hint"]
+    log = cli.run("jobs", "logs", job["id"]).stdout
+    # faulthandler's dump of every thread, pointing at where it hangs
+    assert "Current thread" in log or "Thread 0x" in log
+    assert "faults.py" in log and "before_forward" in log
+
+
+def test_a_new_agent_adopts_the_attempts_that_still_run(cli: Cli, tmp_path: Path) -> None:
+    job = cli.json("jobs", "submit", str(write_spec(tmp_path, training={"steps": 40})))
+    running = cli.wait_for(job["id"], lambda j: j["step"] >= 3)
+    agent_pid = int((cli.home / "agent.lock").read_text().split()[0])
+    os.kill(agent_pid, signal.SIGKILL)
+    # Looking at the jobs starts a new agent, which adopts the attempt: same process, one attempt.
+    done = cli.wait_for(job["id"], _done, timeout=300)
+    assert done["state"] == "succeeded", done
+    [attempt] = done["attempts"]
+    assert attempt["pid"] == running["attempts"][0]["pid"]
+    assert int((cli.home / "agent.lock").read_text().split()[0]) != agent_pid
+    assert [j["id"] for j in cli.json("jobs", "list")] == [job["id"]]  # nothing duplicated
+
+
+def test_a_policy_that_never_retries_is_refused_a_pointless_interval_warned(cli: Cli, tmp_path: Path) -> None:
+    refused = cli.run(
+        "jobs", "submit", str(write_spec(tmp_path, restarts={"max": 0, "on": ["hang"]})), check=False
+    )
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert "restarts" in refused.stderr and "max is 0" in refused.stderr
+    long = cli.run("jobs", "submit", str(write_spec(tmp_path, checkpoint={"interval": 100})), "--json")
+    assert "Warning: checkpoint.interval (100) is longer than the run (8 steps)" in long.stderr
+    assert json.loads(long.stdout)["warnings"][0].startswith("checkpoint.interval (100)")
+
+
+def test_a_node_short_of_disk_is_cordoned_and_drained_until_it_is_well(cli: Cli, tmp_path: Path) -> None:
+    job = cli.json("jobs", "submit", str(write_spec(tmp_path, training={"steps": 400})))
+    cli.wait_for(job["id"], lambda j: j["step"] >= 3)
+    _restart_agent_with(cli, SHIPYARD_MIN_FREE_DISK_GIB="1e12", SHIPYARD_UNHEALTHY_NODE="drain")
+    # More free disk asked for than any disk has: the node is unfit; its job checkpoints, stops
+    # and waits, saying why, and nothing starts there.
+    waiting = cli.wait_for(job["id"], lambda j: j["pending_code"] == "cordoned", timeout=120)
+    assert " is cordoned: disk: " in waiting["pending_reason"]
+    assert [a["exit_reason"] for a in waiting["attempts"]] == ["preempted"]
+    [node] = cli.json("nodes")
+    assert node["problems"] and node["problems"][0].startswith("disk: ")
+    assert "cordoned: disk: " in cli.run("nodes").stdout
+    # Space freed: the next agent finds the node fit, and the job resumes.
+    _restart_agent_with(cli)
+    resumed = cli.wait_for(job["id"], lambda j: j["state"] == "running" and len(j["attempts"]) == 2)
+    assert cli.json("nodes")[0]["problems"] == []
+    cli.run("jobs", "cancel", resumed["id"])
+    cli.wait_for(job["id"], _done)
+
+
+def _restart_agent_with(cli: Cli, **env: str) -> None:
+    """Stop the agent (its jobs run on) and set the environment the next one starts with."""
+    cli.stop_agent()
+    while is_running(Settings(home=cli.home, db_url="")):
+        time.sleep(0.2)
+    for name in ("SHIPYARD_MIN_FREE_DISK_GIB", "SHIPYARD_UNHEALTHY_NODE"):
+        cli.env.pop(name, None)
+    cli.env.update(env)

@@ -1,0 +1,59 @@
+"""The restart policy's arithmetic: hangs and stragglers from heartbeats, the micro-batch after
+an out-of-memory, and the warnings a submission gets."""
+
+from __future__ import annotations
+
+import pytest
+
+from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.schemas.launch import Heartbeat
+from shipyard.services.recovery import progress, smaller_micro_batch
+from shipyard.services.submission_checks import recovery_warnings
+from tests.builders import spec_dict
+
+START = 1_000_000.0
+
+
+def beat(rank: int, at: float, step: int = 10, step_s: float = 0.5, compute_s: float = 0.4) -> Heartbeat:
+    return Heartbeat(
+        rank=rank, step=step, phase="step", at=at, median_step_s=step_s, median_compute_s=compute_s
+    )
+
+
+def test_an_attempt_is_hung_after_the_larger_of_k_median_steps_and_the_startup_grace() -> None:
+    spec = validate_job_spec(spec_dict(restarts={"hang_factor": 10.0, "startup_grace_s": 3.0}))
+    beats = [beat(0, START + 20), beat(1, START + 19)]
+    assert progress(beats, START, START + 24.9, spec).hung is False  # 10 × 0.5 s = 5 s: not yet
+    late = progress(beats, START, START + 25.1, spec)
+    assert late.hung and late.limit_s == 5.0 and late.step == 10
+    # Slow steps: the limit is ten of them, not the grace.
+    slow = [beat(0, START + 20, step_s=60.0)]
+    assert progress(slow, START, START + 500, spec).hung is False
+    # No heartbeat yet (the model loads): the grace from the attempt's start.
+    assert progress([], START, START + 2.9, spec).hung is False
+    assert progress([], START, START + 3.1, spec).hung is True
+    # A heartbeat an earlier attempt left behind is no sign of life.
+    assert progress([beat(0, START - 100)], START, START + 3.1, spec).hung is True
+
+
+def test_a_rank_computing_half_again_as_long_as_the_median_is_a_straggler() -> None:
+    spec = validate_job_spec(spec_dict())
+    beats = [beat(r, START + 1, compute_s=0.4) for r in range(3)] + [beat(3, START + 1, compute_s=0.9)]
+    seen = progress(beats, START, START + 2, spec)
+    assert seen.stragglers == [{"rank": 3, "ratio": 2.25}]
+    assert seen.compute_s == {"0": 0.4, "1": 0.4, "2": 0.4, "3": 0.9}
+    assert progress(beats[:3], START, START + 2, spec).stragglers == []
+
+
+@pytest.mark.parametrize(("micro", "smaller"), [(8, 4), (6, 3), (3, 1), (9, 3), (1, None)])
+def test_an_out_of_memory_halves_the_micro_batch_to_a_divisor(micro: int, smaller: int | None) -> None:
+    # A divisor of the micro-batch keeps the global batch a whole number of micro-batches.
+    assert smaller_micro_batch(micro) == smaller
+
+
+def test_a_grace_shorter_than_a_planned_step_and_an_interval_past_the_end_are_warned_of() -> None:
+    spec = validate_job_spec(spec_dict(restarts={"startup_grace_s": 5.0}, checkpoint={"interval": 20}))
+    first, second = recovery_warnings(spec, {"step_time_s": 30.0})
+    assert first.startswith("checkpoint.interval (20) is longer than the run (8 steps)")
+    assert second.startswith("restarts.startup_grace_s (5s) is shorter than one step as planned (30s)")
+    assert recovery_warnings(validate_job_spec(spec_dict()), {"step_time_s": 0.1}) == ()
