@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, joinedload
 
 from shipyard import audit
 from shipyard.auth import Permission
-from shipyard.db import Artifact, Database, Job, Metric, rows_changed
+from shipyard.db import AgentStatus, Artifact, Database, Job, Metric, rows_changed
 from shipyard.db.pipeline import pipelined
 from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
@@ -36,6 +36,7 @@ from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
 from shipyard.services.job_access import CANCEL, allowed_job, find_job
 from shipyard.services.submission_checks import Checked, check_submission
+from shipyard.services.submitted_jobs import aware
 from shipyard.services.summaries import summarize
 
 _log = logging.getLogger("shipyard.jobs")
@@ -94,18 +95,26 @@ def submitted_before(ctx: ServiceContext, key: str, spec: JobSpec) -> JobView | 
         return _view(job, stored_job_spec(job.spec))
 
 
+AGENT_SILENT_S = 10.0
+"""No agent pass for this long (and at least five of the slowest poll intervals): none schedules."""
+
+
 def revive_agent(ctx: ServiceContext) -> None:
-    """Start the home's agent again if jobs are queued or running and none serves them (it was
-    killed, or its machine rebooted): the new one adopts the attempts that still run and the
-    restart policy requeues the others (``start_agent`` does nothing while one runs)."""
+    """Start the home's agent again if jobs are queued or running and no agent has scheduled
+    for a while (it was killed, or its machine rebooted): the new one adopts the attempts that
+    still run and the restart policy requeues the others. A standby agent of the same database
+    (another home) that took the lead counts as serving them."""
     if ctx.start_agent is None:
         return
     with ctx.db.read() as session:
         live = session.scalar(
             select(Job.id).where(Job.state.in_([JobState.QUEUED, JobState.RUNNING])).limit(1)
         )
-    if live is not None:
-        ctx.start_agent(ctx.settings)
+        last_pass = session.scalar(select(func.max(AgentStatus.last_pass_at)))
+    silent = max(AGENT_SILENT_S, 5 * ctx.settings.agent_max_poll_s)
+    if live is None or (last_pass is not None and (utcnow() - aware(last_pass)).total_seconds() < silent):
+        return
+    ctx.start_agent(ctx.settings)
 
 
 def write(connection: Connection, batch: list[Checked]) -> list[JobView]:
