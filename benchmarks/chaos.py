@@ -9,12 +9,18 @@ before the next:
   heartbeat, dump its stacks, kill it and retry;
 - ``agent``: SIGKILL the agent: the server starts another, which adopts the running attempts;
 - ``server``: SIGKILL the server while a submission is in flight, start it again; the client
-  sends the submission again with the same idempotency key.
+  sends the submission again with the same idempotency key;
+- ``root``: one of the store's three roots (two replicas of everything) loses every file, as a
+  dead disk replaced by an empty one: checkpoints keep being committed to the others, resumes
+  read the surviving replicas, and the background scrubber refills the new disk, manifests
+  included.
 
 Reports jobs lost (submitted and not succeeded) and duplicated (more jobs than submissions),
 checkpoints that do not load, steps lost per fault (the step the attempt had reached minus the
 step the next one resumed at, against the checkpoint interval), seconds from fault to training
-again (median, p95), and whether every final model equals an uninterrupted run's, bit for bit.
+again (median, p95), seconds from a lost root to a store whole again (every blob and manifest at
+its replicas), blobs lost at the end by a full verifying scrub, and whether every final model
+equals an uninterrupted run's, bit for bit.
 
     .venv/bin/python benchmarks/chaos.py [--faults 50] [--jobs 2] [--steps 150] [--seed 0] [--json]
 """
@@ -27,6 +33,7 @@ import json
 import os
 import platform
 import random
+import shutil
 import signal
 import socket
 import statistics
@@ -42,20 +49,32 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file
+from sqlalchemy import select
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from shipyard.client import Client  # noqa: E402
+from shipyard.db import StoredBlob  # noqa: E402
 from shipyard.errors import ShipyardError  # noqa: E402
 from shipyard.schemas.launch import Heartbeat  # noqa: E402
+from shipyard.services import manifests  # noqa: E402
+from shipyard.services.context import open_context  # noqa: E402
+from shipyard.services.storage import blob_of  # noqa: E402
+from shipyard.settings import Settings  # noqa: E402
+from shipyard.storage import config as storage_config  # noqa: E402
+from shipyard.storage.config import RootConfig, ScrubConfig, StorageConfig  # noqa: E402
+from shipyard.storage.opening import open_store  # noqa: E402
 from tests.builders import STDLIB, spec_dict  # noqa: E402
 
 SHIPYARD = [sys.executable, "-m", "shipyard.cli.main"]
 PASSWORD = "chaos monkey passphrase"
-KINDS = ("train", "hang", "agent", "server")
+KINDS = ("train", "hang", "agent", "server", "root")
 FINAL = ("succeeded", "failed", "cancelled")
 INTERVAL = 5
 """Steps between checkpoints."""
+ROOTS = 3
+SCRUB_INTERVAL_H = 0.002
+"""About 7 s between background scrub passes (a week by default)."""
 
 
 def job_spec(steps: int) -> dict[str, Any]:
@@ -75,6 +94,17 @@ class Site:
         home.mkdir(parents=True)
         (home / "server.yaml").write_text(f'data_roots: {{"*": ["{STDLIB}"]}}\n')
         self.home = home
+        self.roots = [home.parent / f"root{i}" for i in range(ROOTS)]
+        for root in self.roots:
+            root.mkdir()
+        storage_config.save(
+            home,
+            StorageConfig(
+                replicas=2,
+                roots=[RootConfig(path=root, rack=f"r{i}") for i, root in enumerate(self.roots)],
+                scrub=ScrubConfig(interval_h=SCRUB_INTERVAL_H, rate_mb_s=1000.0),
+            ),
+        )
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
@@ -116,6 +146,20 @@ class Site:
         text = lock.read_text().strip() if lock.exists() else ""
         return int(text.split()[0]) if text else None
 
+    def copies_short(self) -> int:
+        """Blob and manifest copies the store lacks (what a lost root took), without a repair."""
+        ctx = open_context(Settings(home=self.home, db_url=f"sqlite:///{self.home / 'shipyard.db'}"))
+        try:
+            store = open_store(self.home)
+            with ctx.db.read() as session:
+                rows = [(blob_of(row), row.replicas) for row in session.scalars(select(StoredBlob))]
+                short = manifests.heal(store, session, repair=False).missing
+            for blob, replicas in rows:
+                short += store.blobs.scrub(blob, replicas, repair=False, verify=False).missing
+            return short
+        finally:
+            ctx.close()
+
     def stop(self) -> None:
         if self.process is not None:
             self.process.terminate()
@@ -137,6 +181,10 @@ class Bill:
     """Fault (of a training process) to the job's next step, by kind of fault."""
     steps_lost: list[int] = field(default_factory=list)
     server_back_s: list[float] = field(default_factory=list)
+    store_whole_s: list[float] = field(default_factory=list)
+    """A root's files lost to every blob and manifest at its replicas again."""
+    roots_not_refilled: int = 0
+    """Roots still short of copies 300 s after they were emptied."""
     agent_back_s: list[float] = field(default_factory=list)
     keys: list[str] = field(default_factory=list)
     """Every submission's idempotency key."""
@@ -236,6 +284,37 @@ def strike_server(site: Site, bill: Bill, rng: random.Random, steps: int) -> boo
     return True
 
 
+def strike_root(site: Site, bill: Bill, rng: random.Random) -> bool:
+    """Empty one root (a disk replaced) while jobs train; wait for the scrubber to refill it."""
+    if not site.client.list_jobs(state="running"):
+        return False
+    root = rng.choice(site.roots)
+    struck = time.monotonic()
+    shutil.rmtree(root)
+    root.mkdir()
+    bill.faults["root"] = bill.faults.get("root", 0) + 1
+    deadline = struck + 300
+    while site.copies_short():
+        if time.monotonic() > deadline:
+            bill.roots_not_refilled += 1
+            return True
+        time.sleep(0.5)
+    bill.store_whole_s.append(time.monotonic() - struck)
+    return True
+
+
+def blobs_lost(home: Path) -> int:
+    """A full verifying scrub of the store (no repair): blobs with no good replica."""
+    done = subprocess.run(
+        [*SHIPYARD, "storage", "scrub", "--json"],
+        env={**os.environ, "SHIPYARD_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return int(json.loads(done.stdout)["lost"])
+
+
 def checkpoints_that_do_not_load(home: Path) -> list[str]:
     bad = []
     for state in sorted(home.glob("runs/*/checkpoints/step_*/state.pt")):
@@ -291,12 +370,15 @@ def run(faults: int, jobs: int, steps: int, seed: int, kinds: tuple[str, ...]) -
                 struck = strike_training(site, bill, kind, rng)
             elif kind == "agent":
                 struck = strike_agent(site, bill)
+            elif kind == "root":
+                struck = strike_root(site, bill, rng)
             else:
                 struck = strike_server(site, bill, rng, steps)
             injected += struck
             if struck:
                 print(f"fault {injected}/{faults}: {kind}", file=sys.stderr, flush=True)
         final = wait_all_done(site, 900)
+        lost_blobs = blobs_lost(site.home)
     finally:
         site.stop()
     succeeded = [j for j in final if j["state"] == "succeeded"]
@@ -310,6 +392,8 @@ def run(faults: int, jobs: int, steps: int, seed: int, kinds: tuple[str, ...]) -
         "jobs_lost": len(bill.keys) - len(succeeded),
         "jobs_duplicated": max(0, len(final) - len(bill.keys)),
         "corrupt_checkpoints": checkpoints_that_do_not_load(scratch / "home"),
+        "blobs_lost": lost_blobs,
+        "roots_not_refilled": bill.roots_not_refilled,
         "checkpoint_interval": INTERVAL,
         "steps_lost_max": max(bill.steps_lost, default=None),
         "steps_lost_median": statistics.median(bill.steps_lost) if bill.steps_lost else None,
@@ -320,6 +404,8 @@ def run(faults: int, jobs: int, steps: int, seed: int, kinds: tuple[str, ...]) -
         },
         "agent_back_s_median": statistics.median(bill.agent_back_s) if bill.agent_back_s else None,
         "server_back_s_median": statistics.median(bill.server_back_s) if bill.server_back_s else None,
+        "store_whole_s_median": statistics.median(bill.store_whole_s) if bill.store_whole_s else None,
+        "store_whole_s_max": max(bill.store_whole_s, default=None),
         "final_models_equal_uninterrupted": f"{sum(equal)}/{len(equal)}",
         "wall_s": round(time.monotonic() - started, 1),
     }

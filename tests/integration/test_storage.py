@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import select
 
 from shipyard.audit import Actor
-from shipyard.db import StoredBlob
+from shipyard.db import StoredArtifact, StoredBlob
 from shipyard.errors import Conflict, Forbidden, IntegrityError, InvalidSpec, NotFound, StorageError
-from shipyard.services import accounts, rbac, scrubber
+from shipyard.services import accounts, manifests, rbac, scrubber
 from shipyard.services import storage as store
 from shipyard.services import storage_upkeep as upkeep
 from shipyard.services.context import ServiceContext, open_context
@@ -405,6 +405,33 @@ def test_the_background_scrubber_repairs_every_replica_and_resumes_where_it_stop
     # The next pass waits out scrub.interval_h (a week by default).
     assert scrubber.scrub_some(ctx, stopping) == scrubber.IDLE_LOOK_S
     assert upkeep.status(ctx).background_scrub["tally"]["repaired"] == 5
+
+
+def test_a_replaced_disk_is_refilled_by_the_background_scrubber_manifests_included(
+    ctx: ServiceContext, tmp_path: Path
+) -> None:
+    for i in range(4):
+        (tmp_path / f"f{i}.bin").write_bytes(os.urandom(20_000 + i))
+        store.put(ctx, tmp_path / f"f{i}.bin", f"disk/f{i}", replicas=2)
+    config = storage_config.load(ctx.settings.home)
+    config.scrub.rate_mb_s = 1000.0
+    storage_config.save(ctx.settings.home, config)
+    # The fullest root's disk dies and an empty one takes its place.
+    fullest = max(_roots(ctx), key=lambda root: sum(1 for p in root.rglob("*") if p.is_file()))
+    shutil.rmtree(fullest)
+    fullest.mkdir()
+    before = upkeep.scrub(ctx, repair=False)
+    assert before.missing > 0 and before.manifests_missing > 0 and before.lost == 0
+    stopping = threading.Event()
+    while scrubber.scrub_some(ctx, stopping) == 0.0 and scrubber.last_pass(ctx).started_at:
+        pass
+    after = upkeep.scrub(ctx, repair=False)
+    assert (after.missing, after.corrupt, after.lost, after.manifests_missing) == (0, 0, 0, 0)
+    # Every manifest has its two copies again: a second root lost now still leaves a catalog to
+    # rebuild from the third.
+    with ctx.db.transaction() as session:
+        names = [manifests.name_of(a.project, a.name) for a in session.scalars(select(StoredArtifact))]
+    assert all(len(_replica_files(ctx, name)) >= 2 for name in names)
 
 
 def test_the_catalog_is_rebuilt_from_the_manifests_when_the_database_is_lost(tmp_path: Path) -> None:

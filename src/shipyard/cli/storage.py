@@ -225,6 +225,9 @@ def scrub(
             f"{report.corrupt} corrupt, {report.missing} missing, {report.repaired} repaired, "
             f"{report.lost} lost"
         )
+        if report.manifests_missing:
+            done = f", {report.manifests_repaired} written again" if repair else ""
+            console.print(f"manifests: {report.manifests_missing} copies missing{done}")
         for name in report.lost_artifacts:
             err_console.print(f"[red]lost:[/] {name}")
     if report.lost:

@@ -175,6 +175,9 @@ class ScrubReport(_View):
     seconds: float
     lost_artifacts: list[str] = []
     """``project/name`` of every artifact holding a lost blob."""
+    manifests_missing: int = 0
+    """Manifest copies fewer than their artifact wants (``storage recover`` needs one)."""
+    manifests_repaired: int = 0
 
 
 class RecoveryReport(_View):

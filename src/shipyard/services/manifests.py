@@ -12,11 +12,12 @@ import base64
 import hashlib
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
 from shipyard.errors import IntegrityError, StorageError
@@ -78,6 +79,38 @@ def write(store: Store, artifact: StoredArtifact, blobs: dict[str, StoredBlob]) 
 
 def _most_copies(store: Store) -> int:
     return len(store.backend.describe()) if store.backend.kind == "local" else 1
+
+
+@dataclass
+class ManifestTally:
+    missing: int = 0
+    """Manifest copies fewer than their artifact wants (a root lost or replaced)."""
+    repaired: int = 0
+    """Manifests written again from the catalog."""
+
+
+def heal(store: Store, session: Session, *, repair: bool) -> ManifestTally:
+    """Count the manifest copies a lost or replaced root took with it and, with ``repair``,
+    write those manifests again from the catalog: blob replicas are restored by the scrub, and a
+    manifest with no copy left would leave its artifact unrecoverable after a lost database."""
+    tally = ManifestTally()
+    artifacts = session.scalars(
+        select(StoredArtifact).options(selectinload(StoredArtifact.entries)).order_by(StoredArtifact.id)
+    )
+    for artifact in artifacts:
+        wanted = min(artifact.replicas, _most_copies(store))
+        short = wanted - len(store.backend.replicas(name_of(artifact.project, artifact.name)))
+        if short <= 0:
+            continue
+        tally.missing += short
+        if repair:
+            names = [entry.blob_name for entry in artifact.entries]
+            blobs = {
+                row.name: row for row in session.scalars(select(StoredBlob).where(StoredBlob.name.in_(names)))
+            }
+            write(store, artifact, blobs)
+            tally.repaired += 1
+    return tally
 
 
 def remove(store: Store, project: str, name: str) -> None:

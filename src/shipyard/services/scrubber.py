@@ -20,6 +20,7 @@ from sqlalchemy import select
 from shipyard import audit
 from shipyard.db import StoredBlob
 from shipyard.schemas.launch import write_json_atomic
+from shipyard.services import manifests
 from shipyard.services.context import ServiceContext
 from shipyard.services.storage import blob_of
 from shipyard.storage import config as storage_config
@@ -99,7 +100,11 @@ def scrub_some(ctx: ServiceContext, stopping: threading.Event) -> float:
 
 
 def _finish(ctx: ServiceContext, state: PassState) -> None:
-    """Audit the whole pass (as ``storage scrub --repair`` is), and wait for the next."""
+    """Heal the manifests, audit the whole pass (as ``storage scrub --repair`` is), and wait for
+    the next."""
+    with ctx.db.transaction() as session:
+        copies = manifests.heal(open_store(ctx.settings.home), session, repair=True)
+    state.tally["manifests_missing"] = copies.missing
     record_scrub(ctx, repair=True, counts=state.tally, background=True)
     _save(ctx, PassState(finished_at=time.time(), tally=state.tally))
 

@@ -66,7 +66,14 @@ def scrub(
                     .distinct()
                 )
             ]
-    counts = {"corrupt": tally.corrupt, "missing": tally.missing, "lost": tally.lost}
+    with ctx.db.transaction() as session:
+        copies = manifests.heal(store, session, repair=repair)
+    counts = {
+        "corrupt": tally.corrupt,
+        "missing": tally.missing,
+        "lost": tally.lost,
+        "manifests_missing": copies.missing,
+    }
     scrubber.record_scrub(ctx, repair=repair, counts=counts, background=False)
     return ScrubReport(
         checked=tally.checked,
@@ -77,6 +84,8 @@ def scrub(
         bytes_verified=tally.bytes_verified,
         seconds=round(time.perf_counter() - started, 3),
         lost_artifacts=lost_artifacts,
+        manifests_missing=copies.missing,
+        manifests_repaired=copies.repaired,
     )
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-import google_crc32c
+import crc32c
 
 BLOCK_BYTES = 4 << 20
 _WINDOW = 8
@@ -114,8 +114,9 @@ CRC_BYTES = 4
 
 
 def block_crc(block: bytes) -> bytes:
-    """The CRC32C of one block, as stored (hardware-accelerated: over 10 GB/s on one core)."""
-    return int(google_crc32c.value(block)).to_bytes(CRC_BYTES, "big")
+    """The CRC32C of one block, as stored (hardware-accelerated: about 20 GB/s on one core, with
+    the GIL released, so it overlaps the read-ahead thread's next read)."""
+    return crc32c.crc32c(block).to_bytes(CRC_BYTES, "big")
 
 
 class BlockCrcs:
