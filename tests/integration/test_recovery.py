@@ -64,6 +64,9 @@ def test_a_killed_attempt_restarts_from_the_store_when_its_disk_is_gone(cli: Cli
     stored = _stored_checkpoints(cli, job["id"])
     assert stored, "no checkpoint reached the store while the job ran"
     os.killpg(running["attempts"][0]["pid"], signal.SIGKILL)
+    metrics = Path(running["run_dir"]) / "metrics.jsonl"
+    with metrics.open("a") as torn:  # as if the kill cut the line being written
+        torn.write('{"kind": "train", "st')
     requeued = cli.wait_for(job["id"], lambda j: j["state"] == "queued")
     assert requeued["pending_code"] == "restarting"
     assert (
@@ -74,6 +77,14 @@ def test_a_killed_attempt_restarts_from_the_store_when_its_disk_is_gone(cli: Cli
     done = cli.wait_for(job["id"], _done, timeout=300)
     assert done["state"] == "succeeded" and done["step"] == 400, done
     assert [a["exit_reason"] for a in done["attempts"]] == ["signal", "completed"]
+    # The torn line stayed alone on its line: the agent skipped it, the next attempt began anew.
+    unreadable = []
+    for line in metrics.read_text().splitlines():
+        try:
+            json.loads(line)
+        except ValueError:
+            unreadable.append(line)
+    assert unreadable == ['{"kind": "train", "st']
     log = cli.run("jobs", "logs", job["id"]).stdout
     resumed = int(log.split("resumed from ")[1].split(" at step ")[1].split()[0])
     assert resumed >= 4  # from the store, not from step 0

@@ -232,7 +232,16 @@ def _ingest_metrics(session: Session, attempt: Attempt) -> None:
         chunk = f.read()
     complete = chunk[: chunk.rfind(b"\n") + 1]
     for line in complete.splitlines():
-        record = json.loads(line)
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not an object")
+        except ValueError:  # half a line a killed attempt left: one record lost, not the agent
+            if line.strip():
+                _log.warning(
+                    "job %s: a metrics line is not a JSON object, skipped: %.80r", attempt.job_id, line
+                )
+            continue
         session.add(
             Metric(
                 job_id=attempt.job_id,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import resource
 import signal
 import sys
@@ -154,15 +155,30 @@ class Trainer:
         self.spec: JobSpec = self.plan.spec
         self.run_dir = Path(self.plan.run_dir)
         self.metrics_path = self.run_dir / METRICS_FILE
+        self._recorded = False
+        """Whether this attempt has appended a metrics line yet."""
 
     def log(self, message: str) -> None:
         if self.dist.is_main:
             print(message, file=self.out, flush=True)
 
     def record(self, **metrics: Any) -> None:
-        if self.dist.is_main:
-            with open(self.metrics_path, "a") as f:
-                f.write(json.dumps(metrics) + "\n")
+        """Append one line to metrics.jsonl in one write, so a reader sees it whole or not at all.
+        The attempt's first line starts on a line of its own: a killed attempt may have left half
+        of one behind."""
+        if not self.dist.is_main:
+            return
+        line = (json.dumps(metrics) + "\n").encode()
+        descriptor = os.open(self.metrics_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            if not self._recorded:
+                size = os.fstat(descriptor).st_size
+                if size and os.pread(descriptor, 1, size - 1) != b"\n":
+                    line = b"\n" + line
+                self._recorded = True
+            os.write(descriptor, line)
+        finally:
+            os.close(descriptor)
 
     def run(self) -> AttemptResult:
         torch.set_num_threads(self.plan.threads_per_process)
