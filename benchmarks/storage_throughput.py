@@ -8,6 +8,7 @@ come from the disk. Reports GB/s, the ratio to the plain figures, and scrub spee
 verified), as medians over rounds (this machine is noisy).
 
     .venv/bin/python benchmarks/storage_throughput.py [--size-gib 2] [--rounds 3] [--no-s3] [--json]
+    .venv/bin/python benchmarks/storage_throughput.py --reads --rounds 7   # reads only, in turn
 
 Plain copies run beside every case; the baseline is the median of all of them, and each ratio is a
 median of the case over that baseline. Targets of the issue: one replica >= 0.8x plain write and
@@ -41,9 +42,17 @@ def main() -> None:
     parser.add_argument("--size-gib", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-s3", action="store_true", help="skip the SeaweedFS case")
+    parser.add_argument(
+        "--reads",
+        action="store_true",
+        help="only reads: plain and stored copies read in turn, --rounds times",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     size = int(args.size_gib * 2**30)
+    if args.reads:
+        report_reads(size, args)
+        return
     scratch = Path(tempfile.mkdtemp(prefix="storage-bench-"))
     # Each round stores the file twice over (replication 010) in 64 MB volumes: room for all rounds.
     slots = int(args.rounds * args.size_gib * 1024 / 64) + 20
@@ -104,6 +113,34 @@ def main() -> None:
             f"{row['case']:34s} {row['write_gbps']:10.3f} {row['read_gbps']:10.3f} "
             f"{row['write_ratio']:10.2f} {row['read_ratio']:10.2f} "
             f"{row.get('scrub_gbps', float('nan')):10.3f}"
+        )
+
+
+def report_reads(size: int, args: argparse.Namespace) -> None:
+    scratch = Path(tempfile.mkdtemp(prefix="storage-reads-"))
+    try:
+        speeds = storage_bench.interleaved_reads(scratch, size, args.rounds)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    plain = speeds["plain file"]
+    # Each round's ratio to the plain read just before it, then the median: the disk drifts by
+    # 2x within a minute, a pair of neighbouring reads does not.
+    rows = [
+        {
+            "case": case,
+            "read_gbps": statistics.median(v),
+            "read_ratio": round(statistics.median(a / b for a, b in zip(v, plain, strict=True)), 3),
+            "per_round": v,
+        }
+        for case, v in speeds.items()
+    ]
+    if args.json:
+        print(json.dumps({"size_gib": args.size_gib, "rounds": args.rounds, "reads": rows}, indent=2))
+        return
+    print(f"{args.size_gib:g} GiB, reads in turn, median of {args.rounds} rounds")
+    for row in rows:
+        print(
+            f"{row['case']:30s} {row['read_gbps']:8.3f} GB/s {row['read_ratio']:6.2f}x   {row['per_round']}"
         )
 
 

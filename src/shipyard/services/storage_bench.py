@@ -3,11 +3,12 @@
 Plain: copy the source with sequential writes and one fsync; read it back. Store: the same bytes
 through ``BlobStore`` (block hashing, replication, encryption) into scratch roots on the same
 disk, and read back with verification. Page caches are dropped for the files read, so reads come
-from the disk for both.
+from the disk for both; each read is the median of three.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import shutil
@@ -53,8 +54,10 @@ def run(
             started = time.perf_counter()
             blob, _ = store.put_file(source, replicas=replicas, encrypt=encrypt)
             write_s = time.perf_counter() - started
-            _drop_cache_under(scratch)
-            read_s = _timed(lambda: store.read(blob, store.verifier(blob, digest=False)))  # noqa: B023
+            read_s = _read_time(
+                lambda: store.read(blob, store.verifier(blob, digest=False)),  # noqa: B023
+                lambda: _drop_cache_under(scratch),
+            )
             row = _row(label, size_bytes / write_s, size_bytes / read_s, plain_write, plain_read)
             _drop_cache_under(scratch)
             started = time.perf_counter()
@@ -65,6 +68,38 @@ def run(
         return rows
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def interleaved_reads(scratch_parent: Path, size_bytes: int, rounds: int) -> dict[str, list[float]]:
+    """Read GB/s of a plain file and of the same bytes stored (one replica, checked by block
+    CRC32C; one replica encrypted), all written first, then read in turn from a dropped cache,
+    ``rounds`` times: the disk's drift over minutes falls on every case alike."""
+    scratch = Path(tempfile.mkdtemp(prefix="shipyard-reads-", dir=scratch_parent))
+    try:
+        source = scratch / "source.bin"
+        _fill(source, size_bytes)
+        plain = scratch / "plain.bin"
+        shutil.copyfile(source, plain)
+        ring = Keyring({"bench": secrets.token_bytes(32)}, "bench")
+        reads: dict[str, Callable[[], object]] = {"plain file": lambda: _read_through(plain)}
+        for label, encrypt in (("store, 1 replica", False), ("store, 1 replica, encrypted", True)):
+            store = BlobStore(_roots(scratch, label.replace(" ", "").replace(",", ""), 1), lambda: ring)
+            blob, _ = store.put_file(source, replicas=1, encrypt=encrypt)
+            reads[label] = functools.partial(store.read, blob, store.verifier(blob, digest=False))
+        speeds: dict[str, list[float]] = {label: [] for label in reads}
+        for _ in range(rounds):
+            for label, read in reads.items():
+                _drop_cache_under(scratch)
+                speeds[label].append(round(size_bytes / _timed(read) / 1e9, 3))
+        return speeds
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _read_through(path: Path) -> None:
+    with open(path, "rb") as handle:
+        while handle.read(_IO_BYTES):
+            pass
 
 
 def _row(case: str, write: float, read: float, plain_write: float, plain_read: float) -> dict[str, Any]:
@@ -107,17 +142,25 @@ def _plain(source: Path, target: Path) -> tuple[float, float]:
             os.fsync(dst.fileno())
 
     write_s = _timed(copy)
-    _drop_cache(target)
 
-    def read() -> None:
-        with open(target, "rb") as handle:
-            while handle.read(_IO_BYTES):
-                pass
-
-    read_s = _timed(read)
+    read_s = _read_time(lambda: _read_through(target), lambda: _drop_cache(target))
     size = target.stat().st_size
     target.unlink()
     return size / write_s, size / read_s
+
+
+READS = 3
+"""Reads timed of each copy, from a dropped cache each time: the median is kept. The first read
+after a large write is often slowed by the disk's own writeback (a VM's by its host's), by as
+much as 2-3x, whatever reads."""
+
+
+def _read_time(read: Callable[[], object], drop: Callable[[], None]) -> float:
+    times = []
+    for _ in range(READS):
+        drop()
+        times.append(_timed(read))
+    return sorted(times)[READS // 2]
 
 
 def _timed(action: Callable[[], object]) -> float:
