@@ -4,12 +4,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.shipyard-installed
 
-.PHONY: quickstart test setup lint clean
+.PHONY: quickstart test setup browser lint clean ui-vendor
 
 quickstart: setup
 	$(BIN)/shipyard quickstart
 
-test: setup lint
+test: setup browser lint
 	$(BIN)/pytest
 
 setup: $(STAMP)
@@ -21,6 +21,33 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[train,finetune,nvidia,plot,postgres,s3,cluster,dev]'
 	touch $@
+
+# The dashboard's browser tests: Debian's Chromium (driven by Playwright, no browser download) and
+# axe-core for the accessibility checks. Where Chromium cannot be installed (no apt, no root) the
+# tests say so and skip; the stamp waits for a machine where it can.
+AXE_VERSION := 4.14.1
+BROWSER_STAMP := $(VENV)/.browser-ready
+browser: $(BROWSER_STAMP)
+
+$(BROWSER_STAMP): $(STAMP)
+	command -v chromium >/dev/null || (DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium \
+	  || (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium)) >/dev/null \
+	  || echo "Chromium could not be installed: the dashboard's browser tests will skip"
+	test -f $(VENV)/axe.min.js || (cd $(VENV) && npm pack --silent axe-core@$(AXE_VERSION) >/dev/null \
+	  && tar xzf axe-core-$(AXE_VERSION).tgz package/axe.min.js && mv package/axe.min.js axe.min.js \
+	  && rm -rf package axe-core-$(AXE_VERSION).tgz) || echo "axe-core could not be fetched"
+	if command -v chromium >/dev/null && test -f $(VENV)/axe.min.js; then touch $@; fi
+
+# Refresh the dashboard's third-party files (committed: the package works with no network).
+UI_VENDOR := src/shipyard/api/ui/static/vendor
+ui-vendor:
+	rm -rf .ui-vendor && mkdir .ui-vendor && cd .ui-vendor && npm pack --silent htmx.org@2.0.11 \
+	  uplot@1.6.32 swagger-ui-dist@5.35.0 >/dev/null && for f in *.tgz; do tar xzf $$f; \
+	  mv package $${f%.tgz}; done
+	cp .ui-vendor/htmx.org-2.0.11/dist/htmx.min.js .ui-vendor/uplot-1.6.32/dist/uPlot.iife.min.js \
+	  .ui-vendor/uplot-1.6.32/dist/uPlot.min.css .ui-vendor/swagger-ui-dist-5.35.0/swagger-ui-bundle.js \
+	  .ui-vendor/swagger-ui-dist-5.35.0/swagger-ui.css $(UI_VENDOR)/
+	rm -rf .ui-vendor
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

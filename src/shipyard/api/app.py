@@ -9,6 +9,7 @@ bodies are bounded in ``limits``, requests are counted in ``metrics``.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import threading
@@ -19,6 +20,7 @@ from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
 from shipyard import __version__
+from shipyard.api import ui
 from shipyard.api.deps import Platform
 from shipyard.api.errors import install_error_handlers
 from shipyard.api.limits import LimitBodies
@@ -39,6 +41,8 @@ NO_AGENT_ENV = "SHIPYARD_NO_AGENT"
 
 
 AGENT_WATCH_S = 5.0
+GC_YOUNG_THRESHOLD = 20_000
+"""Allocations between young collections (CPython's default, 700, collects after every page)."""
 
 
 async def _keep_agent_alive(ctx: ServiceContext) -> None:
@@ -70,6 +74,12 @@ def create_app(
         ctx.executor.nodes()  # discover devices now (may import torch), not in the first request
         writer = SubmissionWriter(ctx.db)
         app.state.platform = Platform(ctx=ctx, writer=writer, metrics=metrics)
+        # What startup made (modules, the catalog, the app) lives as long as the process: out of
+        # the collector's sight, a full collection no longer walks it (130 ms pauses, measured,
+        # on a server over 10,000 jobs), and young collections run less often.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
         watchdog = asyncio.create_task(_keep_agent_alive(ctx)) if starter else None
         stopping = threading.Event()
         scrubber = threading.Thread(target=scrub_in_background, args=(ctx, stopping), name="scrubber")
@@ -82,7 +92,8 @@ def create_app(
         writer.close()
         ctx.close()
 
-    app = FastAPI(title="Shipyard", version=__version__, lifespan=lifespan)
+    # /docs is the dashboard's, with its assets from the package (no CDN).
+    app = FastAPI(title="Shipyard", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     install_error_handlers(app)
     app.add_middleware(LimitBodies)
     app.add_middleware(MeasureRequests, metrics=metrics)
@@ -90,4 +101,5 @@ def create_app(
         # The routes themselves, not the router: an included router is one more level that every
         # request is matched through (0.15 ms of a served submission).
         app.router.routes.extend(router.routes)
+    ui.install(app)
     return app

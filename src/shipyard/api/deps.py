@@ -3,6 +3,8 @@ path and query parameters (ids that cannot walk out of a folder, bounded numbers
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -12,7 +14,7 @@ from fastapi import Path as PathParam
 from starlette.concurrency import run_in_threadpool
 
 from shipyard.api.metrics import Metrics
-from shipyard.errors import InvalidSpec, Unauthenticated
+from shipyard.errors import Forbidden, InvalidSpec, Unauthenticated
 from shipyard.schemas.documents import PATTERN_WORDS
 from shipyard.schemas.queues import QUEUE_NAME_PATTERN
 from shipyard.services import accounts
@@ -61,22 +63,54 @@ def source_of(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-async def caller(request: Request) -> ServiceContext:
-    """The platform acting as the bearer of the request's token."""
+SESSION_COOKIE = "shipyard_session"
+"""The web dashboard's session: a login token in an HttpOnly, SameSite=Strict cookie."""
+CSRF_HEADER = "X-CSRF-Token"
+CSRF_FIELD = "csrf"
+SAFE_METHODS = ("GET", "HEAD")
+
+
+def csrf_token(session_token: str) -> str:
+    """The session's CSRF token (synchroniser pattern, derived so nothing more is stored): a
+    page's script cannot read the HttpOnly cookie it comes from, another site cannot compute it,
+    and it dies with the session (a token from another or an ended session is refused)."""
+    return hmac.new(session_token.encode(), b"shipyard csrf", hashlib.sha256).hexdigest()
+
+
+def csrf_matches(session_token: str, sent: str | None) -> bool:
+    return sent is not None and hmac.compare_digest(csrf_token(session_token), sent)
+
+
+async def authenticated(request: Request, token: str) -> ServiceContext:
+    """The platform acting as the holder of ``token`` (a bearer token or a session's)."""
     # In the event loop, not a worker thread: a token read a moment ago is checked without
     # the database; only a token to read goes to a thread (one hop fewer on each request).
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise Unauthenticated("this request needs a bearer token", hint="POST /api/v1/auth/token first")
     ctx = _platform_of(request).ctx
     source = source_of(request)
-    actor = accounts.authenticate_cached(ctx, token.strip(), source)
+    actor = accounts.authenticate_cached(ctx, token, source)
     if actor is None:
-        actor = await run_in_threadpool(accounts.authenticate, ctx, token.strip(), source)
-    if request.method not in ("GET", "HEAD") and "write" not in actor.scopes:
+        actor = await run_in_threadpool(accounts.authenticate, ctx, token, source)
+    if request.method not in SAFE_METHODS and "write" not in actor.scopes:
         raise Unauthenticated("this token is read-only", hint="use a token with the write scope")
     return ctx.acting_as(actor)
+
+
+async def caller(request: Request) -> ServiceContext:
+    """The platform acting as the bearer of the request's token, or as the dashboard's session
+    (whose requests that change anything must carry the session's CSRF token)."""
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() == "bearer" and token:
+        return await authenticated(request, token.strip())
+    session = request.cookies.get(SESSION_COOKIE)
+    if session is None:
+        raise Unauthenticated("this request needs a bearer token", hint="POST /api/v1/auth/token first")
+    if request.method not in SAFE_METHODS and not csrf_matches(session, request.headers.get(CSRF_HEADER)):
+        raise Forbidden(
+            f"this request has no valid {CSRF_HEADER} header for its session",
+            hint="send the token the dashboard's pages carry, or use a bearer token",
+        )
+    return await authenticated(request, session)
 
 
 Caller = Annotated[ServiceContext, Depends(caller)]

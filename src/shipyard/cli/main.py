@@ -23,6 +23,7 @@ COMMANDS = {
     "audit": "shipyard.cli.audit",
     "server": "shipyard.cli.server",
     "login": "shipyard.cli.server",
+    "ui": "shipyard.cli.server",
     "users": "shipyard.cli.accounts",
     "tokens": "shipyard.cli.accounts",
     "projects": "shipyard.cli.accounts",

@@ -70,6 +70,50 @@ def server(
     Multiprocess(config, sockets=[_tcp_listener(host, port)]).run()
 
 
+def ui(
+    port: Annotated[int, typer.Option(help="Port to serve on (127.0.0.1 only).", min=1, max=65535)] = 8765,
+    browser: Annotated[bool, typer.Option(help="Open a browser (else print the link).")] = True,
+) -> None:
+    """Open the web dashboard over this machine's home: serves it on 127.0.0.1 and signs you in
+    with a link that works once, for two minutes (your account on the home is made the first
+    time, an admin without a password). Stop it with Ctrl-C.
+
+    Example: shipyard ui --port 8800
+    """
+    import getpass
+    import threading
+    import webbrowser
+
+    import httpx
+
+    from shipyard.services import accounts
+    from shipyard.services.context import local_actor, open_context
+
+    ctx = open_context(actor=local_actor("ui"))
+    try:
+        user = accounts.local_account(ctx, getpass.getuser())
+        link = accounts.sign_in_link(ctx, user)
+    finally:
+        ctx.close()
+    base = f"http://127.0.0.1:{port}"
+    url = f"{base}/login/link?token={link.token}"
+    _tcp_listener("127.0.0.1", port).close()  # a taken port is an Error: now, not uvicorn's trace
+
+    def announce() -> None:
+        for _ in range(300):
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                threading.Event().wait(0.1)
+        typer.echo(f"Shipyard dashboard: {base} (sign-in link, once, two minutes: {url})", err=True)
+        if browser:
+            webbrowser.open(url)
+
+    threading.Thread(target=announce, daemon=True).start()
+    server(host="127.0.0.1", port=port, init_admin=None, workers=1, no_agent=False)
+
+
 def _tcp_listener(host: str, port: int) -> socket.socket:
     """The workers' shared listening socket, made with ``IPPROTO_TCP`` named: accepted sockets
     inherit the protocol, and asyncio sets TCP_NODELAY only when it sees it. uvicorn's own
@@ -107,3 +151,4 @@ def login(
 def register(app: typer.Typer) -> None:
     app.command()(server)
     app.command()(login)
+    app.command()(ui)

@@ -26,6 +26,7 @@ from shipyard.schemas.views import (
     JobDetail,
     JobView,
     LogChunkView,
+    MetricSeriesView,
     ModelComparisonView,
     ModelLineageView,
     ModelVersionView,
@@ -113,9 +114,19 @@ class Client:
     def whoami(self) -> CallerView:
         return self._get(CallerView, "GET", "/api/v1/users/me")
 
-    def list_jobs(self, state: str | None = None, limit: int = 50) -> list[JobView]:
-        params: dict[str, Any] = {"limit": limit, **({"state": state} if state else {})}
-        return self._list(JobView, "/api/v1/jobs", params=params)
+    def list_jobs(
+        self, state: str | None = None, limit: int = 50, *, offset: int = 0, **where: str
+    ) -> list[JobView]:
+        """Newest first; ``where`` filters by ``project``, ``queue``, ``owner``, ``accelerator_type``."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset, **({"state": state} if state else {})}
+        return self._list(JobView, "/api/v1/jobs", params={**params, **where})
+
+    def job_metrics(
+        self, job_id: str, kind: str = "train", *, max_points: int = 2000, after_step: int = -1
+    ) -> MetricSeriesView:
+        """The job's metrics by step as columns, downsampled to ``max_points``."""
+        params = {"kind": kind, "max_points": max_points, "after_step": after_step}
+        return self._get(MetricSeriesView, "GET", f"/api/v1/jobs/{job_id}/metrics", params=params)
 
     def get_job(self, job_id: str) -> JobDetail:
         return self._get(JobDetail, "GET", f"/api/v1/jobs/{job_id}")

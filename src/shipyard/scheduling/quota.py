@@ -38,7 +38,11 @@ class Queues:
     """ClusterQueue for queue names nobody declared (None: such jobs wait with a reason)."""
 
     def cluster_queue_of(self, job: Job) -> ClusterQueue | None:
-        name = self.local_queues.get(job.queue, job.queue)
+        return self.cluster_queue_named(job.queue)
+
+    def cluster_queue_named(self, queue: str) -> ClusterQueue | None:
+        """The ClusterQueue a job submitted to ``queue`` draws on (None: no queue takes it)."""
+        name = self.local_queues.get(queue, queue)
         if name not in self.cluster_queues and self.catch_all is not None:
             name = self.catch_all
         return self.cluster_queues.get(name)
@@ -119,7 +123,7 @@ def admit(jobs: Sequence[Job], queues: Queues) -> Admission:
         jobs=tuple(by_id[j.id] for j in jobs if j.id in by_id),
         reasons=reasons,
         reclaimed=tuple(dict.fromkeys(reclaim)),
-        usage=_usage(queues, used),
+        usage=usage_of(queues, used),
     )
 
 
@@ -182,7 +186,8 @@ def _reclaimable(
     return chosen if idle + freed >= job.devices else []
 
 
-def _usage(queues: Queues, used: Mapping[str, Mapping[str, int]]) -> Usage:
+def usage_of(queues: Queues, used: Mapping[str, Mapping[str, int]]) -> Usage:
+    """Devices in use per ClusterQueue and type (every queue in ``used``), and what is borrowed."""
     borrowed = {
         name: {k: max(0, n - cq.nominal.get(k, 0)) for k, n in used[name].items() if n > cq.nominal.get(k, 0)}
         for name, cq in queues.cluster_queues.items()

@@ -374,3 +374,21 @@ class AuditVerdictView(_View):
     head_seq: int
     first_bad: int | None = None
     problem: str | None = None
+
+
+class MetricSeriesView(_View):
+    """One kind of a job's metrics as columns (what a chart draws), downsampled for long runs:
+    every ``stride``-th logged step, and always the newest."""
+
+    job_id: str
+    kind: str
+    """``train`` or ``eval``."""
+    step: list[int]
+    loss: list[float | None]
+    tokens_per_s: list[float | None]
+    mfu: list[float | None]
+    mem_gib: list[float | None]
+    stride: int
+    """Steps between two points returned (the logging interval when nothing was left out)."""
+    last_step: int | None
+    """The newest step returned: ask again with ``after_step`` set to it for what follows."""

@@ -310,6 +310,45 @@ def _invalid() -> Unauthenticated:
     return Unauthenticated("invalid, expired or revoked token", hint="log in again: shipyard login URL")
 
 
+LINK_TOKEN = "dashboard sign-in link"
+LINK_DAYS = 2 / 1440
+"""A sign-in link (``shipyard ui``) works for two minutes, once."""
+
+
+def local_account(ctx: ServiceContext, name: str) -> str:
+    """The account of this machine's user on its own home (``shipyard ui``): made once, as an
+    admin without a password (it signs in by link only), and returned by name."""
+    with ctx.db.read() as session:
+        found = session.get(User, name)
+    if found is None:
+        create_user(ctx, name, None, admin=True, service=True)
+    return name
+
+
+def sign_in_link(ctx: ServiceContext, user: str) -> IssuedToken:
+    """A token that ``redeem_link`` exchanges, once and within two minutes, for a session."""
+    return issue_token(ctx, user, LINK_TOKEN, None, days=LINK_DAYS, audit_as="auth.link")
+
+
+def redeem_link(ctx: ServiceContext, bearer: str, source: str, *, session_days: float) -> IssuedToken:
+    """A dashboard session for the holder of a sign-in link, whose token is revoked on the way
+    (a link copied from a browser's history signs nobody in)."""
+    actor = authenticate(ctx, bearer, source)
+    token_id = token_id_of(bearer)
+    with ctx.db.read() as session:
+        token = session.get(Token, token_id)
+        if token is None or token.name != LINK_TOKEN:
+            raise _invalid()
+    who = ctx.acting_as(actor)
+    revoke_token(who, token_id)
+    return issue_token(who, actor.name, "login", None, days=session_days, audit_as="auth.login")
+
+
+def token_id_of(bearer: str) -> str:
+    """The id of a token (what ``revoke_token`` takes), or ``Unauthenticated`` if it is none."""
+    return _parse_bearer(bearer)[0]
+
+
 def _parse_bearer(bearer: str) -> tuple[str, str]:
     prefix, _, rest = bearer.partition("_")
     token_id, _, secret = rest.partition("_")

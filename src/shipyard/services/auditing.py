@@ -15,12 +15,28 @@ from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
 
 
-def read_log(ctx: ServiceContext, since: datetime | None = None, limit: int = 1000) -> list[AuditRecordView]:
+def read_log(
+    ctx: ServiceContext,
+    since: datetime | None = None,
+    limit: int = 1000,
+    *,
+    offset: int = 0,
+    newest_first: bool = False,
+    actor: str | None = None,
+    action: str | None = None,
+) -> list[AuditRecordView]:
+    """Records in order (``newest_first``: the other way), ``offset`` skipped; ``actor`` and
+    ``action`` (a prefix: ``job.`` is every job action) narrow them."""
     with ctx.db.transaction() as session:
         rbac.require(ctx, session, Permission.AUDIT_READ, "audit")
-        query = select(AuditRecord).order_by(AuditRecord.seq).limit(limit)
+        order = AuditRecord.seq.desc() if newest_first else AuditRecord.seq
+        query = select(AuditRecord).order_by(order).limit(limit).offset(offset)
         if since is not None:
             query = query.where(AuditRecord.at >= since)
+        if actor:
+            query = query.where(AuditRecord.actor == actor)
+        if action:
+            query = query.where(AuditRecord.action.startswith(action, autoescape=True))
         records = [
             AuditRecordView(**json.loads(audit.canonical(r)), prev_hash=r.prev_hash, hash=r.hash)
             for r in session.scalars(query)

@@ -11,7 +11,9 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 
@@ -22,6 +24,7 @@ from shipyard.executors.cluster_nodes import NAMESPACE, Advertisement, kv_key
 from shipyard.hardware import discover
 from shipyard.schemas.views import NodeView
 from shipyard.services.context import ServiceContext
+from shipyard.services.submitted_jobs import aware
 
 DEFAULT_PORT = 6380
 """The head's port (Ray's own default, 6379, is often Redis's)."""
@@ -162,3 +165,37 @@ def list_nodes(ctx: ServiceContext) -> list[NodeView]:
             )
         )
     return views
+
+
+def allocation_by_hour(ctx: ServiceContext, nodes: list[NodeView], hours: int = 24) -> dict[str, Any]:
+    """Per node and hour of the last ``hours``: the share of its devices (cores on a CPU-only node)
+    that attempts held, from the attempts' start and end (what the heatmap of the nodes page draws)."""
+    now = datetime.now(UTC)
+    start = now - timedelta(hours=hours)
+    with ctx.db.read() as session:
+        rows = session.execute(
+            select(Attempt.node, Attempt.device_ids, Attempt.started_at, Attempt.finished_at, Job.devices)
+            .join(Job, Job.id == Attempt.job_id)
+            .where((Attempt.finished_at.is_(None)) | (Attempt.finished_at >= start))
+        ).all()
+    capacity = {
+        node.id: max(1, sum(v for k, v in node.capacity.items() if k != "cpu") or node.capacity.get("cpu", 1))
+        for node in nodes
+    }
+    held = {node.id: [0.0] * hours for node in nodes}
+    for node_names, device_ids, started, finished, devices in rows:
+        begin, end = aware(started), now if finished is None else aware(finished)
+        for node in (node_names or "").split(","):
+            if node not in held:
+                continue
+            count = len(device_ids or []) or devices
+            first = max(0, int((begin - start).total_seconds() // 3600))
+            for hour in range(first, min(hours, int((end - start).total_seconds() // 3600) + 1)):
+                low = start + timedelta(hours=hour)
+                overlap = (min(end, low + timedelta(hours=1)) - max(begin, low)).total_seconds()
+                if overlap > 0:
+                    held[node][hour] += count * overlap / 3600
+    return {
+        "hours": [(start + timedelta(hours=h)).strftime("%H:00") for h in range(hours)],
+        "rows": {node: [min(1.0, v / capacity[node]) for v in values] for node, values in held.items()},
+    }

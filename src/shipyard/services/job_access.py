@@ -38,3 +38,9 @@ def find_job(session: Session, job_id: str, *options: ORMOption) -> Job:
     if job is None:
         raise NotFound(f"no job with id {job_id!r}", hint="`shipyard jobs list` shows job ids")
     return job
+
+
+def may_cancel(ctx: ServiceContext, session: Session, job: Job) -> bool:
+    """Whether ``cancel`` would be allowed (so a page offers it), without auditing a refusal."""
+    own = job.owner == ctx.actor.name  # as ``allowed_job``: one's own job needs no role
+    return own or rbac.allowed(session, ctx.actor, Permission.JOB_CANCEL_ANY, job.project)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import secrets
 from collections.abc import Mapping
@@ -10,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from sqlalchemy import Connection, Table, func, insert, or_, select, update
+from sqlalchemy import Connection, String, Table, func, insert, or_, select, update
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, joinedload
 
@@ -32,7 +34,7 @@ from shipyard.schemas.jobspec import (
     validate_job_spec,
 )
 from shipyard.schemas.views import ArtifactView, AttemptView, JobDetail, JobView
-from shipyard.services import rbac
+from shipyard.services import metric_series, rbac
 from shipyard.services.context import ServiceContext
 from shipyard.services.job_access import CANCEL, allowed_job, find_job
 from shipyard.services.submission_checks import Checked, check_submission
@@ -180,25 +182,63 @@ def _new_job_ids(names: list[str]) -> list[str]:
 
 MAX_LISTED = 1000
 """Most jobs one listing returns."""
+SUMMARY_POINTS = 1000
+"""Training steps a job's summary is computed from, at most (an even sample of longer runs)."""
 MAX_OFFSET = 2**62
 """Largest log offset asked for: inside a 64-bit file position."""
 
 
-def list_jobs(ctx: ServiceContext, *, state: str | None = None, limit: int = 50) -> list[JobView]:
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs a listing shows: every field left empty matches all."""
+
+    state: str | None = None
+    project: str | None = None
+    queue: str | None = None
+    owner: str | None = None
+    accelerator_type: str | None = None
+    """Jobs that may run on this type (a job that names none may run on any)."""
+
+
+def list_jobs(
+    ctx: ServiceContext,
+    *,
+    state: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+    where: JobFilter | None = None,
+) -> list[JobView]:
+    """The newest jobs first, those the caller may read, ``offset`` of them skipped (pages)."""
     if not 1 <= limit <= MAX_LISTED:
         raise InvalidSpec(
             f"--limit must be 1 to {MAX_LISTED}, got {limit}",
             hint="narrow the list with --state instead",
         )
+    if not 0 <= offset <= MAX_OFFSET:
+        raise InvalidSpec(f"offset {offset} is out of range", hint="give a number of jobs to skip, from 0")
+    where = where or JobFilter(state=state)
     with ctx.db.read() as session:
-        query = select(Job).order_by(Job.submitted_at.desc()).limit(limit)
+        query = select(Job).order_by(Job.submitted_at.desc(), Job.id.desc()).limit(limit).offset(offset)
         if not ctx.actor.is_admin:  # the jobs of one's projects, and one's own
             projects = list(rbac.projects_of(session, ctx.actor))
             query = query.where(or_(Job.project.in_(projects), Job.owner == ctx.actor.name))
-        if state:
-            if state not in set(JobState):
-                raise InvalidSpec(f"unknown job state {state!r}", hint=f"use one of: {', '.join(JobState)}")
-            query = query.where(Job.state == state)
+        if where.state:
+            if where.state not in set(JobState):
+                raise InvalidSpec(
+                    f"unknown job state {where.state!r}", hint=f"use one of: {', '.join(JobState)}"
+                )
+            query = query.where(Job.state == where.state)
+        for column, value in (
+            (Job.project, where.project),
+            (Job.queue, where.queue),
+            (Job.owner, where.owner),
+        ):
+            if value:
+                query = query.where(column == value)
+        if where.accelerator_type:
+            named = sql_cast(Job.accelerator_types, String)
+            quoted = json.dumps(where.accelerator_type)
+            query = query.where(or_(named.contains(quoted), named == "[]"))
         jobs = list(session.scalars(query))
         latest = _latest_metrics(session, jobs)  # one query, not two per job
         return [_view(job, latest=latest.get(job.id)) for job in jobs]
@@ -208,7 +248,13 @@ def get(ctx: ServiceContext, job_id: str) -> JobDetail:
     with ctx.db.read() as session:
         # The attempts come with the job, in one query: a view shows them all.
         job = allowed_job(ctx, session, job_id, Permission.JOB_READ, joinedload(Job.attempts))
-        metrics = list(session.scalars(select(Metric).where(Metric.job_id == job.id).order_by(Metric.id)))
+        # Every record but the training steps, of which an even sample: a long run's million
+        # steps would take seconds to read (the curves come from ``metric_series`` in pages).
+        others = session.scalars(
+            select(Metric).where(Metric.job_id == job.id, Metric.kind != "train").order_by(Metric.id)
+        )
+        train = metric_series.sampled(session, job.id, "train", SUMMARY_POINTS)
+        metrics = sorted([*others, *train], key=lambda m: m.id)
         artifacts = session.scalars(select(Artifact).where(Artifact.job_id == job.id).order_by(Artifact.id))
         return JobDetail(
             **_view(job, latest={m.kind: m for m in metrics}).model_dump(),  # the newest of each kind

@@ -9,7 +9,6 @@ has run on a type. Quotas are the queue configuration in force (``services/queue
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -25,7 +24,7 @@ from shipyard.hardware.catalog import AcceleratorSpec
 from shipyard.scheduling import model
 from shipyard.scheduling.cycle import Cycle, Decision
 from shipyard.scheduling.policies import policy_named
-from shipyard.scheduling.quota import NO_LIMIT
+from shipyard.scheduling.quota import NO_LIMIT, Queues, Usage, usage_of
 from shipyard.scheduling.reasons import Pending, Reason
 from shipyard.schemas.views import PendingJobView, QueueStatusView, QueueUsageView
 from shipyard.services import rbac
@@ -171,23 +170,27 @@ def _last_steps(session: Session, job_ids: list[str]) -> dict[str, int]:
     return {job_id: int(step or 0) for job_id, step in rows}
 
 
-def _measured_rates(session: Session, job_ids: list[str]) -> dict[str, dict[str, list[float]]]:
-    """Tokens/s of every training step each job's attempts reported, by accelerator type."""
+def _measured_rates(session: Session, job_ids: list[str]) -> dict[str, dict[str, float]]:
+    """Mean tokens/s of the training steps each job's attempts reported, by accelerator type:
+    averaged in the database, as every pass asks it of every live job (a median would read a
+    long run's every row, a million of them, on each pass; only ratios between types matter)."""
     if not job_ids:
         return {}
     rows = session.execute(
-        select(Attempt.job_id, Attempt.accelerator_type, Metric.tokens_per_s)
+        select(Attempt.job_id, Attempt.accelerator_type, func.avg(Metric.tokens_per_s))
         .join(Metric, Metric.attempt_id == Attempt.id)
-        .where(Attempt.job_id.in_(job_ids), Metric.kind == "train", Metric.tokens_per_s.is_not(None))
+        # On the metrics' (job, kind, step) index, not a scan of every job's metrics.
+        .where(Metric.job_id.in_(job_ids), Metric.kind == "train", Metric.tokens_per_s.is_not(None))
+        .group_by(Attempt.job_id, Attempt.accelerator_type)
     )
-    measured: dict[str, dict[str, list[float]]] = {}
+    measured: dict[str, dict[str, float]] = {}
     for job_id, accelerator_type, tokens_per_s in rows:
         if tokens_per_s is not None:
-            measured.setdefault(job_id, {}).setdefault(accelerator_type, []).append(float(tokens_per_s))
+            measured.setdefault(job_id, {})[accelerator_type] = float(tokens_per_s)
     return measured
 
 
-def _rates(job: Submitted, peaks: dict[str, float], measured: dict[str, list[float]]) -> dict[str, float]:
+def _rates(job: Submitted, peaks: dict[str, float], measured: dict[str, float]) -> dict[str, float]:
     """Steps/s per accelerator type: measured where the job ran, else the planner's estimate
     scaled by peak FLOPS, else the peak alone (only the ratios between types matter then)."""
     allowed = [k for k in job.accelerator_types if k in peaks]
@@ -199,9 +202,9 @@ def _rates(job: Submitted, peaks: dict[str, float], measured: dict[str, list[flo
             rates[accelerator_type] = base_rate * peaks[accelerator_type] / peaks[base_type]
         else:
             rates[accelerator_type] = peaks[accelerator_type]
-    for accelerator_type, values in measured.items():
-        if accelerator_type in rates and values:
-            rates[accelerator_type] = statistics.median(values) / batch_tokens
+    for accelerator_type, tokens_per_s in measured.items():
+        if accelerator_type in rates and tokens_per_s > 0:
+            rates[accelerator_type] = tokens_per_s / batch_tokens
     return rates
 
 
@@ -230,9 +233,13 @@ def _prices(rows: Mapping[str, AcceleratorSpec], accelerator_types: set[str]) ->
     }
 
 
-def queue_status(ctx: ServiceContext) -> QueueStatusView:
+def queue_status(ctx: ServiceContext, *, replan: bool = True) -> QueueStatusView:
     """Pending jobs with the scheduler's reason (those of projects the caller reads), and quota,
-    usage and borrowing per queue."""
+    usage and borrowing per queue. Without ``replan``: the reasons the agent last recorded and
+    the usage of the running attempts, read rather than planned (a page's view of a long queue,
+    in milliseconds; a job the agent has not looked at yet says so)."""
+    if not replan:
+        return _recorded_queue_status(ctx)
     with ctx.db.transaction() as session:
         decision, rows = plan_round(ctx, session, datetime.now(UTC))
         plan = decision.plan
@@ -252,8 +259,45 @@ def queue_status(ctx: ServiceContext) -> QueueStatusView:
             if row.state == JobState.QUEUED and (readable is None or row.submitted.project in readable)
         ]
         queues = load_queues(session, ctx.settings.home, capacity_of(ctx.executor.nodes()))
-    usage = decision.admission.usage
-    cluster_queues = [
+    return QueueStatusView(pending=pending, queues=_usage_views(queues, decision.admission.usage))
+
+
+def _recorded_queue_status(ctx: ServiceContext) -> QueueStatusView:
+    with ctx.db.read() as session:
+        readable = None if ctx.actor.is_admin else set(rbac.projects_of(session, ctx.actor))
+        query = select(Job).where(Job.state == JobState.QUEUED).order_by(Job.submitted_at, Job.id)
+        if readable is not None:
+            query = query.where(Job.project.in_(readable))
+        pending = [
+            PendingJobView(
+                id=job.id,
+                project=job.project,
+                queue=job.queue,
+                priority=job.priority,
+                devices=job.devices,
+                accelerator_types=list(job.accelerator_types),
+                submitted_at=aware(job.submitted_at).isoformat(),
+                reason=job.pending_reason or "",
+                reason_code=job.pending_code or Reason.WAITING,
+            )
+            for job in session.scalars(query)
+        ]
+        running = session.execute(
+            select(Job.queue, Attempt.accelerator_type, func.sum(Job.devices))
+            .join(Attempt, Attempt.job_id == Job.id)
+            .where(Job.state == JobState.RUNNING, Attempt.state == JobState.RUNNING)
+            .group_by(Job.queue, Attempt.accelerator_type)
+        ).all()
+        queues = load_queues(session, ctx.settings.home, capacity_of(ctx.executor.nodes()))
+    used: dict[str, dict[str, int]] = {name: {} for name in queues.cluster_queues}
+    for queue, accelerator_type, devices in running:
+        if (cq := queues.cluster_queue_named(queue)) is not None:
+            used[cq.name][accelerator_type] = used[cq.name].get(accelerator_type, 0) + int(devices or 0)
+    return QueueStatusView(pending=pending, queues=_usage_views(queues, usage_of(queues, used)))
+
+
+def _usage_views(queues: Queues, usage: Usage) -> list[QueueUsageView]:
+    return [
         QueueUsageView(
             name=cq.name,
             cohort=cq.cohort,
@@ -264,7 +308,6 @@ def queue_status(ctx: ServiceContext) -> QueueStatusView:
         )
         for cq in queues.cluster_queues.values()
     ]
-    return QueueStatusView(pending=pending, queues=cluster_queues)
 
 
 def _reason(row: LiveJob, planned: Pending | None) -> dict[str, str]:

@@ -14,9 +14,9 @@ from shipyard.api.deps import Caller, LogOffset, Name, Served, checked_name, lin
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.requests import Submission
-from shipyard.schemas.views import JobDetail, JobView, LogChunkView
+from shipyard.schemas.views import JobDetail, JobView, LogChunkView, MetricSeriesView
 from shipyard.services import jobs as job_service
-from shipyard.services import submissions
+from shipyard.services import metric_series, submissions
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=PROBLEM_RESPONSES)
 JOB_LINKS = links(201, {"job_id": "id"}, "getJob", "cancelJob", "jobLogs", "streamJobLogs")
@@ -24,13 +24,23 @@ LOG_POLL_S = 0.5
 """How often a log stream looks for new bytes."""
 
 
+Filter = Annotated[str | None, Query(max_length=64)]
+
+
 @router.get("", operation_id="listJobs", response_model=list[JobView])
 def list_jobs(
     ctx: Caller,
     state: Annotated[str | None, Query(max_length=16)] = None,
     limit: Annotated[int, Query(ge=1, le=job_service.MAX_LISTED)] = 50,
+    offset: Annotated[int, Query(ge=0, le=job_service.MAX_OFFSET)] = 0,
+    project: Filter = None,
+    queue: Filter = None,
+    owner: Filter = None,
+    accelerator_type: Filter = None,
 ) -> list[JobView]:
-    return job_service.list_jobs(ctx, state=state, limit=limit)
+    """The newest jobs first; ``offset`` pages through the rest."""
+    where = job_service.JobFilter(state, project, queue, owner, accelerator_type)
+    return job_service.list_jobs(ctx, limit=limit, offset=offset, where=where)
 
 
 IdempotencyKey = Annotated[
@@ -62,6 +72,21 @@ def get_job(job_id: Name, ctx: Caller) -> JobDetail:
 @router.post("/{job_id}/cancel", operation_id="cancelJob", response_model=JobView)
 def cancel_job(job_id: Name, ctx: Caller) -> JobView:
     return job_service.cancel(ctx, checked_name(job_id))
+
+
+@router.get("/{job_id}/metrics", operation_id="jobMetrics", response_model=MetricSeriesView)
+def job_metrics(
+    job_id: Name,
+    ctx: Caller,
+    kind: Annotated[str, Query(max_length=16)] = "train",
+    max_points: Annotated[int, Query(ge=1, le=metric_series.MAX_POINTS)] = 2000,
+    after_step: Annotated[int, Query(ge=-1, le=2**31 - 1)] = -1,
+) -> MetricSeriesView:
+    """A job's loss, tokens/s, MFU and memory by step, downsampled to ``max_points`` (the
+    dashboard's curves); ``after_step`` asks only for what a chart lacks."""
+    return metric_series.series(
+        ctx, checked_name(job_id), kind=kind, max_points=max_points, after_step=after_step
+    )
 
 
 @router.get("/{job_id}/logs", operation_id="jobLogs", response_model=LogChunkView)

@@ -1,0 +1,505 @@
+"""The dashboard's pages and forms. Each page is one handler: read through the service layer as
+the session's user, render one template. Forms post, act through the same use cases as the API
+(audited there), and redirect back (so a reload never repeats an action)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import statistics
+import sysconfig
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
+from fastapi.staticfiles import StaticFiles
+from pydantic import ValidationError
+
+from shipyard.api.deps import Name, Platform, Served, checked_name
+from shipyard.api.ui.rendering import HERE, render
+from shipyard.api.ui.session import (
+    FormCaller,
+    LoginRequired,
+    PageCaller,
+    login_redirect,
+    page_caller,
+    sign_in,
+    sign_in_by_link,
+    sign_out,
+)
+from shipyard.domain import JobState
+from shipyard.errors import Forbidden, InvalidSpec, NotFound, ShipyardError, Unauthenticated
+from shipyard.planner.shapes import model_shape
+from shipyard.planner.workload import TrainingWorkload
+from shipyard.registry import STAGES
+from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.schemas.views import JobView
+from shipyard.services import auditing, cluster, job_access, models, planning, scheduler, submissions
+from shipyard.services import jobs as job_service
+from shipyard.services import storage as storage_service
+from shipyard.services import storage_upkeep as upkeep
+from shipyard.services.context import ServiceContext
+from shipyard.services.telemetry import cluster_metrics
+
+_log = logging.getLogger("shipyard.ui")
+PAGE_SIZE = 50
+HEATMAP_HOURS = 24
+Filter = Annotated[str, Query(max_length=64)]
+
+
+class PageRoute(APIRoute):
+    """A dashboard route: errors become pages, not problem JSON. A thing the caller may not
+    read is answered 404, as one that does not exist (a page never reveals what exists)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handle = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            answer = await answered(request)
+            answer.headers.update(PAGE_HEADERS)
+            return answer
+
+        async def answered(request: Request) -> Response:
+            try:
+                return await handle(request)
+            except LoginRequired as needed:
+                return login_redirect(needed.back_to)
+            except Forbidden as exc:
+                if request.method == "GET":
+                    return _error_page(request, 404, "Not found", "There is nothing here you may see.")
+                return _error_page(request, 403, "Not allowed", exc.message, exc.hint)
+            except NotFound:
+                return _error_page(request, 404, "Not found", "There is nothing here you may see.")
+            except ShipyardError as exc:
+                return _error_page(request, exc.http_status, "That did not work", exc.message, exc.hint)
+            except Exception:
+                _log.exception("%s %s failed", request.method, request.url.path)
+                return _error_page(request, 500, "Something broke", "The server log has the details.")
+
+        return guarded
+
+
+PAGE_HEADERS = {
+    # Scripts and everything else from this site only (no inline script runs, so markup that
+    # slipped through escaping could not run either); uPlot and the heatmap set inline styles.
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",  # a sign-in link's token never leaves in a Referer
+    "Cache-Control": "no-store",
+}
+
+
+router = APIRouter(route_class=PageRoute, include_in_schema=False, default_response_class=HTMLResponse)
+
+
+def _paged(
+    request: Request,
+    template: str,
+    active: str,
+    page: int,
+    fetch: Callable[[int, int], list[Any]],
+    **context: Any,
+) -> Response:
+    """A list page: ``PAGE_SIZE`` rows of ``fetch(limit, offset)``, newest first (one more row is
+    asked for, to know whether an older page exists), as ``rows``."""
+    rows = fetch(PAGE_SIZE + 1, (page - 1) * PAGE_SIZE)
+    return render(
+        request,
+        template,
+        active=active,
+        rows=rows[:PAGE_SIZE],
+        more=len(rows) > PAGE_SIZE,
+        page=page,
+        **context,
+    )
+
+
+def _error_page(request: Request, status: int, title: str, message: str, hint: str | None = None) -> Response:
+    return render(request, "error.html", status_code=status, title=title, message=message, hint=hint)
+
+
+# -- signing in and out ---------------------------------------------------------------------------
+
+
+@router.get("/login")
+def login_form(request: Request, next: Annotated[str, Query(max_length=2000)] = "/") -> Response:
+    return render(request, "login.html", next=next, failed=None)
+
+
+@router.post("/login")
+def login(
+    request: Request,
+    served: Served,
+    username: Annotated[str, Form(max_length=64)],
+    password: Annotated[str, Form(max_length=1024)],
+    next: Annotated[str, Form(max_length=2000)] = "/",
+) -> Response:
+    try:
+        return sign_in(served.ctx, request, username, password, next)
+    except ShipyardError as exc:  # a wrong password, or too many of them
+        return render(request, "login.html", status_code=exc.http_status, next=next, failed=exc.message)
+
+
+@router.get("/login/link")
+def login_by_link(request: Request, served: Served, token: Annotated[str, Query(max_length=256)]) -> Response:
+    """Where ``shipyard ui`` sends the browser: a one-time link that starts a session."""
+    try:
+        return sign_in_by_link(served.ctx, request, token)
+    except Unauthenticated:
+        message = "This sign-in link was used already or has expired: run `shipyard ui` again."
+        return render(request, "login.html", status_code=401, next="/", failed=message)
+
+
+@router.post("/logout")
+def logout(ctx: FormCaller, request: Request) -> Response:
+    return sign_out(ctx, request)
+
+
+# -- overview -------------------------------------------------------------------------------------
+
+
+@router.get("/")
+def overview(ctx: PageCaller, request: Request) -> Response:
+    metrics = cluster_metrics(ctx)
+    nodes = cluster.list_nodes(ctx)
+    catalog = planning.hardware_catalog(ctx.settings)
+    by_type: dict[str, dict[str, float]] = {}
+    for node in nodes:
+        for kind, total in node.capacity.items():
+            row = by_type.setdefault(kind, {"total": 0, "used": 0, "usd_per_h": 0.0})
+            row["total"] += total if node.up else 0
+            row["used"] += node.used.get(kind, 0)
+    for kind, row in by_type.items():
+        spec = catalog.get(kind)
+        price = spec.hourly_usd if spec is not None else None
+        # CPU capacity is counted in cores; its price is the machine's, not a core's.
+        row["usd_per_h"] = (price or 0.0) * row["used"] if kind != "cpu" else 0.0
+    return render(
+        request,
+        "overview.html",
+        active="overview",
+        metrics=metrics,
+        nodes=nodes,
+        by_type=by_type,
+        cost_per_h=sum(row["usd_per_h"] for row in by_type.values()),
+        states=list(JobState),
+    )
+
+
+# -- jobs -----------------------------------------------------------------------------------------
+
+
+@router.get("/jobs")
+def jobs_page(
+    ctx: PageCaller,
+    request: Request,
+    state: Filter = "",
+    project: Filter = "",
+    queue: Filter = "",
+    owner: Filter = "",
+    accelerator_type: Filter = "",
+    page: Annotated[int, Query(ge=1, le=100_000)] = 1,
+) -> Response:
+    where = job_service.JobFilter(
+        state or None, project or None, queue or None, owner or None, accelerator_type or None
+    )
+    return _paged(
+        request,
+        "jobs.html",
+        "jobs",
+        page,
+        lambda limit, offset: job_service.list_jobs(ctx, limit=limit, offset=offset, where=where),
+        filters={
+            "state": state,
+            "project": project,
+            "queue": queue,
+            "owner": owner,
+            "accelerator_type": accelerator_type,
+        },
+        states=list(JobState),
+    )
+
+
+@router.get("/jobs/{job_id}")
+def job_page(job_id: Name, ctx: PageCaller, request: Request) -> Response:
+    detail = job_service.get(ctx, checked_name(job_id))
+    with ctx.db.read() as session:
+        job = job_access.find_job(session, detail.id)
+        cancellable = JobState(detail.state) in (JobState.QUEUED, JobState.RUNNING) and job_access.may_cancel(
+            ctx, session, job
+        )
+    return render(
+        request,
+        "job.html",
+        active="jobs",
+        job=detail,
+        cancellable=cancellable,
+        live=not JobState(detail.state).is_final,
+        spec_yaml=yaml.safe_dump(detail.spec, sort_keys=False),
+    )
+
+
+@router.get("/jobs/{job_id}/live")
+def job_live(job_id: Name, ctx: PageCaller, request: Request) -> Response:
+    """The parts of a job's page that change while it runs (htmx swaps them in)."""
+    detail = job_service.get(ctx, checked_name(job_id))
+    return render(request, "job_live.html", job=detail, live=not JobState(detail.state).is_final)
+
+
+@router.post("/jobs/{job_id}/cancel")
+def cancel_job(job_id: Name, ctx: FormCaller) -> Response:
+    job_service.cancel(ctx, checked_name(job_id))
+    return RedirectResponse(f"/jobs/{job_id}", status_code=303)
+
+
+@router.post("/jobs/{job_id}/resubmit")
+async def resubmit_job(job_id: Name, ctx: FormCaller, served: Served) -> Response:
+    detail = job_service.get(ctx, checked_name(job_id))
+    created = await _submit(ctx, served, detail.spec)
+    return RedirectResponse(f"/jobs/{created.id}", status_code=303)
+
+
+@router.get("/submit", dependencies=[Depends(page_caller)])
+def submit_form(request: Request) -> Response:
+    return render(request, "submit.html", active="jobs", text=_STARTER_SPEC, failed=None)
+
+
+@router.post("/submit")
+async def submit(
+    ctx: FormCaller, served: Served, request: Request, spec: Annotated[str, Form(max_length=1 << 20)]
+) -> Response:
+    try:
+        document = yaml.safe_load(spec)
+        if not isinstance(document, dict):
+            raise InvalidSpec("the job spec must be a YAML mapping", hint="start from the example shown")
+        created = await _submit(ctx, served, document)
+    except yaml.YAMLError as exc:
+        return render(
+            request, "submit.html", status_code=400, active="jobs", text=spec, failed=f"not YAML: {exc}"
+        )
+    except (ShipyardError, ValidationError) as exc:
+        message = exc.message if isinstance(exc, ShipyardError) else str(exc)
+        return render(request, "submit.html", status_code=400, active="jobs", text=spec, failed=message)
+    return RedirectResponse(f"/jobs/{created.id}", status_code=303)
+
+
+async def _submit(ctx: ServiceContext, served: Platform, document: dict[str, Any]) -> JobView:
+    spec = validate_job_spec(document)
+    return await asyncio.wrap_future(
+        served.writer.submit(submissions.Submission(ctx, spec, False, None, None))
+    )
+
+
+_STARTER_SPEC = f"""\
+# A tiny model trained on this server's Python standard library (`shipyard spec` explains
+# every field; data paths must lie under the server's data roots).
+apiVersion: shipyard/v1
+name: my-first-job
+model: {{preset: llama-tiny}}
+data:
+  paths: ["{Path(sysconfig.get_paths()["stdlib"]) / "json" / "*.py"}"]
+  tokenizer: {{vocab_size: 512}}
+training: {{steps: 200, global_batch_tokens: 2048, micro_batch_size: 4, seq_len: 64, eval_interval: 50}}
+resources: {{accelerator: cpu, devices: 1}}
+checkpoint: {{interval: 50, keep: 2}}
+"""
+
+
+# -- queues, nodes --------------------------------------------------------------------------------
+
+
+@router.get("/queues")
+def queues_page(ctx: PageCaller, request: Request) -> Response:
+    status = scheduler.queue_status(ctx, replan=False)
+    now = datetime.now(UTC)
+    waits = [(now - datetime.fromisoformat(p.submitted_at)).total_seconds() for p in status.pending]
+    return render(
+        request,
+        "queues.html",
+        active="queues",
+        status=status,
+        waits=waits,
+        median_wait=statistics.median(waits) if waits else None,
+    )
+
+
+@router.get("/nodes")
+def nodes_page(ctx: PageCaller, request: Request) -> Response:
+    nodes = cluster.list_nodes(ctx)
+    return render(
+        request,
+        "nodes.html",
+        active="nodes",
+        nodes=nodes,
+        heatmap=cluster.allocation_by_hour(ctx, nodes, HEATMAP_HOURS),
+    )
+
+
+# -- models ---------------------------------------------------------------------------------------
+
+
+@router.get("/models")
+def models_page(ctx: PageCaller, request: Request) -> Response:
+    versions = models.list_versions(ctx)
+    names: dict[str, list[Any]] = {}
+    for version in versions:
+        names.setdefault(version.name, []).append(version)
+    return render(request, "models.html", active="models", names=names)
+
+
+@router.get("/models/{name}")
+def model_page(
+    name: Name,
+    ctx: PageCaller,
+    request: Request,
+    a: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    b: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+) -> Response:
+    versions = models.list_versions(ctx, checked_name(name))
+    if not versions:
+        raise NotFound(f"no model {name!r}")
+    lineages = {v.version: models.lineage(ctx, f"{name}:{v.version}") for v in versions}
+    compared = models.compare(ctx, f"{name}:{a}", f"{name}:{b}") if a and b else None
+    return render(
+        request,
+        "model.html",
+        active="models",
+        name=name,
+        versions=versions,
+        lineages=lineages,
+        compared=compared,
+        pair=(a, b),
+        stages=STAGES,
+        files={v.version: models.files(Path(v.path)) if Path(v.path).is_dir() else [] for v in versions},
+    )
+
+
+@router.post("/models/{name}/versions/{version}/stage")
+def promote_model(
+    name: Name, version: int, ctx: FormCaller, stage: Annotated[str, Form(max_length=32)]
+) -> Response:
+    models.promote(ctx, f"{checked_name(name)}:{version}", stage)
+    return RedirectResponse(f"/models/{name}", status_code=303)
+
+
+# -- storage, audit -------------------------------------------------------------------------------
+
+
+@router.get("/storage")
+def storage_page(ctx: PageCaller, request: Request, project: Filter = "") -> Response:
+    artifacts = storage_service.list_artifacts(ctx, project or None)
+    try:
+        status = upkeep.status(ctx)
+    except Forbidden:  # the store's upkeep is the cluster admins'
+        status = None
+    return render(
+        request, "storage.html", active="storage", artifacts=artifacts, status=status, project=project
+    )
+
+
+@router.get("/audit")
+def audit_page(
+    ctx: PageCaller,
+    request: Request,
+    actor: Filter = "",
+    action: Filter = "",
+    page: Annotated[int, Query(ge=1, le=100_000)] = 1,
+) -> Response:
+    return _paged(
+        request,
+        "audit.html",
+        "audit",
+        page,
+        lambda limit, offset: auditing.read_log(
+            ctx, limit=limit, offset=offset, newest_first=True, actor=actor or None, action=action or None
+        ),
+        verdict=auditing.verify(ctx),
+        filters={"actor": actor, "action": action},
+    )
+
+
+# -- planner --------------------------------------------------------------------------------------
+
+
+@router.get("/planner")
+def planner_page(
+    ctx: PageCaller,
+    request: Request,
+    params_b: Annotated[float, Query(gt=0, le=10_000)] = 8.0,
+    tokens_b: Annotated[float, Query(gt=0, le=1_000_000)] = 100.0,
+    workload: Annotated[str, Query(pattern="^(pretrain|finetune|lora|qlora)$")] = "pretrain",
+    rank_by: Annotated[str, Query(pattern="^(time|cost|energy)$")] = "cost",
+    devices: Annotated[int, Query(ge=0, le=100_000)] = 8,
+) -> Response:
+    """``devices`` of each type (one node's worth by default; 0: the fewest that hold the model)."""
+    work = TrainingWorkload(
+        model=model_shape(params_b * 1e9),
+        kind=workload,  # type: ignore[arg-type]
+        seq_len=2048,
+        global_batch_tokens=2**22,
+        tokens=tokens_b * 1e9,
+        precision="bf16",
+        optimizer="adamw",
+        lora_rank=16,
+        flash_attention=True,
+    )
+    catalog = planning.hardware_catalog(ctx.settings)
+    rows = planning.compare_accelerators(catalog, work, None, devices or None, rank_by)
+    listed = [row.to_dict() for row in rows]
+    return render(
+        request,
+        "planner.html",
+        active="planner",
+        rows=listed,
+        charts={field: _bars(listed, field) for field in ("time_h", "cost_usd", "energy_kwh")},
+        asked={
+            "params_b": params_b,
+            "tokens_b": tokens_b,
+            "workload": workload,
+            "rank_by": rank_by,
+            "devices": devices,
+        },
+    )
+
+
+def _bars(rows: list[dict[str, Any]], field: str) -> list[tuple[dict[str, Any], float | None]]:
+    """The rows best first by ``field``, each with its bar's length on a log scale (the types
+    span three orders of magnitude: on a linear one the CPU would leave the rest as slivers);
+    the rows that do not fit, or have no figure, come last with no bar."""
+    known = sorted((r for r in rows if r["fits"] and r[field]), key=lambda r: r[field])
+    if not known:
+        return [(row, None) for row in rows]
+    low, high = math.log10(known[0][field]), math.log10(known[-1][field])
+    span = (high - low) or 1.0
+    # The best gets a tenth of the width, so that it still shows as a bar.
+    bars: list[tuple[dict[str, Any], float | None]] = [
+        (row, 0.1 + 0.9 * (math.log10(row[field]) - low) / span) for row in known
+    ]
+    return bars + [(row, None) for row in rows if row not in known]
+
+
+def install(app: FastAPI) -> None:
+    """Serve the dashboard at ``/``, its assets at ``/static``, and the API's documentation from
+    the package (no CDN: the offline deployments have none)."""
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    app.router.routes.extend(router.routes)
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="Shipyard API",
+            swagger_js_url="/static/vendor/swagger-ui-bundle.js",
+            swagger_css_url="/static/vendor/swagger-ui.css",
+            swagger_favicon_url="/static/favicon.svg",
+            # Its default sends the document to validator.swagger.io: nothing leaves the site.
+            swagger_ui_parameters={"validatorUrl": None},
+        )

@@ -1,0 +1,315 @@
+"""The web dashboard in a real browser: headless Chromium (Debian's, driven by Playwright) against
+a real ``shipyard server`` training real jobs on this machine's CPU.
+
+Every page is screenshotted into ``$SHIPYARD_TEST_ARTIFACTS`` (default ``tests/.artifacts``) and
+checked with axe-core (no serious or critical violation). The tests skip, saying why, only where
+Chromium or axe-core is absent (``make test`` installs both).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shipyard.client import Client
+from tests.builders import SMALL_CORPUS, spec_dict
+from tests.conftest import Server
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+AXE = Path(__file__).resolve().parents[2] / ".venv" / "axe.min.js"
+ARTIFACTS = Path(
+    os.environ.get("SHIPYARD_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / ".artifacts")
+)
+PASSWORD = "a long enough passphrase"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
+
+if CHROMIUM is None:
+    pytest.skip("Chromium is not installed (`make test` installs Debian's chromium)", allow_module_level=True)
+if not AXE.exists():
+    pytest.skip(f"axe-core is not at {AXE} (`make test` fetches it)", allow_module_level=True)
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright is in the dev extra")
+
+
+def long_job(name: str, steps: int = 400) -> dict[str, Any]:
+    """A CPU job that trains long enough to be watched (a step every few milliseconds, each
+    logged) and holds both of this machine's cores, so a second job waits."""
+    return spec_dict(
+        name,
+        training={"steps": steps, "eval_interval": 20, "log_interval": 1},
+        resources={"accelerator": "cpu", "devices": 1, "cpus_per_device": os.cpu_count() or 2},
+        checkpoint={"interval": 100, "keep": 1},
+    )
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    home = tmp_path_factory.mktemp("dashboard") / "home"
+    running = Server(home, f"sqlite:///{home.parent / 'shipyard.db'}", "correct horse battery staple")
+    with Client.login(running.url, "admin", running.admin_password)[0] as root:
+        root.create_user("vera", PASSWORD)
+        root.set_role("default", "vera", "viewer")
+        root.create_user("otto", PASSWORD)
+        root.set_role("elsewhere", "otto", "member")
+    yield running
+    with Client.login(running.url, "admin", running.admin_password)[0] as root:
+        for job in root.list_jobs(limit=1000):  # nothing trains on after the tests
+            if job.state in ("queued", "running"):
+                root.cancel_job(job.id)
+        deadline = time.monotonic() + 120
+        while any(j.state == "running" for j in root.list_jobs(limit=1000)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def admin_page(site: Server, browser: Any) -> Iterator[Any]:
+    # axe-core is injected as an inline script, which the pages' CSP refuses: this context lets
+    # it in (the tests of user text run under the CSP).
+    context = browser.new_context(viewport={"width": 1366, "height": 900}, bypass_csp=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    sign_in(page, site, "admin", site.admin_password)
+    yield page
+    context.close()
+    assert errors == [], errors  # no script failed on any page
+
+
+def sign_in(page: Any, site: Server, user: str, password: str, then: str = "/") -> None:
+    page.goto(f"{site.url}{then}")
+    assert "/login" in page.url
+    page.fill("#username", user)
+    page.fill("#password", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{site.url}{then}")
+
+
+def checked(page: Any, name: str) -> None:
+    """Screenshot the page and check it with axe-core: no serious or critical violation."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"dashboard-{name}.png"), full_page=True)
+    page.add_script_tag(path=str(AXE))
+    found = page.evaluate("async () => (await axe.run(document)).violations")
+    serious = [
+        f"{v['id']} ({v['impact']}): {v['help']} at {[n['target'] for n in v['nodes']][:3]}"
+        for v in found
+        if v["impact"] in ("serious", "critical")
+    ]
+    assert not serious, f"{name}: {serious}"
+
+
+def points_drawn(page: Any, job_id: str) -> int:
+    text = page.text_content(f"[data-points='{job_id}']") or ""
+    return int(text.split()[0]) if text[:1].isdigit() else 0
+
+
+def test_a_job_submitted_watched_and_cancelled_from_the_dashboard(site: Server, admin_page: Any) -> None:
+    page = admin_page
+    checked(page, "overview")
+    page.goto(f"{site.url}/jobs")
+    page.click("text=Submit a job")
+    page.fill("#spec", json.dumps(long_job("watched")))  # JSON is YAML
+    checked(page, "submit")
+    page.click("form.submit button[type=submit]")
+    page.wait_for_url(f"{site.url}/jobs/watched-*")
+    job_id = page.url.rsplit("/", 1)[1]
+
+    # The loss curve gains points while the job trains, without a reload.
+    deadline = time.monotonic() + 180
+    while points_drawn(page, job_id) < 5 and time.monotonic() < deadline:
+        page.wait_for_timeout(500)
+    first = points_drawn(page, job_id)
+    assert first >= 5, page.text_content("main")
+    while points_drawn(page, job_id) <= first and time.monotonic() < deadline:
+        page.wait_for_timeout(500)
+    assert points_drawn(page, job_id) > first
+    assert page.locator(".charts canvas").count() >= 4  # loss, tokens/s, MFU, memory drawn by uPlot
+    page.wait_for_function("document.querySelector('pre.log').textContent.includes('step ')")
+    checked(page, "job-running")
+
+    # A second job waits for the cores the first holds; both pages say why.
+    with Client.login(site.url, "admin", site.admin_password)[0] as root:
+        waiting = root.submit_job(long_job("waiting", steps=20)).id
+        deadline = time.monotonic() + 60
+        # The scheduler's reason, once the agent has looked (not the placeholder of a new job).
+        while (
+            "insufficient" not in (root.get_job(waiting).pending_reason or "") and time.monotonic() < deadline
+        ):
+            time.sleep(0.5)
+        reason = root.get_job(waiting).pending_reason
+    assert reason and "cpu" in reason
+    page.goto(f"{site.url}/queues")
+    assert reason in (page.text_content("main") or "")
+    checked(page, "queues")
+    page.goto(f"{site.url}/jobs?state=queued")
+    assert waiting in (page.text_content("table.jobs") or "")
+    checked(page, "jobs")
+    page.goto(f"{site.url}/jobs/{waiting}")
+    assert reason in (page.text_content("#job-live") or "")
+
+    page.goto(f"{site.url}/jobs/{job_id}")
+    page.click("button.danger")  # Cancel
+    page.wait_for_function(
+        "document.querySelector('#job-live .state').textContent.trim() === 'cancelled'", timeout=120_000
+    )
+    with Client.login(site.url, "admin", site.admin_password)[0] as root:
+        root.cancel_job(waiting)
+
+    page.goto(f"{site.url}/audit?action=job.")
+    log = page.text_content("table.audit") or ""
+    assert f"job/{job_id}" in log and "job.cancel" in log and "job.submit" in log
+    checked(page, "audit")
+
+
+def test_a_model_version_is_promoted_and_compared(site: Server, admin_page: Any) -> None:
+    with Client.login(site.url, "admin", site.admin_password)[0] as root:
+        done = []
+        for seed in (0, 1):
+            spec = spec_dict(f"model-run-{seed}", training={"steps": 8, "seed": seed, "eval_interval": 4})
+            done.append(root.submit_job(spec).id)
+        deadline = time.monotonic() + 300
+        while any(root.get_job(j).state != "succeeded" for j in done) and time.monotonic() < deadline:
+            assert all(root.get_job(j).state in ("queued", "running", "succeeded") for j in done)
+            time.sleep(1)
+        for job_id in done:
+            root.register_model(job_id, "tiny-coder")
+    page = admin_page
+    page.goto(f"{site.url}/models")
+    checked(page, "models")
+    page.click("a:has-text('tiny-coder')")
+    page.wait_for_url(f"{site.url}/models/tiny-coder")
+    assert page.locator("tbody th:has-text('v2')").count() == 1, page.text_content("main")
+    page.select_option("#stage-2", "staging")
+    page.click("#stage-2 ~ button")
+    page.wait_for_url(f"{site.url}/models/tiny-coder")
+    assert "staging" in (page.text_content("tbody tr:has-text('v2') .stage") or "")
+    page.select_option("select[name=a]", "1")
+    page.select_option("select[name=b]", "2")
+    page.click("button:has-text('Compare')")
+    page.wait_for_url(f"{site.url}/models/tiny-coder?a=1&b=2")
+    page.wait_for_selector("[data-compare] canvas")
+    differences = page.text_content("table.compare") or ""
+    assert "metrics.train_loss_end" in differences and "staging" in differences  # two seeds, two stages
+    checked(page, "model")
+    page.goto(f"{site.url}/audit?action=model.promote")
+    assert "model/tiny-coder" in (page.text_content("table.audit") or "")
+    for name in ("nodes", "storage", "planner"):
+        page.goto(f"{site.url}/{name}")
+        checked(page, name)
+    page.goto(f"{site.url}/planner?params_b=70&tokens_b=100&devices=8")
+    assert page.locator("li.unfit").count() > 0  # 70B on 8 devices does not fit every type: greyed out
+    assert "needs" in (page.text_content("tr.unfit") or "")  # and says why
+
+
+def test_a_viewer_sees_no_cancel_and_a_forged_cancel_is_refused(site: Server, browser: Any) -> None:
+    with Client.login(site.url, "admin", site.admin_password)[0] as root:
+        job_id = root.submit_job(long_job("guarded", steps=2000)).id
+    context = browser.new_context()
+    page = context.new_page()
+    sign_in(page, site, "vera", PASSWORD, then=f"/jobs/{job_id}")
+    assert page.locator("button.danger").count() == 0  # no Cancel for a viewer
+    csrf = page.get_attribute("body", "data-csrf")
+    # Forged: the viewer's own session and CSRF token, posting what the page does not offer.
+    answer = page.request.post(f"{site.url}/jobs/{job_id}/cancel", form={"csrf": csrf})
+    assert answer.status == 403
+    # Without the token (another site's form), and with another session's token.
+    assert page.request.post(f"{site.url}/jobs/{job_id}/cancel", form={}).status == 403
+    assert page.request.post(f"{site.url}/jobs/{job_id}/cancel", form={"csrf": "0" * 64}).status == 403
+    # The API under the session cookie wants the token in a header too.
+    assert page.request.post(f"{site.url}/api/v1/jobs/{job_id}/cancel").status == 403
+    with Client.login(site.url, "admin", site.admin_password)[0] as root:
+        assert root.get_job(job_id).state in ("queued", "running")
+        root.cancel_job(job_id)
+
+    # A job of a project one has no role in is not found, not forbidden.
+    other = browser.new_context()
+    stranger = other.new_page()
+    sign_in(stranger, site, "otto", PASSWORD)
+    assert stranger.goto(f"{site.url}/jobs/{job_id}").status == 404
+    assert stranger.goto(f"{site.url}/jobs/no-such-job").status == 404
+    other.close()
+
+    # Signing out ends the session: its cookie, replayed, is sent to the login form.
+    cookie = next(c for c in context.cookies() if c["name"] == "shipyard_session")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    page.click("text=Sign out")
+    page.wait_for_url(f"{site.url}/login")
+    replay = browser.new_context()
+    replay.add_cookies([cookie])
+    again = replay.new_page()
+    again.goto(f"{site.url}/jobs/{job_id}")
+    assert "/login" in again.url
+    replay.close()
+    context.close()
+
+
+def test_user_text_is_shown_as_text_everywhere(site: Server, browser: Any) -> None:
+    script = "<script>window.__owned = 1</script><img src=x onerror='window.__owned=2'>"
+    context = browser.new_context()
+    page = context.new_page()
+    refused: list[str] = []  # what the CSP blocked: nothing, as nothing was markup
+    page.on("console", lambda m: refused.append(m.text) if "Content Security Policy" in m.text else None)
+    # A user name is audited as typed, even when the login fails.
+    page.goto(f"{site.url}/login")
+    page.fill("#username", script[:64])
+    page.fill("#password", "wrong")
+    page.click("button[type=submit]")
+    assert page.evaluate("window.__owned") is None
+    sign_in(page, site, "admin", site.admin_password, then="/submit")
+    # A spec whose every text field carries markup: refused, the message shown as text.
+    bad = spec_dict(script, project=script, queue=script, data={"paths": [script, *SMALL_CORPUS]})
+    page.fill("#spec", json.dumps(bad))
+    page.click("form.submit button[type=submit]")
+    assert "<script>" in (page.text_content("[role=alert]") or "")
+    # A log line with markup (whatever a training process prints reaches the page).
+    with Client.login(site.url, "admin", site.admin_password)[0] as root:
+        job_id = root.submit_job(spec_dict("echo", training={"steps": 4})).id
+        deadline = time.monotonic() + 120
+        while not root.get_job(job_id).attempts and time.monotonic() < deadline:
+            time.sleep(0.5)
+        log = Path(root.get_job(job_id).attempts[-1].log_path)
+    with log.open("a") as handle:
+        handle.write(script + "\n")
+    page.goto(f"{site.url}/jobs/{job_id}")
+    page.wait_for_function("document.querySelector('pre.log').textContent.includes('window.__owned')")
+    page.goto(f"{site.url}/audit")
+    assert "<script>" in (page.text_content("table.audit") or "")
+    for path in ("/", "/jobs", f"/jobs/{job_id}", "/audit", "/queues"):
+        page.goto(f"{site.url}{path}")
+        page.wait_for_timeout(300)
+        assert page.evaluate("window.__owned") is None, path
+    assert refused == []
+    response = page.goto(f"{site.url}/jobs")
+    assert response is not None and "script-src 'self'" in response.headers["content-security-policy"]
+    context.close()
+
+
+def test_offline_api_docs_and_no_asset_from_elsewhere(site: Server, admin_page: Any) -> None:
+    page = admin_page
+    foreign: list[str] = []
+    local = (site.url, "blob:", "data:")  # a page's own generated objects are not fetched
+    page.on("request", lambda r: foreign.append(r.url) if not r.url.startswith(local) else None)
+    page.goto(f"{site.url}/docs")
+    page.wait_for_selector(".swagger-ui .opblock", timeout=30_000)
+    for path in ("/", "/jobs", "/planner"):
+        page.goto(f"{site.url}{path}")
+    assert foreign == [], foreign
