@@ -290,8 +290,11 @@ def strike_root(site: Site, bill: Bill, rng: random.Random) -> bool:
         return False
     root = rng.choice(site.roots)
     struck = time.monotonic()
-    shutil.rmtree(root)
+    # At once, as a disk dies (writers may be mid-file in it): the old contents move aside.
+    gone = root.with_name(f"{root.name}.lost-{uuid.uuid4().hex[:6]}")
+    root.rename(gone)
     root.mkdir()
+    shutil.rmtree(gone, ignore_errors=True)
     bill.faults["root"] = bill.faults.get("root", 0) + 1
     deadline = struck + 300
     while site.copies_short():
