@@ -73,9 +73,13 @@ def candidate_layouts(
     tps = (
         [request.tp]
         if request.tp
-        else [t for t in _powers_of_two(min(count, cluster.devices_per_node)) if m.heads % t == 0]
+        else [
+            t
+            for t in _powers_of_two(min(count, cluster.devices_per_node))
+            if m.heads % t == 0 and m.kv_heads % t == 0
+        ]
     )
-    zeros = [request.zero] if request.zero is not None else [1, 2, 3]
+    zeros = [request.zero] if request.zero is not None else list(request.zero_choices)
     recomputes = [request.recompute] if request.recompute else list(RECOMPUTE_CHOICES)
     if workload.flash_attention and request.recompute is None:
         # Fused attention already stores no scores: selective recompute would save nothing.
@@ -108,4 +112,5 @@ def candidate_layouts(
                     if request.sequence_parallel is None
                     else request.sequence_parallel,
                     interleave=interleave,
+                    recompute_every=request.recompute_every if recompute == "full" else 1,
                 )

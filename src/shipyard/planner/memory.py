@@ -10,16 +10,21 @@ Models" (2022), Table 2, in bytes per layer for a micro-batch of b sequences of 
     tensor + sequence parallel      s*b*h/t * (34 + 5*a*s/h)
     selective recomputation         drops the 5*a*s/h attention term
     full recomputation              2*s*b*h per layer (its input), /t with sequence parallelism
+
+That is what Megatron's GPT blocks keep. Shipyard's own runtime (``activations: shipyard``) is
+counted from what its LLaMA blocks hand autograd, tensor by tensor (``runtime_bytes_per_token``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from shipyard.planner.calibration import Calibration
 from shipyard.planner.shapes import ModelShape
 from shipyard.planner.workload import Layout, Optimizer, TrainingWorkload
+from shipyard.schemas.runtime import loss_chunk_tokens
 
 GIB = 1024**3
 
@@ -171,8 +176,72 @@ def adapter_bytes_per_layer(workload: TrainingWorkload, layout: Layout) -> float
     return 2 * ADAPTER_INPUT_COPIES[workload.lora_dropout] * inputs
 
 
+def runtime_bytes_per_token(
+    model: ModelShape, *, tp: int, recompute: str, activation: int, residual: int, fused_norm: bool
+) -> float:
+    """Bytes one token leaves for the backward pass in one block of Shipyard's LLaMA runtime, by
+    what each operation keeps (``activation``: bytes of a 16- or 32-bit activation; ``residual``:
+    of the residual stream, fp32 under autocast, 16-bit when FSDP casts the weights):
+
+    - each RMSNorm computes in fp32: its input as fp32 (4h) and the inverse RMS, plus the
+      normalised input (4h) where the norm is not one fused kernel; its output (a*h), which the
+      projections share; under tensor parallelism the norms run on sequence shards (/t) and the
+      projections keep the gathered full sequence instead (a*h each);
+    - attention (SDPA, flash): q, k, v, its output and the log-sum-exp per head (4 bytes);
+    - the SwiGLU MLP: gate, up, silu(gate) and their product (4 * a*f).
+
+    ``full``: only the block's input (the residual, on sequence shards); ``selective``: the
+    attention is recomputed, everything else kept.
+    """
+    h, f, t, a = model.hidden, model.ffn_hidden, tp, activation
+    kv = model.kv_heads * model.head_dim
+    if recompute == "full":
+        return residual * h / t
+    kept_by_norm = (4 if fused_norm else 8) * h + 4
+    norms = 2 * (kept_by_norm + a * h) if t == 1 else 2 * kept_by_norm / t + 2 * a * h
+    attention = (2 * a * h + 2 * a * kv + 4 * model.heads) / t
+    mlp = 4 * a * f / t
+    return norms + mlp + (0.0 if recompute == "selective" else attention)
+
+
+def _runtime_activation_bytes(workload: TrainingWorkload, layout: Layout) -> float:
+    """Shipyard's runtime: every layer's kept tensors, one recomputed layer's whole set while it
+    runs its backward, and the loss's: the final norm's output and its gradient, the head's
+    weight gradient, and one chunk of logits (all of them, sharded, under tensor parallelism)."""
+    model = workload.model
+    a = ACTIVATION_BYTES[workload.precision]
+    # FSDP2 casts the weights to 16 bits, and the residual stream with them; autocast keeps it fp32.
+    residual = 2 if layout.zero >= 3 and workload.precision != "fp32" else 4
+
+    def per_token(recompute: str) -> float:
+        return runtime_bytes_per_token(
+            model,
+            tp=layout.tp,
+            recompute=recompute,
+            activation=a,
+            residual=residual,
+            fused_norm=workload.fused_norm,
+        )
+
+    tokens = workload.seq_len * layout.micro_batch
+    layers = model.layers / layout.pp
+    if layout.recompute == "full":
+        recomputed = math.ceil(layers / layout.recompute_every)
+        kept = recomputed * per_token("full") + (layers - recomputed) * per_token("none")
+        kept += per_token("none")  # the block being recomputed, during its backward
+    else:
+        kept = layers * per_token(layout.recompute)
+    if layout.tp > 1:
+        loss = 6 * tokens * model.vocab / layout.tp  # 16-bit logits and their fp32 copy
+    else:
+        loss = 8 * min(tokens, loss_chunk_tokens(model.vocab)) * model.vocab + 4 * model.vocab * model.hidden
+    return tokens * kept + 2 * a * tokens * model.hidden + loss
+
+
 def activation_bytes(workload: TrainingWorkload, layout: Layout) -> float:
     """The first pipeline stage: with 1F1B it holds pp micro-batches of its layers/pp layers."""
+    if workload.activations == "shipyard":
+        return _runtime_activation_bytes(workload, layout)
     model = workload.model
 
     def per_layer_with(recompute: str) -> float:
@@ -194,6 +263,9 @@ def activation_bytes(workload: TrainingWorkload, layout: Layout) -> float:
     if layout.pp > 1 and layout.interleave > 1:
         in_flight_layers *= 1 + (layout.pp - 1) / (layout.pp * layout.interleave)
     stored = per_layer * in_flight_layers
+    if layout.recompute == "full" and layout.recompute_every > 1:
+        recomputed = math.ceil(in_flight_layers / layout.recompute_every)
+        stored += (in_flight_layers - recomputed) * (per_layer_with("none") - per_layer)
     if layout.recompute == "full":
         # The layer being recomputed holds its full activations during its backward.
         stored += per_layer_with("none")

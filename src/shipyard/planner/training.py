@@ -155,6 +155,7 @@ class TrainingPlan:
                 "dp": self.layout.dp,
                 "zero": self.layout.zero,
                 "recompute": self.layout.recompute,
+                "recompute_every": self.layout.recompute_every,
                 "micro_batch": self.layout.micro_batch,
                 "sequence_parallel": self.layout.sequence_parallel,
                 "interleave": self.layout.interleave,
@@ -193,16 +194,19 @@ def _peak(cluster: Cluster, precision: str) -> float:
     return spec.peak_tflops(precision) or 0.0  # type: ignore[arg-type]
 
 
-def flops_per_token(workload: TrainingWorkload, recompute: str) -> tuple[float, float, float]:
+def flops_per_token(
+    workload: TrainingWorkload, recompute: str, recompute_every: int = 1
+) -> tuple[float, float, float]:
     """(model FLOPs, hardware FLOPs in the dense layers, hardware FLOPs in attention scores)."""
     m = workload.model
     dense_factor = 4 if workload.kind in ("lora", "qlora") else 6
-    attention = 12 * m.layers * m.hidden * workload.seq_len
+    attention: float = 12 * m.layers * m.hidden * workload.seq_len
     dense = dense_factor * m.params
     model = dense + attention
     if recompute == "full":
-        dense += 2 * m.params
-        attention += 4 * m.layers * m.hidden * workload.seq_len
+        share = -(-m.layers // recompute_every) / m.layers  # the blocks whose forward runs twice
+        dense += 2 * m.params * share
+        attention += 4 * m.layers * m.hidden * workload.seq_len * share
     elif recompute == "selective":
         attention += 4 * m.layers * m.hidden * workload.seq_len
     return model, dense, attention
@@ -218,7 +222,7 @@ def step_time(
     n_micro = max(1.0, workload.global_batch_tokens / (dp * micro_tokens))
     tokens_per_device = workload.global_batch_tokens / cluster.count
 
-    _, dense, attention = flops_per_token(workload, layout.recompute)
+    _, dense, attention = flops_per_token(workload, layout.recompute, layout.recompute_every)
     peak_16 = _peak(cluster, "bf16" if workload.precision != "fp32" else "fp32") * 1e12
     peak_dense = _peak(cluster, workload.precision) * 1e12
     memory_bw = spec.memory_bandwidth_gb_per_s * 1e9 * calibration.bandwidth(spec.architecture)
@@ -338,7 +342,7 @@ def plan_training(
             f"over {cluster.count} devices with the values given",
             hint="make --tp divide --heads and --count, and --pp divide --count/--tp",
         )
-    model_flops, dense, attention = flops_per_token(workload, layout.recompute)
+    model_flops, dense, attention = flops_per_token(workload, layout.recompute, layout.recompute_every)
     return TrainingPlan(
         workload=workload,
         cluster=cluster,

@@ -13,6 +13,7 @@ WorkloadKind = Literal["pretrain", "finetune", "lora", "qlora"]
 TrainPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
 Recompute = Literal["none", "selective", "full"]
 Optimizer = Literal["adamw", "adam8bit", "sgd"]
+ActivationModel = Literal["megatron", "shipyard"]
 
 RECOMPUTE_CHOICES: tuple[Recompute, ...] = ("none", "selective", "full")
 
@@ -57,6 +58,12 @@ class TrainingWorkload:
     flash_attention: bool = True
     """Attention kernels that never store the s x s scores (FlashAttention, SDPA, xformers; since
     2022). Without them Korthikanti's 5*a*s/h term is stored and the scores cost memory traffic."""
+    activations: ActivationModel = "megatron"
+    """Whose activations are counted: ``megatron`` (Korthikanti et al. 2022: GPT blocks with 16-bit
+    residuals, as the published runs trained) or ``shipyard`` (what Shipyard's LLaMA runtime keeps
+    for its backward pass: fp32 norms, SwiGLU, the loss in chunks; see ``memory.py``)."""
+    fused_norm: bool = True
+    """``shipyard``: RMSNorm keeps only its input and inverse RMS (one kernel, on GPUs)."""
 
     def __post_init__(self) -> None:
         for flag, value in (("--seq-len", self.seq_len), ("--global-batch-tokens", self.global_batch_tokens)):
@@ -169,6 +176,9 @@ class Layout:
     sequence_parallel: bool
     interleave: int = 1
     """Virtual pipeline stages per device (Megatron's interleaved 1F1B)."""
+    recompute_every: int = 1
+    """With ``recompute: full``: one block in this many is recomputed, the others keep everything
+    (torchtitan's and Shipyard's selective checkpointing of whole blocks)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -186,6 +196,9 @@ class LayoutRequest:
     sequence_parallel: bool | None = None
     interleave: int | None = None
     """Virtual pipeline stages per device; ``None`` searches 1, 2, 4, 8."""
+    recompute_every: int = 1
+    zero_choices: tuple[int, ...] = (1, 2, 3)
+    """ZeRO stages the search tries when ``zero`` is open (a runtime without ZeRO-1/2 gives (0, 3))."""
 
     def __post_init__(self) -> None:
         for flag, value in (("--tp", self.tp), ("--pp", self.pp), ("--micro-batch", self.micro_batch)):
