@@ -64,6 +64,7 @@ from shipyard.settings import Settings  # noqa: E402
 from shipyard.storage import config as storage_config  # noqa: E402
 from shipyard.storage.config import RootConfig, ScrubConfig, StorageConfig  # noqa: E402
 from shipyard.storage.opening import open_store  # noqa: E402
+from shipyard.training.checkpoint import read_whole  # noqa: E402
 from tests.builders import STDLIB, spec_dict  # noqa: E402
 
 SHIPYARD = [sys.executable, "-m", "shipyard.cli.main"]
@@ -319,12 +320,15 @@ def blobs_lost(home: Path) -> int:
 
 
 def checkpoints_that_do_not_load(home: Path) -> list[str]:
+    """Complete checkpoints (their description written) whose shards or trainer state do not read."""
     bad = []
-    for state in sorted(home.glob("runs/*/checkpoints/step_*/state.pt")):
+    for marker in sorted(home.glob("runs/*/checkpoints/step_*/checkpoint.json")):
         try:
-            torch.load(state, map_location="cpu", weights_only=False)
+            read_whole(marker.parent, "model")
+            read_whole(marker.parent, "optimizer")
+            torch.load(marker.parent / "trainer.pt", map_location="cpu", weights_only=False)
         except Exception as exc:  # any failure to read is a corrupt checkpoint
-            bad.append(f"{state}: {exc}")
+            bad.append(f"{marker.parent}: {exc}")
     return bad
 
 

@@ -168,7 +168,10 @@ def test_cancel_checkpoints_every_rank_and_the_job_resumes_on_the_cluster(
     # Every rank exited cleanly after the checkpoint (a killed or failed rank would show here).
     assert attempt["exit_reason"] == "cancelled" and attempt["exit_code"] == 0
     step = int(stopped["message"].split("after step ")[1].split()[0])
-    assert (run_folder(on_cluster, job["id"]) / "checkpoints" / f"step_{step:06d}" / "state.pt").is_file()
+    # Each node wrote its own rank's shards; the agent holds the whole checkpoint.
+    checkpoint = run_folder(on_cluster, job["id"]) / "checkpoints" / f"step_{step:06d}"
+    assert (checkpoint / "checkpoint.json").is_file()
+    assert sorted(p.name for p in checkpoint.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     resumed = json.loads(on_cluster.run("jobs", "submit", str(spec), "--resume", "--wait", "--json").stdout)
     assert resumed["state"] == "succeeded"
     assert f"steps {step}->60" in on_cluster.run("jobs", "logs", resumed["id"]).stdout
@@ -210,7 +213,12 @@ def test_a_lost_node_requeues_the_job_which_resumes_elsewhere_with_the_same_weig
         resources={"accelerator": "h100-sxm", "devices": 1, "nodes": 2, "cpus_per_device": 1},
     )
     job = on_cluster.json("jobs", "submit", str(spec))
-    running = on_cluster.wait_for(job["id"], lambda j: j["step"] >= 2 * interval + 1)
+    # Killed once the agent holds the checkpoint of step 20, every node's part of it (they are
+    # written in the background, each node its own).
+    running = on_cluster.wait_for(
+        job["id"],
+        lambda j: any(a["kind"] == "checkpoint" and a["step"] >= 2 * interval for a in j["artifacts"]),
+    )
     lost = running["attempts"][0]["node"].split(",")[1]
     killed_at = running["step"]
     ray_cluster.kill(lost)

@@ -15,6 +15,7 @@ import torch
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.launch import LaunchPlan
 from tests.builders import spec_dict
+from tests.support.checkpoints import checkpoint_tensors, final_checkpoint
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +29,24 @@ def run_runtime(
     stop_at: int | None = None,
     resume_from: Path | None = None,
 ) -> Path:
+    command = launch_command(run_dir, cache, spec, world=world, stop_at=stop_at, resume_from=resume_from)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env={"OMP_NUM_THREADS": "1", **_env()}
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return run_dir
+
+
+def launch_command(
+    run_dir: Path,
+    cache: Path,
+    spec: dict[str, Any],
+    *,
+    world: int = 1,
+    stop_at: int | None = None,
+    resume_from: Path | None = None,
+) -> list[str]:
+    """Write the launch plan and return the command an executor would run for it."""
     run_dir.mkdir(parents=True, exist_ok=True)
     LaunchPlan(
         job_id=run_dir.name,
@@ -45,23 +64,17 @@ def run_runtime(
         resume_from=str(resume_from) if resume_from else None,
     ).write(run_dir)
     if world == 1:
-        command = [sys.executable, "-m", "shipyard.training", str(run_dir)]
-    else:
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={world}",
-            "-m",
-            "shipyard.training",
-            str(run_dir),
-        ]
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=600, env={"OMP_NUM_THREADS": "1", **_env()}
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return run_dir
+        return [sys.executable, "-m", "shipyard.training", str(run_dir)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={world}",
+        "-m",
+        "shipyard.training",
+        str(run_dir),
+    ]
 
 
 def _env() -> dict[str, str]:
@@ -76,9 +89,7 @@ def metrics(run_dir: Path, kind: str) -> list[dict[str, Any]]:
 
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    result = json.loads((run_dir / "result.json").read_text())
-    state = torch.load(Path(result["checkpoint"]) / "state.pt", weights_only=False)
-    return state["model"]  # type: ignore[no-any-return]
+    return checkpoint_tensors(final_checkpoint(run_dir))
 
 
 def test_a_resumed_run_ends_with_identical_weights(tmp_path: Path) -> None:
@@ -154,3 +165,98 @@ def test_fine_tuning_starts_from_the_exported_weights(tmp_path: Path) -> None:
     base_end = metrics(base, "eval")[-1]["loss"]
     tuned_start = metrics(tuned, "eval")[0]["loss"]
     assert tuned_start == pytest.approx(base_end, abs=1e-4)  # same weights, same held-out data
+
+
+def _losses(run_dir: Path) -> list[float]:
+    return [m["loss"] for m in metrics(run_dir, "train")]
+
+
+def _with_layout(spec: dict[str, Any], devices: int, parallelism: object) -> dict[str, Any]:
+    return {
+        **spec,
+        "training": {**spec["training"], "parallelism": parallelism},
+        "resources": {**spec["resources"], "devices": devices},
+    }
+
+
+@pytest.mark.slow
+def test_tensor_parallel_layouts_train_as_one_process_and_reshard_their_checkpoints(tmp_path: Path) -> None:
+    """tp=2 x FSDP2 over 4 processes trains as one process does; its checkpoint, written by the 4
+    ranks, resumes with tp=2 on 2 processes and on a single one; the export, gathered from the
+    shards, gives the single process's logits in transformers."""
+    from transformers import LlamaForCausalLM
+
+    cache = tmp_path / "cache"
+    spec = spec_dict(training={"steps": 8, "eval_interval": 4}, checkpoint={"interval": 4, "keep": 2})
+    one = run_runtime(tmp_path / "one", cache, spec)
+    mesh = run_runtime(tmp_path / "mesh", cache, _with_layout(spec, 4, {"tp": 2, "dp_shard": 2}), world=4)
+    assert _losses(mesh) == pytest.approx(_losses(one), abs=1e-5)
+    assert [m["loss"] for m in metrics(mesh, "eval")] == pytest.approx(
+        [m["loss"] for m in metrics(one, "eval")], abs=1e-5
+    )
+
+    at_4 = mesh / "checkpoints" / "step_000004"
+    assert len(list(at_4.glob("*.distcp"))) == 4  # every rank wrote its own shards
+    tp_2 = run_runtime(tmp_path / "tp2", cache, _with_layout(spec, 2, {"tp": 2}), world=2, resume_from=at_4)
+    single = run_runtime(tmp_path / "single", cache, spec, resume_from=at_4)
+    expected = final_weights(one)
+    for resumed in (tp_2, single):
+        assert metrics(resumed, "resume")[0]["step"] == 4
+        assert _losses(resumed) == pytest.approx(_losses(one)[4:], abs=1e-5)
+        weights = final_weights(resumed)
+        assert weights.keys() == expected.keys()
+        for name in expected:
+            assert torch.allclose(weights[name], expected[name], atol=1e-5), name
+
+    ids = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = [
+            LlamaForCausalLM.from_pretrained(run / "export", local_files_only=True).eval()(ids).logits
+            for run in (one, mesh)
+        ]
+    assert torch.allclose(logits[0], logits[1], atol=1e-4)
+
+
+def test_a_checkpoint_killed_mid_write_never_becomes_latest(tmp_path: Path) -> None:
+    """Step 4's checkpoint is written in the background and never finishes (its index is never
+    written) while training goes on; the process is killed then. Step 2's stays the latest, no
+    folder of step 4 appears, and the job resumes from step 2."""
+    import os
+    import signal
+    import time
+
+    from shipyard.schemas.launch import latest_checkpoint
+
+    spec = spec_dict(training={"steps": 40, "eval_interval": 0}, checkpoint={"interval": 2, "keep": 5})
+    run_dir = tmp_path / "run"
+    command = launch_command(run_dir, tmp_path / "cache", spec)
+    env = {**_env(), "OMP_NUM_THREADS": "1", "SHIPYARD_FAULTS": json.dumps({"stall_checkpoint_at_step": 4})}
+    log = tmp_path / "attempt.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    staging = run_dir / "checkpoints" / "step_000004.tmp"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            trained = metrics(run_dir, "train") if (run_dir / "metrics.jsonl").exists() else []
+            if list(staging.glob("*.distcp")) and any(m["step"] >= 5 for m in trained):
+                break  # the shards are on disk, their index is not, and training went on
+            time.sleep(0.2)
+        assert process.poll() is None, log.read_text()
+        os.kill(process.pid, signal.SIGKILL)
+    finally:
+        process.kill()
+        process.wait()
+    checkpoints = run_dir / "checkpoints"
+    assert not (staging / ".metadata").exists()
+    assert (checkpoints / "latest").read_text().strip() == "step_000002"
+    assert latest_checkpoint(checkpoints) == checkpoints / "step_000002"
+    assert not (checkpoints / "step_000004").exists()
+    resumed = run_runtime(
+        tmp_path / "resumed",
+        tmp_path / "cache",
+        {**spec, "training": {**spec["training"], "steps": 4}},
+        resume_from=checkpoints / "step_000002",
+    )
+    assert metrics(resumed, "resume")[0]["step"] == 2
+    assert [m["step"] for m in metrics(resumed, "train")] == [3, 4]

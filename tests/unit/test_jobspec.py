@@ -164,3 +164,82 @@ def test_every_example_spec_parses() -> None:
     assert len(examples) >= 3
     for path in examples:
         parse_job_spec(path.read_text(), source=str(path))
+
+
+def _layout(parallelism: object, devices: int = 4, nodes: int = 1) -> dict[str, object]:
+    return spec_dict(
+        training={"parallelism": parallelism},
+        resources={"accelerator": "cpu", "devices": devices, "nodes": nodes},
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "resolved"),
+    [
+        ("ddp", (1, 1, 4)),
+        ("fsdp", (1, 4, 1)),
+        ("auto", (1, 1, 4)),
+        ({"tp": 2}, (2, 1, 2)),
+        ({"tp": 2, "dp_shard": -1}, (2, 2, 1)),
+        ({"dp_shard": 2, "dp_replicate": -1}, (1, 2, 2)),
+    ],
+)
+def test_parallelism_shorthands_and_degrees_resolve_over_the_devices(
+    given: object, resolved: tuple[int, int, int]
+) -> None:
+    p = validate_job_spec(_layout(given)).training.parallelism.resolved(4)
+    assert (p.tp, p.dp_shard, p.dp_replicate) == resolved
+
+
+def test_a_tensor_parallel_degree_must_divide_a_node_s_devices() -> None:
+    with pytest.raises(InvalidSpec, match=r"tp 3 does not divide resources.devices 4.*valid: 1, 2, 4"):
+        parse(_layout({"tp": 3}))
+
+
+def test_degrees_that_do_not_multiply_to_the_devices_are_refused_with_the_fix() -> None:
+    with pytest.raises(InvalidSpec, match="does not multiply to the job's 8 devices") as err:
+        parse(_layout({"tp": 2, "dp_shard": 2, "dp_replicate": 1}, devices=4, nodes=2))
+    assert "-1" in (err.value.hint or "")
+    with pytest.raises(InvalidSpec, match="only one of dp_shard and dp_replicate may be -1"):
+        parse(_layout({"dp_shard": -1, "dp_replicate": -1}))
+    with pytest.raises(InvalidSpec, match="unknown parallelism 'zero3'; valid: ddp, fsdp, auto"):
+        parse(_layout("zero3"))
+
+
+def test_compile_is_refused_where_inductor_does_not_run() -> None:
+    document = spec_dict(training={"compile": True}, resources={"accelerator": ["h100-sxm", "gaudi2"]})
+    with pytest.raises(InvalidSpec, match=r"training.compile true.*does not run on gaudi2; valid: auto"):
+        parse(document)
+    assert validate_job_spec(spec_dict(training={"compile": "auto"})).training.compile == "auto"
+
+
+def test_activation_checkpointing_takes_a_mode_or_a_section() -> None:
+    assert (
+        validate_job_spec(
+            spec_dict(training={"activation_checkpointing": "full"})
+        ).activation_checkpointing.mode
+        == "full"
+    )
+    blocks = {"mode": "selective", "selective": "blocks", "every": 3}
+    section = validate_job_spec(
+        spec_dict(training={"activation_checkpointing": blocks})
+    ).activation_checkpointing
+    assert (section.selective, section.every) == ("blocks", 3)
+    with pytest.raises(InvalidSpec, match=r"activation_checkpointing\.every"):
+        parse(spec_dict(training={"activation_checkpointing": {"mode": "selective", "every": 1}}))
+
+
+def test_gradient_checkpointing_is_full_activation_checkpointing_and_may_not_contradict_it() -> None:
+    model = {"preset": None, "path": "/models/llama"}
+    spec = validate_job_spec(spec_dict(model=model, finetune={"gradient_checkpointing": True}))
+    assert spec.activation_checkpointing.mode == "full"
+    with pytest.raises(
+        InvalidSpec, match="gradient_checkpointing true asks for activation_checkpointing full"
+    ):
+        parse(
+            spec_dict(
+                model=model,
+                finetune={"gradient_checkpointing": True},
+                training={"activation_checkpointing": "none"},
+            )
+        )

@@ -43,7 +43,7 @@ from shipyard.executors.cluster_nodes import (
     pin_resource,
 )
 from shipyard.executors.local import TORCH_DEVICE, read_log_file
-from shipyard.executors.ray_ranks import RankGroup, pack, unpack
+from shipyard.executors.ray_ranks import RankGroup, pack, unpack, unpack_merged
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     CHECKPOINT_POINTER,
@@ -353,11 +353,18 @@ class RayExecutor:
         for name, beat in (item for node in beats for item in node.items()):
             _write_atomic(heartbeats / name, beat.decode())
         if pulled["checkpoint"] is not None:
+            # Each node wrote its own ranks' shards: the checkpoint is whole once every node's
+            # part is in place (the others rename theirs a moment after rank 0).
             checkpoint_name, archive = pulled["checkpoint"]
-            checkpoints = run_dir / CHECKPOINT_DIR
-            unpack(archive, checkpoints)
-            _write_atomic(checkpoints / CHECKPOINT_POINTER, checkpoint_name)
-            state["checkpoint"] = checkpoint_name
+            try:
+                parts = ray.get([a.part.remote(checkpoint_name) for a in actors[1:]], timeout=CALL_TIMEOUT_S)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                parts = [None]
+            if all(part is not None for part in parts):
+                checkpoints = run_dir / CHECKPOINT_DIR
+                unpack_merged([archive, *parts], checkpoints)
+                _write_atomic(checkpoints / CHECKPOINT_POINTER, checkpoint_name)
+                state["checkpoint"] = checkpoint_name
         if pulled["metrics"]:
             with open(run_dir / METRICS_FILE, "ab") as metrics:
                 metrics.write(pulled["metrics"])

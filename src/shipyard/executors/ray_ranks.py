@@ -66,6 +66,26 @@ def unpack(archive: bytes, into: Path) -> Path:
     return target
 
 
+def unpack_merged(archives: list[bytes], into: Path) -> Path:
+    """Several ``pack``ed folders of one name (the parts of a checkpoint each node wrote) as one
+    folder under ``into``, atomically."""
+    into.mkdir(parents=True, exist_ok=True)
+    staging = into / f".merge-{os.getpid()}-{threading.get_ident()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    names = set()
+    for archive in archives:
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as tar:
+            tar.extractall(staging, filter="data")  # refuses links and paths that leave ``staging``
+        names.update(os.listdir(staging))
+    (name,) = names
+    target = into / name
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(staging / name, target)
+    staging.rmdir()
+    return target
+
+
 class RankGroup:
     """The ranks of one attempt on one node."""
 
@@ -175,6 +195,12 @@ class RankGroup:
         complete = chunk[: chunk.rfind(b"\n") + 1]
         self.log_cursor += len(complete)
         return complete
+
+    def part(self, checkpoint: str) -> bytes | None:
+        """This node's part of checkpoint ``checkpoint`` (the shards its ranks wrote), once its
+        first rank has renamed it into place; None before."""
+        folder = self.run_dir / CHECKPOINT_DIR / checkpoint
+        return pack(folder) if folder.is_dir() else None
 
     def pull(self, metrics_offset: int, have_checkpoint: str | None, with_export: bool) -> dict[str, Any]:
         """What rank 0 wrote since the agent last asked: complete metric lines from

@@ -270,6 +270,9 @@ class OptimizerSection(_Section):
     eps: Annotated[float, Field(gt=0, le=1)] = 1e-8
     grad_clip: Annotated[float, Field(ge=0, le=1e6)] = 1.0
     """Max global gradient norm; 0 turns clipping off."""
+    state_dtype: Literal["fp32", "bf16"] = "fp32"
+    """Adam's moments: ``bf16`` halves their memory (4 bytes per parameter instead of 8); the
+    weights' master copy stays fp32."""
 
 
 class ScheduleSection(_Section):
@@ -277,6 +280,120 @@ class ScheduleSection(_Section):
     decay: Literal["cosine", "linear", "constant"] = "cosine"
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1
     """The LR at the last step, as a fraction of the peak LR."""
+
+
+PARALLELISM_SHORTHANDS: dict[str, dict[str, int]] = {
+    "ddp": {"tp": 1, "dp_shard": 1, "dp_replicate": -1},
+    "fsdp": {"tp": 1, "dp_shard": -1, "dp_replicate": 1},
+    "auto": {},
+}
+"""What ``parallelism: ddp`` (or ``fsdp``, ``auto``) stands for."""
+
+Degree = Annotated[int, Field(ge=1, le=100_000)]
+Rest = Annotated[int, Field(ge=-1, le=100_000)]
+
+
+class ParallelismSection(_Section):
+    """A job's devices as a mesh, in torchtitan's order: tensor parallel inside a node, FSDP2
+    shards over groups of ``tp`` devices, replicas of those shards outermost. A degree left out is
+    the planner's choice; ``-1`` takes the devices the others leave."""
+
+    tp: Degree | None = None
+    """Tensor-parallel degree: each layer's weights split over this many devices of one node
+    (DTensor, with sequence parallelism for the norms). Divides the attention and key/value heads."""
+    dp_shard: Rest | None = None
+    """FSDP2 degree: weights, gradients and optimizer state sharded over this many groups."""
+    dp_replicate: Rest | None = None
+    """Replicas: plain DDP when nothing is sharded, else HSDP (each replica sharded dp_shard ways)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value not in PARALLELISM_SHORTHANDS:
+                raise ValueError(
+                    f"unknown parallelism {value!r}; valid: {', '.join(PARALLELISM_SHORTHANDS)}, "
+                    "or a mapping {tp, dp_shard, dp_replicate}"
+                )
+            return PARALLELISM_SHORTHANDS[value]
+        return value
+
+    @model_validator(mode="after")
+    def _one_rest(self) -> Self:
+        if [self.dp_shard, self.dp_replicate].count(-1) > 1:
+            raise ValueError("only one of dp_shard and dp_replicate may be -1 (the devices left over)")
+        return self
+
+    @property
+    def chosen(self) -> bool:
+        """Whether every degree is given (nothing is left to the planner)."""
+        return None not in (self.tp, self.dp_shard, self.dp_replicate)
+
+    def resolved(self, world: int) -> ParallelismSection:
+        """Every degree a number, their product ``world``: a ``-1`` takes what the others leave;
+        anything left open is 1, but for the replicas (plain data parallel), which take the rest.
+        Raises ``InvalidSpec`` when the degrees do not multiply to ``world``."""
+        tp = self.tp or 1
+        shard, replicate = self.dp_shard, self.dp_replicate
+        if shard in (None, -1) and replicate in (None, -1):
+            if shard == -1:
+                shard, replicate = world // tp, 1
+            else:
+                shard, replicate = 1, world // tp
+        elif shard in (None, -1):
+            shard = world // (tp * (replicate or 1))
+        elif replicate in (None, -1):
+            replicate = world // (tp * shard)
+        assert shard is not None and replicate is not None
+        if tp * shard * replicate != world or min(shard, replicate) < 1:
+            raise InvalidSpec(
+                f"training.parallelism tp={self.tp}, dp_shard={self.dp_shard}, "
+                f"dp_replicate={self.dp_replicate} does not multiply to the job's {world} devices",
+                hint="make tp x dp_shard x dp_replicate = resources.devices x resources.nodes, "
+                "or give -1 for the one that takes the rest",
+            )
+        return ParallelismSection(tp=tp, dp_shard=shard, dp_replicate=replicate)
+
+    @property
+    def sharded(self) -> bool:
+        """Whether the weights are sharded (FSDP2 or tensor parallel): not a plain replica each."""
+        return (self.tp or 1) > 1 or (self.dp_shard or 1) > 1
+
+    def describe(self) -> str:
+        return f"tp={self.tp}, dp_shard={self.dp_shard}, dp_replicate={self.dp_replicate}"
+
+
+def tp_degrees(heads: int, kv_heads: int, devices_per_node: int | None = None) -> list[int]:
+    """The tensor-parallel degrees that split the attention and key/value heads evenly (and the
+    devices of a node, when given)."""
+    limit = devices_per_node or kv_heads
+    return [t for t in range(1, limit + 1) if heads % t == 0 and kv_heads % t == 0 and limit % t == 0]
+
+
+CheckpointingMode = Literal["auto", "none", "selective", "full"]
+
+
+class ActivationCheckpointingSection(_Section):
+    """Which activations the backward pass recomputes instead of reading back from memory."""
+
+    mode: CheckpointingMode = "auto"
+    """``none`` keeps everything; ``selective`` recomputes the attention of each block (or every
+    k-th block whole, see ``selective``); ``full`` recomputes every block from its input (the least
+    memory, about a third more compute); ``auto``: the planner's choice for the job's devices."""
+    selective: Literal["attention", "blocks"] = "attention"
+    """What ``mode: selective`` recomputes: each block's attention, or every ``every``-th block whole."""
+    every: Annotated[int, Field(ge=2, le=1024)] = 2
+    """``selective: blocks``: recompute one block in this many."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        return {"mode": value} if isinstance(value, str) else value
+
+
+COMPILING_VENDORS = ("nvidia", "amd", "generic")
+"""Where Inductor compiles (CUDA/ROCm through Triton, CPUs through C++); Apple's MPS backend is a
+prototype and Gaudi needs Habana's own."""
 
 
 def total_steps(steps: int | None, tokens: int | None, global_batch_tokens: int) -> int:
@@ -306,10 +423,15 @@ class TrainingSection(_Section):
     """Steps between eval-loss measurements; 0 evaluates at the start and the end only."""
     eval_batches: Annotated[int, Field(gt=0, le=1 << 20)] = 8
     log_interval: Annotated[int, Field(gt=0, le=MAX_STEPS)] = 1
-    compile: bool = False
-    """Wrap the model in ``torch.compile`` (slow first step, faster after)."""
-    parallelism: Literal["ddp", "fsdp"] = "ddp"
-    """How several devices share the work: replicated (DDP) or sharded (FSDP2 ``fully_shard``)."""
+    compile: bool | Literal["auto"] = "auto"
+    """``torch.compile`` each transformer block: ``auto`` does on NVIDIA and AMD GPUs, where it
+    pays (a slower first step, faster ones after); ``true`` anywhere Inductor runs (GPUs, CPUs)."""
+    parallelism: ParallelismSection = ParallelismSection()
+    """How several devices share the work: ``ddp``, ``fsdp``, or ``{tp, dp_shard, dp_replicate}``;
+    what is left out, the planner chooses."""
+    activation_checkpointing: ActivationCheckpointingSection = ActivationCheckpointingSection()
+    """Recompute activations in the backward pass instead of keeping them: ``none``,
+    ``selective`` or ``full``; ``auto`` (the default) takes the planner's choice."""
 
     @model_validator(mode="after")
     def _length(self) -> Self:
@@ -394,7 +516,7 @@ class FinetuneSection(_Section):
     lora: LoraSection = LoraSection()
     """The adapters of ``lora`` and ``qlora``."""
     gradient_checkpointing: bool = False
-    """Recompute each block's activations in the backward pass: less memory, about a third more compute."""
+    """The older spelling of ``training.activation_checkpointing: full``."""
     merge: bool = False
     """``lora``/``qlora``: also export the base model with the adapters merged in (``export/merged``)."""
 
@@ -469,6 +591,43 @@ class JobSpec(_Section):
                 f"data.format {self.data.format!r} fine-tunes an existing model: give `model.path`"
             )
         return self
+
+    @model_validator(mode="after")
+    def _layout_fits_the_devices(self) -> Self:
+        p, r = self.training.parallelism, self.resources
+        if p.tp is not None and r.devices % p.tp:
+            valid = [d for d in range(1, r.devices + 1) if r.devices % d == 0]
+            raise ValueError(
+                f"training.parallelism.tp {p.tp} does not divide resources.devices {r.devices} "
+                f"(tensor parallelism stays inside a node); valid: {', '.join(map(str, valid))}"
+            )
+        if p.chosen:
+            p.resolved(r.devices * r.nodes)  # raises with the product and the fix
+        if self.training.compile is True:
+            known = catalog()
+            blocked = [a for a in r.accelerator if known[a].vendor not in COMPILING_VENDORS]
+            if blocked:
+                raise ValueError(
+                    f"training.compile true, but torch.compile does not run on {', '.join(blocked)}; "
+                    "valid: auto (compiles where it can), false, or true with other accelerator types"
+                )
+        gradient_checkpointing = self.finetune is not None and self.finetune.gradient_checkpointing
+        if gradient_checkpointing and self.training.activation_checkpointing.mode not in ("auto", "full"):
+            raise ValueError(
+                "finetune.gradient_checkpointing true asks for activation_checkpointing full, but "
+                f"training.activation_checkpointing.mode is {self.training.activation_checkpointing.mode!r}; "
+                "give one of them"
+            )
+        return self
+
+    @property
+    def activation_checkpointing(self) -> ActivationCheckpointingSection:
+        """``training.activation_checkpointing``, with ``finetune.gradient_checkpointing`` (its
+        older spelling) read as ``full``."""
+        section = self.training.activation_checkpointing
+        if section.mode == "auto" and self.finetune is not None and self.finetune.gradient_checkpointing:
+            return section.model_copy(update={"mode": "full"})
+        return section
 
     @property
     def method(self) -> FinetuneMethod | None:

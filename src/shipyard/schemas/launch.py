@@ -19,10 +19,14 @@ CHECKPOINT_DIR = "checkpoints"
 EXPORT_DIR = "export"
 MERGED_DIR = "merged"
 """In the export of adapters (``finetune.merge``): the base model with the adapters merged in."""
+CHECKPOINT_MARKER = "checkpoint.json"
+"""In a complete checkpoint folder (written last): its step, the layout that wrote it, the model
+and method it holds, and a fine-tuning checkpoint's base digest; readable without torch."""
 CHECKPOINT_STATE_FILE = "state.pt"
+"""The whole state in one file, as an earlier Shipyard wrote its checkpoints (still read)."""
 CHECKPOINT_POINTER = "latest"
 CHECKPOINT_BASE_FILE = "base.json"
-"""Beside a fine-tuning checkpoint's state: the digest of the base weights it was trained on."""
+"""Beside an earlier Shipyard's fine-tuning checkpoint: the digest of its base weights."""
 
 HEARTBEAT_DIR = "heartbeats"
 """``rank-N.json`` per rank, replaced after every step: how far it got, when, how long steps take."""
@@ -113,20 +117,30 @@ class AttemptResult(BaseModel):
     """Digests of the base model and data, the fine-tuning method and its settings."""
 
 
+def is_checkpoint(folder: Path) -> bool:
+    """Whether ``folder`` is a complete checkpoint (of this Shipyard or an earlier one)."""
+    return (folder / CHECKPOINT_MARKER).is_file() or (folder / CHECKPOINT_STATE_FILE).is_file()
+
+
 def latest_checkpoint(checkpoints: Path) -> Path | None:
     """The newest complete checkpoint in a ``checkpoints`` directory (see training/checkpoint.py):
     the one the ``latest`` pointer names, else the highest complete ``step_*`` directory."""
     pointer = checkpoints / CHECKPOINT_POINTER
     if pointer.is_file():
         candidate = checkpoints / pointer.read_text().strip()
-        if (candidate / CHECKPOINT_STATE_FILE).is_file():
+        if is_checkpoint(candidate):
             return candidate
-    complete = sorted(
-        p
-        for p in checkpoints.glob("step_*")
-        if ".tmp-" not in p.name and (p / CHECKPOINT_STATE_FILE).is_file()
-    )
+    complete = sorted(p for p in checkpoints.glob("step_*") if ".tmp" not in p.name and is_checkpoint(p))
     return complete[-1] if complete else None
+
+
+def checkpoint_description(checkpoint: Path) -> dict[str, Any]:
+    """What a checkpoint's ``checkpoint.json`` says (empty for an earlier Shipyard's or a torn one)."""
+    try:
+        found = json.loads((checkpoint / CHECKPOINT_MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def checkpoint_step(checkpoint: Path) -> int:

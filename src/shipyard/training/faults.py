@@ -4,7 +4,8 @@ of a device it lacks, a collective that never returns, one slow device among sev
 
 ``{"attempts": [1], "oom_above_micro_batch": 4, "hang_at_step": 6, "slow_rank": 1, "slow_s": 0.2}``:
 on the first attempt only, a micro-batch above 4 runs out of memory, step 6 never ends, and
-rank 1 spends 0.2 s more on each forward pass.
+rank 1 spends 0.2 s more on each forward pass. ``stall_checkpoint_at_step`` leaves that step's
+checkpoint half-written for good.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import json
 import os
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -25,6 +28,7 @@ class Faults:
     hang_at_step: int | None = None
     slow_rank: int | None = None
     slow_s: float = 0.0
+    stall_checkpoint_at_step: int | None = None
 
     @classmethod
     def of_attempt(cls, attempt: int) -> Faults:
@@ -49,3 +53,20 @@ class Faults:
                 time.sleep(3600)
         if rank == self.slow_rank:
             time.sleep(self.slow_s)
+
+    def checkpoint_writer(self, step: int, path: Path) -> Any:
+        """DCP's writer for the checkpoint of ``step``, or None for the default one. Asked to stall
+        there, it writes every shard and then never writes their index (``.metadata``): the
+        attempt can be killed mid-write, with training going on meanwhile."""
+        if step != self.stall_checkpoint_at_step:
+            return None
+        from torch.distributed.checkpoint.filesystem import FileSystemWriter
+
+        class Stalling(FileSystemWriter):
+            def finish(self, metadata: Any, results: Any) -> None:
+                del metadata, results
+                print(f"injected: the checkpoint of step {step} stalls before its index", flush=True)
+                while True:
+                    time.sleep(3600)
+
+        return Stalling(str(path))

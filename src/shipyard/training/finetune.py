@@ -9,6 +9,7 @@ mean loss over the targets that carry one.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,9 @@ from torch import nn
 from shipyard.errors import InvalidSpec
 from shipyard.schemas.jobspec import FinetuneSection, JobSpec
 from shipyard.schemas.launch import MERGED_DIR
+from shipyard.schemas.runtime import runs_on_shipyard_llama
 from shipyard.training._atomic import staged_directory
-from shipyard.training.hf import copy_tokenizer
+from shipyard.training.hf import copy_tokenizer, write_weights
 from shipyard.training.samples import IGNORE, attention_mask
 
 PROMPT_FORMAT_FILE = "shipyard-data.json"
@@ -27,17 +29,8 @@ PROMPT_FORMAT_FILE = "shipyard-data.json"
 
 
 def builtin_fits(config: dict[str, Any], spec: JobSpec) -> bool:
-    """Whether Shipyard's own LLaMA trains this folder: full fine-tuning of a plain LLaMA (no
-    rope scaling, biases or other activation), which it does faster than ``transformers``."""
-    return (
-        spec.method == "full"
-        and config.get("model_type") == "llama"
-        and not config.get("rope_scaling")
-        and not config.get("attention_bias")
-        and not config.get("mlp_bias")
-        and config.get("hidden_act", "silu") == "silu"
-        and not (spec.finetune and spec.finetune.gradient_checkpointing)
-    )
+    """Whether Shipyard's own LLaMA trains this folder (``runs_on_shipyard_llama``)."""
+    return runs_on_shipyard_llama(config, spec.method)
 
 
 class CausalLM(nn.Module):
@@ -109,9 +102,8 @@ def load(folder: Path, spec: JobSpec, device: torch.device, precision: str) -> C
             f"model.path {folder} is not a causal language model ({type(config).__name__})",
             hint="fine-tune a decoder model (Llama, Qwen2, Mistral, Gemma, Phi, ...)",
         ) from exc
+    # Activation checkpointing is applied to the decoder's blocks as to Shipyard's own (parallelize.py).
     model.config.use_cache = False
-    if finetune.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if finetune.method in ("lora", "qlora"):
         model = _with_adapters(model, finetune, qlora=finetune.method == "qlora")
     if finetune.method != "qlora":
@@ -154,7 +146,7 @@ def _with_adapters(model: nn.Module, finetune: FinetuneSection, qlora: bool) -> 
         )
     if qlora:
         model = prepare_model_for_kbit_training(  # type: ignore[no-untyped-call]
-            model, use_gradient_checkpointing=finetune.gradient_checkpointing
+            model, use_gradient_checkpointing=False
         )
     lora = finetune.lora
     config = LoraConfig(
@@ -167,8 +159,6 @@ def _with_adapters(model: nn.Module, finetune: FinetuneSection, qlora: bool) -> 
         task_type="CAUSAL_LM",
     )
     peft_model: nn.Module = get_peft_model(model, config)
-    if finetune.gradient_checkpointing:
-        peft_model.enable_input_require_grads()  # type: ignore[operator]  # the frozen embeddings feed checkpointed blocks
     return peft_model
 
 
@@ -180,18 +170,28 @@ def trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[st
 
 def export(
     model: CausalLM,
-    state: dict[str, torch.Tensor],
+    tensors: Iterable[tuple[str, torch.Tensor]],
     finetune: FinetuneSection | None,
     base_dir: Path,
     tokenizer_dir: Path,
     out: Path,
 ) -> Path:
     """Write ``out``: the adapter folder PEFT loads (and, with ``merge``, the merged model in
-    ``out/merged``), or the full fine-tuned model, with the tokenizer; atomically."""
+    ``out/merged``), or the full fine-tuned model, with the tokenizer; atomically. A full model's
+    weights go to disk as they are gathered, one file's worth at a time."""
+    adapters = finetune is not None and finetune.method != "full"
     with staged_directory(out) as staging:
-        model.model.save_pretrained(str(staging), state_dict=state, safe_serialization=True)
+        if adapters:
+            model.model.save_pretrained(str(staging), state_dict=dict(tensors), safe_serialization=True)
+        else:
+            config = model.model.config
+            tied = ["lm_head.weight"] if getattr(config, "tie_word_embeddings", False) else []
+            write_weights(tensors, staging, skip=tied)
+            config.save_pretrained(str(staging))
+            if getattr(model.model, "generation_config", None) is not None:
+                model.model.generation_config.save_pretrained(str(staging))
         copy_tokenizer(tokenizer_dir, staging)
-        if finetune is not None and finetune.method != "full" and finetune.merge:
+        if adapters and finetune is not None and finetune.merge:
             merge(base_dir, staging, staging / MERGED_DIR)
             copy_tokenizer(tokenizer_dir, staging / MERGED_DIR)
     return out

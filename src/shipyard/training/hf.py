@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -50,24 +51,69 @@ def hf_config(arch: ModelArch, eos_id: int) -> dict[str, object]:
     }
 
 
+EXPORT_SHARD_BYTES = 2 * 2**30
+"""Weights per safetensors file of an export: what one process holds while writing it."""
+
+
+def write_weights(
+    tensors: Iterable[tuple[str, torch.Tensor]], folder: Path, skip: Iterable[str] = ()
+) -> None:
+    """Tensors into safetensors files of at most ``EXPORT_SHARD_BYTES`` each, as they arrive, in
+    fp32: ``model.safetensors``, or ``model-0000i-of-0000n.safetensors`` with the index
+    ``transformers`` reads. Nothing but the file being filled is held in memory."""
+    from safetensors.torch import save_file
+
+    skipped = set(skip)
+    batch: dict[str, torch.Tensor] = {}
+    files: list[tuple[str, list[str]]] = []
+    weight_map: dict[str, str] = {}
+    size = total = 0
+
+    def flush() -> None:
+        nonlocal batch, size
+        if batch:
+            name = f"part-{len(files):05d}.safetensors"
+            save_file(batch, str(folder / name), metadata={"format": "pt"})
+            files.append((name, list(batch)))
+            batch, size = {}, 0
+
+    for name, tensor in tensors:
+        if name in skipped:
+            continue
+        value = tensor.detach().to("cpu", torch.float32).contiguous()
+        if size and size + value.nbytes > EXPORT_SHARD_BYTES:
+            flush()
+        batch[name] = value
+        size += value.nbytes
+        total += value.nbytes
+    flush()
+    if len(files) == 1:
+        (folder / files[0][0]).rename(folder / "model.safetensors")
+        return
+    for index, (name, names) in enumerate(files, start=1):
+        final = f"model-{index:05d}-of-{len(files):05d}.safetensors"
+        (folder / name).rename(folder / final)
+        weight_map.update(dict.fromkeys(names, final))
+    _write_json(
+        folder / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map}
+    )
+
+
 def export(
-    state_dict: dict[str, torch.Tensor],
+    tensors: Iterable[tuple[str, torch.Tensor]],
     arch: ModelArch,
     tokenizer_file: Path,
     eos_id: int,
     out: Path,
     tokenizer_dir: Path | None = None,
 ) -> Path:
-    """Write ``out`` as a Hugging Face model directory, atomically (staging dir + rename).
-    ``tokenizer_dir``: the fine-tuned model's own tokenizer files, copied as they are (its special
-    tokens and chat template); else the trained tokenizer with a config written for it."""
-    from safetensors.torch import save_file
-
+    """Write ``out`` as a Hugging Face model directory, atomically (staging dir + rename), from
+    the model's tensors as they are gathered one by one. ``tokenizer_dir``: the fine-tuned
+    model's own tokenizer files, copied as they are (its special tokens and chat template); else
+    the trained tokenizer with a config written for it."""
     with staged_directory(out) as staging:
-        tensors = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in state_dict.items()}
-        if arch.tie_embeddings:
-            tensors.pop("lm_head.weight", None)  # the loader re-ties it; safetensors refuses shared storage
-        save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
+        # A tied head is the embedding: the loader ties it again (safetensors refuses shared storage).
+        write_weights(tensors, staging, skip=["lm_head.weight"] if arch.tie_embeddings else [])
         _write_json(staging / "config.json", hf_config(arch, eos_id))
         _write_json(
             staging / "generation_config.json",

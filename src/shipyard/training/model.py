@@ -9,12 +9,14 @@ applied from outside (see ``parallel.py``).
 from __future__ import annotations
 
 import math
+import zlib
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from shipyard.schemas.presets import ModelArch
+from shipyard.training.loss import linear_cross_entropy
 from shipyard.training.samples import attention_mask
 
 
@@ -25,8 +27,14 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in fp32 as LLaMA does; autocast would otherwise do it in bf16.
-        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).type_as(x)
+        # Normalise in fp32 as LLaMA does (one fused kernel on CUDA). Under autocast the result is
+        # cast to the 16-bit type here, once: the projections that read it then share one copy
+        # instead of each keeping its own for the backward pass.
+        out = F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps)
+        device = x.device.type
+        return (
+            out.to(torch.get_autocast_dtype(device)) if torch.is_autocast_enabled(device) else out.type_as(x)
+        )
 
 
 class RotaryEmbedding(nn.Module):
@@ -37,12 +45,24 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, head_dim: int, max_seq_len: int, theta: float) -> None:
         super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
-        freqs = torch.outer(torch.arange(max_seq_len, dtype=torch.float32), inv_freq)
-        angles = torch.cat((freqs, freqs), dim=-1)
+        self.head_dim, self.max_seq_len, self.theta = head_dim, max_seq_len, theta
         # Not persistent: derived from the config, so checkpoints and exports stay small.
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        self.register_buffer("cos", torch.empty(max_seq_len, head_dim), persistent=False)
+        self.register_buffer("sin", torch.empty(max_seq_len, head_dim), persistent=False)
+        self.reset_buffers()
+
+    def reset_buffers(self) -> None:
+        """Compute the tables where the buffers are (again after ``to_empty`` off the meta device)."""
+        if self.cos.is_meta:
+            return
+        device = self.cos.device
+        dims = torch.arange(0, self.head_dim, 2, dtype=torch.float32, device=device)
+        inv_freq = 1.0 / (self.theta ** (dims / self.head_dim))
+        freqs = torch.outer(torch.arange(self.max_seq_len, dtype=torch.float32, device=device), inv_freq)
+        angles = torch.cat((freqs, freqs), dim=-1)
+        with torch.no_grad():
+            self.cos.copy_(angles.cos())
+            self.sin.copy_(angles.sin())
 
     def forward(self, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.cos[:seq_len], self.sin[:seq_len]
@@ -73,9 +93,10 @@ class Attention(nn.Module):
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, mask: torch.Tensor | None = None
     ) -> torch.Tensor:
         batch, seq, _ = x.shape
-        q = self.q_proj(x).view(batch, seq, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(batch, seq, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        # Heads as -1: under tensor parallelism each rank holds n_heads / tp of them.
+        q = self.q_proj(x).view(batch, seq, -1, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(batch, seq, -1, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(batch, seq, -1, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         # Each key/value head serves n_heads / n_kv_heads query heads (GQA). CPU and CUDA kernels
         # take the groups as they are; elsewhere the shared heads are copied out first.
@@ -137,20 +158,31 @@ class Transformer(nn.Module):
         self.lm_head = nn.Linear(arch.dim, arch.vocab_size, bias=False)
         if arch.tie_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        self.fused_loss = True
+        """Compute the loss chunk by chunk without the logits (``loss.py``); tensor parallelism
+        turns it off and computes it on the vocabulary shards instead."""
         self.reset_parameters()
 
-    def reset_parameters(self) -> None:
-        std = 0.02
-        for name, param in self.named_parameters():
-            if param.dim() < 2:
-                continue  # norm weights stay at one
-            # GPT-2's scaled init: residual projections shrink with depth.
-            scale = (
-                1 / math.sqrt(2 * self.arch.n_layers)
-                if name.endswith(("o_proj.weight", "down_proj.weight"))
-                else 1.0
-            )
-            nn.init.normal_(param, mean=0.0, std=std * scale)
+    def reset_parameters(self, seed: int = 0) -> None:
+        """Every weight drawn from its own generator, seeded by ``seed`` and its name: the same
+        model however it is later split over devices (``initial_value``)."""
+        with torch.no_grad():
+            for name, param in self.named_parameters():
+                if not param.is_meta:
+                    param.copy_(self.initial_value(name, param.shape, seed, param.device))
+
+    def initial_value(self, name: str, shape: torch.Size, seed: int, device: torch.device) -> torch.Tensor:
+        """The full initial tensor of parameter ``name``: norms at one; every other weight normal
+        with std 0.02, GPT-2's residual projections shrunk with depth."""
+        if len(shape) < 2:
+            return torch.ones(shape, device=device)
+        scale = (
+            1 / math.sqrt(2 * self.arch.n_layers)
+            if name.endswith(("o_proj.weight", "down_proj.weight"))
+            else 1.0
+        )
+        generator = torch.Generator(device=device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+        return torch.randn(shape, generator=generator, device=device) * (0.02 * scale)
 
     def forward(
         self, tokens: torch.Tensor, targets: torch.Tensor | None = None, positions: torch.Tensor | None = None
@@ -170,10 +202,13 @@ class Transformer(nn.Module):
         x = self.model.embed_tokens(tokens)
         for layer in self.model.layers:
             x = layer(x, cos, sin, mask)
-        logits: torch.Tensor = self.lm_head(self.model.norm(x))
+        hidden = self.model.norm(x)
+        if targets is not None and self.fused_loss:
+            return linear_cross_entropy(hidden.flatten(0, 1), self.lm_head.weight, targets.reshape(-1))
+        logits: torch.Tensor = self.lm_head(hidden)
         if targets is None:
             return logits
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+        return F.cross_entropy(logits.float().flatten(0, 1), targets.reshape(-1))
 
     def num_params(self) -> int:
         return self.arch.num_params()

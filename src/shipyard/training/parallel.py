@@ -1,17 +1,27 @@
-"""Process groups and the wrappers that spread a model over devices (DDP or FSDP2)."""
+"""The process group, the device mesh over it, and the collectives the loop needs.
+
+The mesh follows torchtitan's order, outermost first: ``dp_replicate``, ``dp_shard``, ``tp``. Ranks
+next to each other (the devices of one node) form a tensor-parallel group; the data-parallel rank
+of a process is its rank divided by ``tp``.
+"""
 
 from __future__ import annotations
 
 import os
-from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
+from shipyard.errors import InvalidSpec
+from shipyard.schemas.jobspec import ParallelismSection
 from shipyard.schemas.launch import TorchDevice
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+MESH_AXES = ("dp_replicate", "dp_shard", "tp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +30,13 @@ class Dist:
     world_size: int
     local_rank: int
     device: torch.device
+    layout: ParallelismSection
+    """Every degree resolved: ``tp * dp_shard * dp_replicate == world_size``."""
+    mesh: DeviceMesh | None = None
+    """Over every rank, axes ``MESH_AXES``; None in a single process."""
+    checkpoint_group: dist.ProcessGroup | None = None
+    """A gloo group of its own for checkpoints written in the background, whose collectives
+    would otherwise interleave with the training step's on the default group."""
 
     @property
     def is_main(self) -> bool:
@@ -29,21 +46,56 @@ class Dist:
     def enabled(self) -> bool:
         return self.world_size > 1
 
+    @property
+    def tp(self) -> int:
+        return self.layout.tp or 1
 
-def init(torch_device: TorchDevice) -> Dist:
-    """Join the process group that torchrun set up (or run alone without one)."""
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel ranks: each reads its own slice of the batch; a tensor-parallel group shares one."""
+        return self.world_size // self.tp
+
+    @property
+    def dp_rank(self) -> int:
+        return self.rank // self.tp
+
+
+def init(torch_device: TorchDevice, layout: ParallelismSection) -> Dist:
+    """Join the process group that torchrun set up (or run alone without one) and lay the mesh
+    over it. ``layout`` may leave degrees open: the rest becomes data parallel."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    resolved = layout.resolved(world)
+    if per_node % (resolved.tp or 1):
+        raise InvalidSpec(
+            f"training.parallelism.tp {resolved.tp} does not divide the {per_node} processes of a node",
+            hint="tensor parallelism stays inside a node: pick a tp that divides resources.devices",
+        )
     if torch_device in ("cuda", "xpu"):
         device = torch.device(torch_device, local_rank)
         if torch_device == "cuda":
             torch.cuda.set_device(device)
     else:
         device = torch.device(torch_device)
-    if world > 1:
-        dist.init_process_group(backend="nccl" if torch_device == "cuda" else "gloo")
-    return Dist(rank=rank, world_size=world, local_rank=local_rank, device=device)
+    if world == 1:
+        return Dist(rank=0, world_size=1, local_rank=0, device=device, layout=resolved)
+    # CUDA tensors go through NCCL, CPU ones (background checkpoints, small objects) through gloo.
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if torch_device == "cuda" else "gloo")
+    from torch.distributed.device_mesh import init_device_mesh
+
+    shape = (resolved.dp_replicate or 1, resolved.dp_shard or 1, resolved.tp or 1)
+    mesh = init_device_mesh(device.type, shape, mesh_dim_names=MESH_AXES)
+    return Dist(
+        rank=rank,
+        world_size=world,
+        local_rank=local_rank,
+        device=device,
+        layout=resolved,
+        mesh=mesh,
+        checkpoint_group=dist.new_group(backend="gloo"),
+    )
 
 
 def shutdown(d: Dist) -> None:
@@ -86,91 +138,3 @@ def barrier(d: Dist) -> None:
 
 def _comm_device(d: Dist) -> torch.device:
     return d.device if d.device.type == "cuda" else torch.device("cpu")
-
-
-def wrap(model: nn.Module, d: Dist, parallelism: str, bf16: bool) -> nn.Module:
-    """DDP replicates the model on every rank; FSDP2 shards each block's parameters."""
-    if not d.enabled:
-        return model
-    if parallelism == "fsdp":
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-
-        mesh = init_device_mesh(d.device.type, (d.world_size,))
-        policy = MixedPrecisionPolicy(
-            param_dtype=torch.bfloat16 if bf16 else None, reduce_dtype=torch.float32
-        )
-        for block in _blocks(model):
-            fully_shard(block, mesh=mesh, mp_policy=policy)
-        fully_shard(model, mesh=mesh, mp_policy=policy)
-        return model
-    from torch.nn.parallel import DistributedDataParallel
-
-    ids = [d.device.index] if d.device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=ids)
-
-
-def _blocks(model: nn.Module) -> nn.ModuleList:
-    """The model's transformer blocks: its longest list of modules (``model.layers`` of Shipyard's
-    LLaMA and of every ``transformers`` decoder, however deep a PEFT wrapper puts it)."""
-    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList)]
-    return max(lists, key=len)
-
-
-def no_sync(model: nn.Module, last_micro_step: bool) -> AbstractContextManager[Any]:
-    """Skip DDP's gradient all-reduce on every micro-step but the last of an optimizer step."""
-    if last_micro_step or not hasattr(model, "no_sync"):
-        return nullcontext()
-    context: AbstractContextManager[Any] = model.no_sync()  # type: ignore[operator]
-    return context
-
-
-def full_state(
-    model: nn.Module, optimizer: torch.optim.Optimizer, d: Dist, fsdp: bool, trainable_only: bool = False
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Unsharded model and optimizer state (all ranks must call; rank 0 saves it);
-    ``trainable_only``: the model's trained parameters alone (adapters, not the frozen base)."""
-    if fsdp and d.enabled:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-            get_optimizer_state_dict,
-        )
-
-        options = StateDictOptions(
-            full_state_dict=True, cpu_offload=True, ignore_frozen_params=trainable_only
-        )
-        return (
-            get_model_state_dict(model, options=options),
-            get_optimizer_state_dict(model, optimizer, options=options),
-        )
-    state = model.state_dict()
-    if trainable_only:
-        trained = {name for name, p in model.named_parameters() if p.requires_grad}
-        state = {k: v for k, v in state.items() if k in trained}
-    return state, optimizer.state_dict()
-
-
-def load_full_state(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    model_state: dict[str, Any],
-    optim_state: dict[str, Any],
-    d: Dist,
-    fsdp: bool,
-    trainable_only: bool = False,
-) -> None:
-    """``trainable_only``: the state holds the trained parameters alone; the rest stay as loaded."""
-    if fsdp and d.enabled:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            set_model_state_dict,
-            set_optimizer_state_dict,
-        )
-
-        options = StateDictOptions(full_state_dict=True, strict=not trainable_only)
-        set_model_state_dict(model, model_state, options=options)
-        set_optimizer_state_dict(model, optimizer, optim_state, options=options)
-        return
-    model.load_state_dict(model_state, strict=not trainable_only)
-    optimizer.load_state_dict(optim_state)

@@ -11,6 +11,7 @@ import resource
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
-from shipyard.errors import CheckpointError, InvalidSpec
+from shipyard.errors import CheckpointError
 from shipyard.schemas.data_roots import refuse_escaped_folders
 from shipyard.schemas.jobspec import JobSpec, ScheduleSection
 from shipyard.schemas.launch import (
@@ -31,10 +32,10 @@ from shipyard.schemas.launch import (
     LaunchPlan,
     write_json_atomic,
 )
-from shipyard.schemas.presets import PRESETS
 from shipyard.storage.digests import folder_digest
-from shipyard.training import checkpoint, finetune, hf, parallel
-from shipyard.training.data import TokenizedData, TokenWindows, prepare
+from shipyard.training import checkpoint, finetune, hf, parallel, parallelize
+from shipyard.training.build import build_model, build_optimizer, describe, moments_in_bf16, resolve_precision
+from shipyard.training.data import TokenWindows, prepare
 from shipyard.training.faults import Faults
 from shipyard.training.heartbeat import Pulse
 from shipyard.training.model import Transformer
@@ -55,24 +56,6 @@ def lr_factor(step: int, total_steps: int, schedule: ScheduleSection) -> float:
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def resolve_precision(requested: str, device: torch.device) -> str:
-    if requested != "auto":
-        return requested
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    if device.type in ("hpu", "xpu"):
-        return "bf16"
-    if device.type == "cpu":
-        cpu = torch.backends.cpu.get_cpu_capability()
-        # bf16 pays off only with native bf16 dot products (AVX512-BF16 or AMX).
-        native = (
-            getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)()
-            or getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
-        )
-        return "bf16" if native and "AVX512" in cpu else "fp32"
-    return "fp32"
-
-
 class StopSignal:
     """Turns SIGTERM/SIGINT into a flag the loop checks between steps."""
 
@@ -87,36 +70,6 @@ class StopSignal:
         print(f"received {signal.Signals(signum).name}: checkpointing and stopping", flush=True)
 
 
-TrainedModel = Transformer | finetune.CausalLM
-
-
-def build_model(spec: JobSpec, data: TokenizedData, device: torch.device, precision: str) -> TrainedModel:
-    """A preset from scratch; a plain LLaMA folder to fully fine-tune on Shipyard's own model; any
-    other causal LM, or any method with adapters, through ``transformers`` and PEFT."""
-    t = spec.training
-    model: TrainedModel
-    if spec.model.path is None:
-        model = Transformer(PRESETS[spec.model.preset or ""].with_vocab(data.vocab_size)).to(device)
-        vocab, max_seq_len = model.arch.vocab_size, model.arch.max_seq_len
-    elif finetune.builtin_fits(finetune.read_config(Path(spec.model.path)), spec):
-        model = hf.load_model(Path(spec.model.path)).to(device)
-        vocab, max_seq_len = model.arch.vocab_size, model.arch.max_seq_len
-    else:
-        model = finetune.load(Path(spec.model.path), spec, device, precision)
-        vocab, max_seq_len = int(model.model.config.vocab_size), model.max_seq_len
-    if vocab < data.vocab_size:
-        raise InvalidSpec(
-            f"the tokenizer has {data.vocab_size} tokens but the model only {vocab}",
-            hint="use the model's own tokenizer (leave data.tokenizer.path out, or point it at model.path)",
-        )
-    if t.seq_len > max_seq_len:
-        raise InvalidSpec(
-            f"training.seq_len {t.seq_len} exceeds the model's max_seq_len {max_seq_len}",
-            hint=f"set training.seq_len to at most {max_seq_len}",
-        )
-    return model
-
-
 def tokenizer_dir(spec: JobSpec) -> Path | None:
     """The tokenizer a job reads with: ``data.tokenizer.path``, else a fine-tuned model's own."""
     if spec.data.tokenizer.path:
@@ -124,26 +77,6 @@ def tokenizer_dir(spec: JobSpec) -> Path | None:
     if spec.model.path and (Path(spec.model.path) / "tokenizer.json").is_file():
         return Path(spec.model.path)
     return None
-
-
-def build_optimizer(model: nn.Module, spec: JobSpec, device: torch.device, fsdp: bool) -> torch.optim.AdamW:
-    """AdamW with no weight decay on norms (1-D parameters)."""
-    o = spec.training.optimizer
-    trained = [p for p in model.parameters() if p.requires_grad]  # not a frozen base under adapters
-    decay = [p for p in trained if p.dim() >= 2]
-    no_decay = [p for p in trained if p.dim() < 2]
-    return torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": o.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
-        lr=o.lr,
-        betas=o.betas,
-        eps=o.eps,
-        # One vectorised kernel instead of a loop over parameters (what HF Trainer defaults to);
-        # FSDP2's sharded parameters keep the default implementation.
-        fused=(device.type in ("cpu", "cuda") and not fsdp) or None,
-    )
 
 
 @dataclass
@@ -182,7 +115,7 @@ class Trainer:
 
     def run(self) -> AttemptResult:
         torch.set_num_threads(self.plan.threads_per_process)
-        self.dist = parallel.init(self.plan.torch_device)
+        self.dist = parallel.init(self.plan.torch_device, self.spec.training.parallelism)
         self.faults = Faults.of_attempt(self.plan.attempt)
         self.pulse = Pulse(self.run_dir, self.dist.rank, step=0)
         self.pulse.enter("setup")
@@ -228,41 +161,42 @@ class Trainer:
 
         # 2. Model, spread over the devices; the optimizer and its schedule.
         self.precision = resolve_precision(t.precision, d.device)
-        self.raw_model = build_model(spec, self.data, d.device, self.precision)
+        built = build_model(spec, self.data, d, self.precision)
+        self.raw_model, self.model, self.spread = built.model, built.forward, built.spread
         # Adapters: checkpoints hold the trained parameters alone, the base is read from model.path.
         self.adapters = spec.method in ("lora", "qlora")
         self.base_digest = folder_digest(Path(spec.model.path)) if spec.model.path else None
-        self.fsdp = t.parallelism == "fsdp" and d.enabled
-        self.model = parallel.wrap(self.raw_model, d, t.parallelism, bf16=self.precision == "bf16")
         self.model.train()  # from_pretrained hands a model over in eval mode (dropout off)
-        self.forward: nn.Module = torch.compile(self.model) if t.compile else self.model  # type: ignore[assignment]
-        self.optimizer = build_optimizer(self.model, spec, d.device, self.fsdp)
+        self.optimizer = build_optimizer(
+            self.raw_model, spec, d.device, sharded=self.spread.fsdp or self.spread.tp
+        )
         total = t.total_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: lr_factor(step, total, t.schedule)
         )
         self.scaler = torch.amp.GradScaler(d.device.type, enabled=self.precision == "fp16")
         self.autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+        self.checkpointer = checkpoint.Checkpointer(
+            self.run_dir / CHECKPOINT_DIR,
+            d,
+            spec.checkpoint.keep,
+            trainable_only=self.adapters,
+            faults=self.faults,
+        )
 
-        # 3. Resume: model, optimizer, scheduler, data position and RNG state.
+        # 3. Resume: model, optimizer, scheduler, data position and RNG state, resharded onto
+        # this attempt's layout.
         self.start_step = 0
         if plan.resume_from:
-            state = checkpoint.load(Path(plan.resume_from))
+            state = self.checkpointer.load(Path(plan.resume_from), self.raw_model, self.optimizer)
             if state.get("base_digest") != self.base_digest:
                 raise CheckpointError(
                     f"checkpoint {plan.resume_from} was written on other base weights than "
                     f"{spec.model.path or spec.model.preset} holds now",
                     hint="resume onto the model it was trained from, or start without --resume",
                 )
-            parallel.load_full_state(
-                self.state_module,
-                self.optimizer,
-                state["model"],
-                state["optimizer"],
-                d,
-                self.fsdp,
-                trainable_only=self.adapters,
-            )
+            if spec.training.optimizer.state_dtype == "bf16":
+                moments_in_bf16(self.optimizer)
             self.scheduler.load_state_dict(state["scheduler"])
             self.start_step = self.pulse.step = state["step"]
             rngs = state["rng_by_rank"]
@@ -270,10 +204,14 @@ class Trainer:
             self.log(f"resumed from {plan.resume_from} at step {self.start_step}")
             self.record(kind="resume", step=self.start_step, path=plan.resume_from)
 
-    @property
-    def state_module(self) -> nn.Module:
-        """What checkpoints read and write: the sharded model under FSDP, else the bare one."""
-        return self.model if self.fsdp else self.raw_model
+    def loss_context(self) -> AbstractContextManager[Any]:
+        """Under tensor parallelism the loss is computed on the vocabulary shards of the logits,
+        forward and backward (``loss_parallel``): no rank ever holds all of them."""
+        if not self.spread.tp:
+            return nullcontext()
+        from torch.distributed.tensor.parallel import loss_parallel
+
+        return loss_parallel()
 
     def to_device(self, *batch: torch.Tensor) -> list[torch.Tensor]:
         """A copy from pageable host memory makes the host wait until the GPU has drained, and the
@@ -284,7 +222,7 @@ class Trainer:
         return [t.pin_memory().to(device, non_blocking=True) for t in batch]
 
     def autocast(self) -> AbstractContextManager[Any]:
-        if self.autocast_dtype is None or self.fsdp:  # FSDP2 casts through its MixedPrecisionPolicy
+        if self.autocast_dtype is None or self.spread.fsdp:  # FSDP2 casts through its MixedPrecisionPolicy
             return nullcontext()
         return torch.autocast(self.dist.device.type, dtype=self.autocast_dtype)
 
@@ -293,16 +231,18 @@ class Trainer:
         self.pulse.enter("eval")
         self.model.eval()
         total, counted = 0.0, 0.0
-        # Every rank runs as many forward passes as the busiest one: under DDP and FSDP each is a
-        # collective, and a rank with fewer would leave the others waiting for it. Batches past
-        # ``eval_batches`` (more ranks than batches) are run, but not counted.
+        # Every data-parallel rank runs as many forward passes as the busiest one: under DDP and
+        # FSDP each is a collective, and a rank with fewer would leave the others waiting for it.
+        # Batches past ``eval_batches`` (more ranks than batches) are run, but not counted; the
+        # ranks of a tensor-parallel group run the same batches and count them once.
+        ranks = d.dp_size
         with torch.no_grad():
-            for i in range(d.rank, math.ceil(t.eval_batches / d.world_size) * d.world_size, d.world_size):
+            for i in range(d.dp_rank, math.ceil(t.eval_batches / ranks) * ranks, ranks):
                 batch = self.windows.eval_batch(i % t.eval_batches, t.micro_batch_size)
-                with self.autocast():
-                    loss_i = float(self.forward(*self.to_device(*batch)))
+                with self.autocast(), self.loss_context():
+                    loss_i = float(_whole(self.model(*self.to_device(*batch))))
                 if i < t.eval_batches:
-                    total, counted = total + loss_i, counted + 1
+                    total, counted = total + loss_i / d.tp, counted + 1 / d.tp
         self.model.train()
         total, counted = parallel.all_reduce_sum([total, counted], d)
         loss = total / max(1.0, counted)
@@ -310,28 +250,25 @@ class Trainer:
         self.log(f"eval step {step}: loss {loss:.4f}")
         return loss
 
-    def save_checkpoint(self, step: int) -> Path:
-        d = self.dist
+    def save_checkpoint(self, step: int, *, background: bool = False) -> Path:
+        """Checkpoint ``step``; ``background``: write it while the next steps train."""
         self.pulse.enter("checkpoint")
-        model_state, optim_state = parallel.full_state(
-            self.state_module, self.optimizer, d, self.fsdp, trainable_only=self.adapters
+        t = self.spec.training
+        trainer_state = {
+            "scheduler": self.scheduler.state_dict(),
+            "samples_seen": step * t.global_batch_tokens // t.seq_len,
+            "base_digest": self.base_digest,
+        }
+        description = {**describe(self.spec, self.raw_model, self.adapters), "base_digest": self.base_digest}
+        return self.checkpointer.save(
+            step,
+            self.raw_model,
+            self.optimizer,
+            trainer_state,
+            description,
+            background=background,
+            on_commit=lambda path: self.record(kind="checkpoint", step=step, path=str(path)),
         )
-        rngs = _gather_rng(d)
-        directory = self.run_dir / CHECKPOINT_DIR
-        path = directory / checkpoint.step_dir_name(step)
-        if d.is_main:
-            state = {
-                "model": model_state,
-                "optimizer": optim_state,
-                "scheduler": self.scheduler.state_dict(),
-                "step": step,
-                "samples_seen": step * self.spec.training.global_batch_tokens // self.spec.training.seq_len,
-                "base_digest": self.base_digest,
-            }
-            path = checkpoint.save(directory, step, state, rngs, keep=self.spec.checkpoint.keep)
-            self.record(kind="checkpoint", step=step, path=str(path))
-        parallel.barrier(d)
-        return path
 
     def train_step(self, step: int) -> tuple[float, float, float]:
         """One optimizer step (0-based ``step``); returns the mean loss over all ranks, the
@@ -340,26 +277,28 @@ class Trainer:
         d, t = self.dist, self.spec.training
         started = time.perf_counter()
         compute_s = 0.0
-        accum, micro = t.grad_accum_steps(d.world_size), t.micro_batch_size
-        # Each rank reads its own slice of the step's samples, so any world size sees the same batch.
-        first = step * (t.global_batch_tokens // t.seq_len) + d.rank * accum * micro
+        accum, micro = t.grad_accum_steps(d.dp_size), t.micro_batch_size
+        # Each data-parallel rank reads its own slice of the step's samples, so any layout sees the
+        # same batch (the ranks of a tensor-parallel group read the same slice).
+        first = step * (t.global_batch_tokens // t.seq_len) + d.dp_rank * accum * micro
         # Summed on the device: reading each micro-step's loss would make the host wait for the GPU
         # before it could queue the next micro-step's kernels.
         loss_sum = torch.zeros((), device=d.device)
         for m in range(accum):
             batch = self.windows.train_batch(first + m * micro, micro)
             self.faults.before_forward(step + 1, d.rank, micro)
-            with parallel.no_sync(self.model, last_micro_step=m == accum - 1), self.autocast():
-                loss = self.forward(*self.to_device(*batch)) / accum
-            if m == accum - 1:  # what comes next, the last backward, waits for the other ranks
-                if d.device.type == "cuda":
-                    torch.cuda.synchronize()
-                compute_s = time.perf_counter() - started
-            self.scaler.scale(loss).backward()
-            loss_sum += loss.detach().float()
+            with no_sync(self.model, last_micro_step=m == accum - 1), self.loss_context():
+                with self.autocast():
+                    loss = self.model(*self.to_device(*batch)) / accum
+                if m == accum - 1:  # what comes next, the last backward, waits for the other ranks
+                    if d.device.type == "cuda":
+                        torch.cuda.synchronize()
+                    compute_s = time.perf_counter() - started
+                self.scaler.scale(loss).backward()
+            loss_sum += _whole(loss.detach()).float()
         self.scaler.unscale_(self.optimizer)
         clip = t.optimizer.grad_clip or float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        grad_norm = float(_whole(torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip)))
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -376,9 +315,9 @@ class Trainer:
         self.log(
             f"model: {n_params / 1e6:.2f}M parameters ({spec.model.preset or spec.model.path}), {method}"
             f"vocab {self.data.vocab_size}; {self.data.n_tokens:,} tokens; precision {self.precision}; "
-            f"{d.world_size} x {d.device.type} ({t.parallelism if d.enabled else 'single'}); "
-            f"{t.grad_accum_steps(d.world_size)} micro-steps of {t.micro_batch_size}x{t.seq_len} per "
-            f"device per step; steps {self.start_step}->{total}"
+            f"{d.world_size} x {d.device.type} ({d.layout.describe() if d.enabled else 'single'}; "
+            f"{self.spread.describe()}); {t.grad_accum_steps(d.dp_size)} micro-steps of "
+            f"{t.micro_batch_size}x{t.seq_len} per device per step; steps {self.start_step}->{total}"
         )
         if self.start_step == 0:
             if d.is_main:
@@ -443,18 +382,20 @@ class Trainer:
                     message=f"stopped after step {step} of {total}; resume with --resume",
                 )
             if spec.checkpoint.interval and step % spec.checkpoint.interval == 0 and step < total:
-                self.save_checkpoint(step)
+                self.save_checkpoint(step, background=True)
 
-        # 5. The end: final eval, checkpoint and Hugging Face export.
+        # 5. The end: final eval, checkpoint and Hugging Face export, assembled one tensor at a
+        # time from the shards (no process holds the whole model).
         eval_loss = self.evaluate(step)
         path = self.save_checkpoint(step)
-        model_state, _ = parallel.full_state(
-            self.state_module, self.optimizer, d, self.fsdp, trainable_only=self.adapters
-        )
         export_dir = self.run_dir / EXPORT_DIR
         self.pulse.enter("export")
+        tensors = parallelize.full_tensors(self.raw_model, d, trainable_only=self.adapters)
         if d.is_main:
-            self._export(model_state, export_dir)
+            self._export(tensors, export_dir)
+        else:
+            for _ in tensors:  # each tensor is gathered by every rank
+                pass
         # The other ranks wait here: one that tears down its process group while rank 0 is
         # still exporting can abort inside gloo ("terminate called without an active exception").
         parallel.barrier(d)
@@ -467,15 +408,15 @@ class Trainer:
             lineage=self.lineage(),
         )
 
-    def _export(self, model_state: dict[str, torch.Tensor], out: Path) -> None:
+    def _export(self, tensors: Iterator[tuple[str, torch.Tensor]], out: Path) -> None:
         model = self.raw_model
         if isinstance(model, Transformer):
             hf.export(
-                model_state, model.arch, self.data.tokenizer_path, self.data.eos_id, out, self.tokenizer_dir
+                tensors, model.arch, self.data.tokenizer_path, self.data.eos_id, out, self.tokenizer_dir
             )
         else:
-            # The state's names are the wrapper's (``model.``...); PEFT and transformers name from within.
-            inner = {name.removeprefix("model."): value for name, value in model_state.items()}
+            # The names are the wrapper's (``model.``...); PEFT and transformers name from within.
+            inner = ((name.removeprefix("model."), value) for name, value in tensors)
             assert self.tokenizer_dir is not None and self.spec.model.path is not None
             finetune.export(
                 model, inner, self.spec.finetune, Path(self.spec.model.path), self.tokenizer_dir, out
@@ -498,15 +439,19 @@ class Trainer:
         return found
 
 
-def _gather_rng(d: parallel.Dist) -> list[dict[str, Any]]:
-    state = checkpoint.rng_state()
-    if not d.enabled:
-        return [state]
-    import torch.distributed as dist
+def no_sync(model: nn.Module, last_micro_step: bool) -> AbstractContextManager[Any]:
+    """Skip DDP's gradient all-reduce on every micro-step but the last of an optimizer step."""
+    if last_micro_step or not hasattr(model, "no_sync"):
+        return nullcontext()
+    context: AbstractContextManager[Any] = model.no_sync()  # type: ignore[operator]
+    return context
 
-    gathered: list[Any] = [None] * d.world_size
-    dist.all_gather_object(gathered, state)
-    return gathered
+
+def _whole(value: torch.Tensor) -> torch.Tensor:
+    """A plain tensor of ``value``: a loss or gradient norm over sharded tensors is a DTensor."""
+    from torch.distributed.tensor import DTensor
+
+    return value.full_tensor() if isinstance(value, DTensor) else value
 
 
 def _memory_gib(device: torch.device) -> float:
