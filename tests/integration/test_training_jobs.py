@@ -35,6 +35,13 @@ def test_submit_wait_list_show_logs_models_generate(cli: Cli, tmp_path: Path) ->
     assert {a["kind"] for a in detail["artifacts"]} == {"checkpoint", "export"}
     assert detail["attempts"][0]["exit_reason"] == "completed"
     assert detail["attempts"][0]["threads_per_process"] == 1
+    # The planner's layout, memory and step time for the type it ran on, beside the measured ones.
+    planned = detail["estimate"]["by_accelerator"]["cpu"]
+    assert planned["layout"]["parallelism"] == {"tp": 1, "dp_shard": 1, "dp_replicate": 1}
+    assert planned["layout"]["activation_checkpointing"] == {"mode": "none"}
+    shown = cli.run("jobs", "show", job["id"]).stdout
+    assert "tp=1 x dp_shard=1 x dp_replicate=1, activation checkpointing none" in shown
+    assert "planned step time" in shown and "s (measured" in shown
 
     log = cli.run("jobs", "logs", job["id"]).stdout
     assert "step 8/8" in log and "exported Hugging Face model" in log

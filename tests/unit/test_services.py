@@ -4,13 +4,14 @@ and a fake vendor query standing in for a node with two cores."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from shipyard import audit
-from shipyard.errors import Conflict, Forbidden, NotFound, Unschedulable
+from shipyard.errors import Conflict, Forbidden, InvalidSpec, NotFound, Unschedulable
 from shipyard.hardware import VendorQueries
 from shipyard.hardware.discovery import CpuInfo
 from shipyard.schemas.jobspec import validate_job_spec
@@ -273,3 +274,64 @@ def test_a_submission_whose_request_went_away_is_not_written(ctx: ServiceContext
     finally:
         writer.close()
     assert {j.id for j in jobs.list_jobs(ctx)} == {kept.result().id, after.id}
+
+
+def test_a_tensor_parallel_degree_that_splits_no_heads_evenly_is_refused_with_the_valid_ones(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(home=tmp_path, db_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    ctx = open_context(settings, vendor_queries=h200_node(8))
+    spec = spec_dict(
+        model={"preset": "llama-7b"},
+        training={"parallelism": {"tp": 3}},
+        resources={"accelerator": "h200", "devices": 6},
+    )
+    with pytest.raises(InvalidSpec, match="tp 3 does not split the model's 32 attention heads") as err:
+        jobs.submit(ctx, validate_job_spec(spec))
+    assert err.value.hint == "valid tp: 1, 2"
+    ctx.close()
+
+
+def test_tensor_parallelism_is_refused_for_a_model_that_trains_through_transformers(
+    ctx: ServiceContext, tmp_path: Path
+) -> None:
+    folder = tmp_path / "qwen"
+    folder.mkdir()
+    config = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "vocab_size": 512,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    spec = spec_dict(
+        model={"preset": None, "path": str(folder)},
+        finetune={"method": "lora"},
+        training={"parallelism": {"tp": 2}},
+        resources={"accelerator": "cpu", "devices": 2},
+    )
+    with pytest.raises(InvalidSpec, match="tensor parallelism splits Shipyard's LLaMA") as err:
+        jobs.submit(ctx, validate_job_spec(spec))
+    assert "dp_shard" in (err.value.hint or "")
+
+
+def test_a_checkpoint_of_another_model_is_refused_at_submit_any_layout_is_not(
+    ctx: ServiceContext, tmp_path: Path
+) -> None:
+    folder = tmp_path / "checkpoints" / "step_000004"
+    folder.mkdir(parents=True)
+    written = {"format": "dcp", "step": 4, "layout": {"tp": 2, "dp_shard": 2, "dp_replicate": 1}}
+    tiny = {"dim": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "ffn_dim": 192, "vocab_size": 512}
+    (folder / "checkpoint.json").write_text(json.dumps({**written, "model": tiny, "adapters_only": False}))
+    spec = validate_job_spec(spec_dict())  # llama-tiny on one process: another layout, same model
+    assert jobs.submit(ctx, spec, resume_from=str(folder)).resume_from == str(folder)
+    other = {**tiny, "dim": 128, "n_layers": 4}
+    (folder / "checkpoint.json").write_text(json.dumps({**written, "model": other, "adapters_only": False}))
+    with pytest.raises(
+        InvalidSpec, match=r"cannot be resharded onto this job: dim 128 -> 64; n_layers 4 -> 2"
+    ):
+        jobs.submit(ctx, spec, resume_from=str(folder))

@@ -136,7 +136,8 @@ def _print_detail(d: JobDetail) -> None:
             rows.append((label, f"{s[key]:.2%}" if key == "mfu" else s[key]))
     if "wall_s" in s:
         rows.append(("wall time", duration(s["wall_s"])))
-    rows += _estimate_rows(d.estimate, s)
+    ran_on = d.attempts[-1].accelerator_type if d.attempts else None
+    rows += _estimate_rows(d.estimate, s, ran_on)
     table(None, ["", ""], rows)
     if d.attempts:
         table(
@@ -170,24 +171,48 @@ def _print_detail(d: JobDetail) -> None:
         )
 
 
-def _estimate_rows(estimate: dict[str, Any], measured: dict[str, float]) -> list[tuple[str, object]]:
-    """The planner's prediction at submit time beside what the run measured."""
+def _estimate_rows(
+    estimate: dict[str, Any], measured: dict[str, float], ran_on: str | None
+) -> list[tuple[str, object]]:
+    """The planner's prediction at submit time beside what the run measured: for the accelerator
+    type the job ran on, with the layout it ran with."""
     if not estimate:
         return []
+    accelerator = ran_on if ran_on in (estimate.get("by_accelerator") or {}) else estimate["accelerator"]
+    plan = {**estimate, **(estimate.get("by_accelerator") or {}).get(accelerator, {})}
 
     def against(key: str) -> str:
         return f" (measured {fmt(measured[key])})" if key in measured else ""
 
-    memory = f"{estimate['memory_gib_per_device']:.2f} GiB"
-    if "memory_measured_by" in estimate:  # an earlier job of this shape measured it
-        by, model = estimate["memory_measured_by"], estimate["memory_gib_planned"]
+    memory = f"{plan['memory_gib_per_device']:.2f} GiB"
+    if "memory_measured_by" in estimate and accelerator == estimate["accelerator"]:
+        by, model = (
+            estimate["memory_measured_by"],
+            estimate["memory_gib_planned"],
+        )  # an earlier job of this shape
         memory += f" (as job {by} peaked; the planner's model: {model:.2f})"
-    return [
-        ("planned on", f"{estimate['devices']} x {estimate['accelerator']}"),
+    rows: list[tuple[str, object]] = [("planned on", f"{estimate['devices']} x {accelerator}")]
+    if "layout" in plan:
+        rows.append(("planned layout", describe_layout(plan["layout"])))
+    rows += [
         ("planned memory/device", f"{memory}{against('memory_gib')}"),
-        ("planned tokens/s", f"{fmt(estimate['tokens_per_s'])}{against('tokens_per_s')}"),
+        ("planned step time", f"{fmt(plan['step_time_s'])} s{against('step_time_s')}"),
+        ("planned tokens/s", f"{fmt(plan['tokens_per_s'])}{against('tokens_per_s')}"),
         ("planned wall time", f"{duration(estimate['wall_time_s'])}"),
     ]
+    return rows
+
+
+def describe_layout(layout: dict[str, Any]) -> str:
+    """``tp=2 x dp_shard=4 x dp_replicate=1, activation checkpointing full``."""
+    p, ac = layout["parallelism"], layout["activation_checkpointing"]
+    checkpointing = ac["mode"]
+    if ac.get("selective") == "blocks":
+        checkpointing += f" (one block in {ac['every']})"
+    return (
+        f"tp={p['tp']} x dp_shard={p['dp_shard']} x dp_replicate={p['dp_replicate']}, "
+        f"activation checkpointing {checkpointing}"
+    )
 
 
 @sub_app.command()

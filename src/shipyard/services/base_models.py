@@ -12,7 +12,7 @@ from typing import Any
 from shipyard.errors import InvalidSpec, Unschedulable
 from shipyard.hardware.catalog import Catalog
 from shipyard.schemas.jobspec import JobSpec
-from shipyard.schemas.launch import CHECKPOINT_BASE_FILE
+from shipyard.schemas.launch import CHECKPOINT_BASE_FILE, checkpoint_description
 from shipyard.storage.digests import folder_digest
 
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
@@ -126,10 +126,12 @@ def has_chat_template(tokenizer: Path) -> bool:
 def check_resume_base(spec: JobSpec, checkpoint: Path) -> None:
     """A checkpoint resumes only onto the base weights it was trained from: adapters on other
     weights would train on, silently, to a different model."""
-    recorded = checkpoint / CHECKPOINT_BASE_FILE
-    if not spec.model.path or not recorded.is_file():
+    written_on = checkpoint_description(checkpoint).get("base_digest")
+    legacy = checkpoint / CHECKPOINT_BASE_FILE  # an earlier Shipyard's
+    if written_on is None and legacy.is_file():
+        written_on = json.loads(legacy.read_text()).get("base_digest")
+    if not spec.model.path or not written_on:
         return
-    written_on = json.loads(recorded.read_text()).get("base_digest")
     now = folder_digest(Path(spec.model.path))
     if written_on and written_on != now:
         raise InvalidSpec(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Hashable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,10 +25,16 @@ from shipyard.hardware import Device
 from shipyard.hardware.catalog import AcceleratorSpec, Catalog
 from shipyard.planner.shapes import ModelShape
 from shipyard.planner.training import TrainingPlan, plan_training
-from shipyard.planner.workload import LayoutRequest, TrainingWorkload, cluster_of
+from shipyard.planner.workload import LayoutRequest, Recompute, TrainingWorkload, cluster_of
 from shipyard.schemas.documents import describe_error, read_document_file
-from shipyard.schemas.jobspec import FinetuneSection, JobSpec
+from shipyard.schemas.jobspec import (
+    ActivationCheckpointingSection,
+    FinetuneSection,
+    JobSpec,
+    ParallelismSection,
+)
 from shipyard.schemas.presets import PRESETS, ModelArch
+from shipyard.schemas.runtime import FUSED_NORM_VENDORS, runs_on_shipyard_llama
 from shipyard.services.base_models import QLORA_VENDOR
 
 
@@ -74,6 +81,19 @@ class HFShape(BaseModel):
     tie_word_embeddings: bool = False
 
 
+def on_shipyard_llama(spec: JobSpec) -> bool:
+    """Whether the job trains on Shipyard's own LLaMA (which tensor parallelism can split): a
+    preset, or full fine-tuning of a plain LLaMA folder."""
+    if not spec.model.path:
+        return True
+    config = Path(spec.model.path) / "config.json"
+    try:
+        found = json.loads(config.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(found, dict) and runs_on_shipyard_llama(found, spec.method)
+
+
 def job_workload(spec: JobSpec) -> TrainingWorkload:
     arch = job_arch(spec)
     t = spec.training
@@ -98,21 +118,67 @@ def job_workload(spec: JobSpec) -> TrainingWorkload:
         # Autocast keeps fp32 master weights: 16 bytes per parameter, as mixed-precision Adam.
         precision="fp32" if t.precision == "fp32" else "bf16",
         flash_attention=True,  # the runtime uses scaled_dot_product_attention
+        # Shipyard's LLaMA is counted tensor by tensor; a transformers model, as Megatron's blocks
+        # (with what PEFT's adapters add), which its measured peaks match.
+        activations="shipyard" if on_shipyard_llama(spec) else "megatron",
     )
+
+
+def runtime_request(spec: JobSpec) -> LayoutRequest:
+    """The layouts the runtime runs, for the planner to choose among: what the spec gives is
+    pinned; no pipeline; ZeRO-3 (FSDP2) or plain replicas (DDP); tensor parallelism only on
+    Shipyard's own LLaMA."""
+    p, t = spec.training.parallelism, spec.training
+    zero = None if p.dp_shard is None else 0 if p.dp_shard == 1 else 3
+    recompute, every = _recompute(spec)
+    return LayoutRequest(
+        tp=p.tp if p.tp is not None or on_shipyard_llama(spec) else 1,
+        pp=1,
+        zero=zero,
+        recompute=recompute,
+        recompute_every=every if recompute == "full" else 1,
+        micro_batch=t.micro_batch_size,
+        interleave=1,
+        zero_choices=(0, 3),
+    )
+
+
+def _recompute(spec: JobSpec) -> tuple[Recompute | None, int]:
+    """The planner's recomputation for the job's activation checkpointing (None: its choice);
+    ``selective`` of whole blocks is the planner's ``full`` for one block in ``every``."""
+    section = spec.activation_checkpointing
+    if section.mode == "auto":
+        return None, 1
+    if section.mode == "selective" and section.selective == "blocks":
+        return "full", section.every
+    return section.mode, 1
+
+
+def runtime_layout(plan: TrainingPlan) -> dict[str, Any]:
+    """The plan's layout as the job spec's fields (what a launch fills in for ``auto``)."""
+    layout = plan.layout
+    sharded = layout.zero >= 1 and layout.dp > 1
+    if layout.recompute == "full" and layout.recompute_every > 1:
+        checkpointing = {"mode": "selective", "selective": "blocks", "every": layout.recompute_every}
+    else:
+        checkpointing = {"mode": layout.recompute}
+    return {
+        "parallelism": {
+            "tp": layout.tp,
+            "dp_shard": layout.dp if sharded else 1,
+            "dp_replicate": 1 if sharded else layout.dp,
+        },
+        "activation_checkpointing": checkpointing,
+    }
 
 
 def _plan_on(
     workload: TrainingWorkload, spec: JobSpec, accelerator: AcceleratorSpec, devices: int
 ) -> TrainingPlan:
-    cluster = cluster_of(accelerator, devices, devices_per_node=devices)
-    layout = LayoutRequest(
-        tp=1,
-        pp=1,
-        zero=3 if spec.training.parallelism == "fsdp" else 0,
-        recompute="full" if spec.finetune and spec.finetune.gradient_checkpointing else "none",
-        micro_batch=spec.training.micro_batch_size,
-    )
-    return plan_training(workload, cluster, layout)
+    nodes = spec.resources.nodes
+    cluster = cluster_of(accelerator, devices * nodes, devices_per_node=devices)
+    fused = replace(workload, fused_norm=accelerator.vendor in FUSED_NORM_VENDORS)
+    return plan_training(fused, cluster, runtime_request(spec))
 
 
 _MEMO_SIZE = 512
@@ -185,13 +251,39 @@ def _estimate(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog) -
     return {
         "accelerator": best.cluster.accelerator.key,
         "devices": spec.resources.devices,
-        "memory_gib_per_device": round(best.memory.total_gib, 3),
+        **_figures(best),
         "memory": best.memory.to_dict(),
-        "step_time_s": best.step.total_s,
-        "tokens_per_s": best.tokens_per_s,
         "mfu": best.mfu,
         "wall_time_s": best.wall_time_h * 3600,
+        # Each accelerator type the job may land on: the layout a launch there fills in for what
+        # the spec leaves to the planner, and what the plan predicts with it.
+        "by_accelerator": {p.cluster.accelerator.key: _figures(p) for p in fitting},
     }
+
+
+def _figures(plan: TrainingPlan) -> dict[str, Any]:
+    return {
+        "memory_gib_per_device": round(plan.memory.total_gib, 3),
+        "step_time_s": plan.step.total_s,
+        "tokens_per_s": plan.tokens_per_s,
+        "layout": runtime_layout(plan),
+    }
+
+
+def planned_layout(spec: JobSpec, estimate: dict[str, Any], accelerator_type: str) -> JobSpec:
+    """The spec as a launch on ``accelerator_type`` runs it: the parallelism degrees and the
+    activation checkpointing it leaves open, as the planner chose them for that type."""
+    planned = (estimate.get("by_accelerator") or {}).get(accelerator_type, {}).get("layout")
+    if not planned:
+        return spec
+    t = spec.training
+    given = t.parallelism.model_dump(exclude_none=True)
+    parallelism = ParallelismSection(**{**planned["parallelism"], **given})
+    checkpointing = t.activation_checkpointing
+    if spec.activation_checkpointing.mode == "auto":
+        checkpointing = ActivationCheckpointingSection(**planned["activation_checkpointing"])
+    training = t.model_copy(update={"parallelism": parallelism, "activation_checkpointing": checkpointing})
+    return spec.model_copy(update={"training": training})
 
 
 def _fits_nowhere(
@@ -271,7 +363,12 @@ def shape_key(spec: JobSpec) -> str:
         "finetune": spec.finetune.model_dump(mode="json", exclude={"merge"}) if spec.finetune else None,
         "batch": [t.micro_batch_size, t.seq_len],
         "precision": t.precision,
-        "layout": [t.parallelism, spec.resources.devices, spec.resources.nodes],
+        "layout": [
+            t.parallelism.model_dump(),
+            spec.activation_checkpointing.model_dump(),
+            spec.resources.devices,
+            spec.resources.nodes,
+        ],
     }
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()
 

@@ -17,6 +17,7 @@ from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, stored_job_spec, val
 from shipyard.schemas.launch import CHECKPOINT_DIR, METRICS_FILE, RESULT_FILE, LaunchPlan, latest_checkpoint
 from shipyard.services import data_roots, model_sources, storage
 from shipyard.services.context import ServiceContext
+from shipyard.services.estimates import planned_layout
 
 
 def _with_fetched_data(ctx: ServiceContext, job: Job) -> tuple[JobSpec, dict[str, str]]:
@@ -83,7 +84,9 @@ def launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> N
     session = object_session(job)
     assert session is not None
     model = model_sources.local(ctx, session, spec, job.project)
-    spec = _with_micro_batch(model.spec, job.micro_batch_size)
+    spec = planned_layout(
+        _with_micro_batch(model.spec, job.micro_batch_size), job.estimate or {}, placed.accelerator_type
+    )
     roots = data_roots.roots_of_owner(ctx, job.owner or "", job.project)
     if roots is not None:  # and the verified copies of its store: datasets and model, not the whole cache
         given = job.spec["data"]["paths"]

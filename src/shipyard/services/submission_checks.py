@@ -17,11 +17,12 @@ from shipyard.errors import DatasetError, InvalidSpec, NotFound, Unschedulable
 from shipyard.executors.base import Request, capacity_of
 from shipyard.hardware.catalog import Catalog
 from shipyard.schemas.documents import shown
-from shipyard.schemas.jobspec import MAX_PATH, JobSpec
+from shipyard.schemas.jobspec import MAX_PATH, JobSpec, tp_degrees
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     CHECKPOINT_POINTER,
-    CHECKPOINT_STATE_FILE,
+    checkpoint_description,
+    is_checkpoint,
     latest_checkpoint,
 )
 from shipyard.schemas.presets import PRESETS
@@ -29,7 +30,7 @@ from shipyard.schemas.records import check_records
 from shipyard.services import data_roots, model_sources, rbac, storage
 from shipyard.services.base_models import check_base_model, check_resume_base
 from shipyard.services.context import ServiceContext
-from shipyard.services.estimates import estimate_job, with_measured_memory
+from shipyard.services.estimates import estimate_job, job_arch, on_shipyard_llama, with_measured_memory
 from shipyard.services.job_access import allowed_job
 from shipyard.services.planning import hardware_catalog
 
@@ -83,6 +84,7 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
         checkpoint = _resume_point(ctx, session, spec, resume, resume_from)
         if checkpoint is not None:
             check_resume_base(local, checkpoint)
+            check_resume_shape(local, checkpoint)
     return Checked(ctx, spec, request, estimate, checkpoint, warnings=recovery_warnings(spec, estimate))
 
 
@@ -106,6 +108,7 @@ def recovery_warnings(spec: JobSpec, estimate: dict[str, Any]) -> tuple[str, ...
 
 
 def _check_model(spec: JobSpec, catalog: Catalog) -> None:
+    _check_tensor_parallel(spec)
     if spec.model.path:
         check_base_model(spec, catalog)
         return
@@ -118,6 +121,28 @@ def _check_model(spec: JobSpec, catalog: Catalog) -> None:
         )
 
 
+def _check_tensor_parallel(spec: JobSpec) -> None:
+    """A tensor-parallel degree splits the attention and key/value heads, and the devices of a
+    node, evenly; and it splits Shipyard's own LLaMA only."""
+    tp = spec.training.parallelism.tp
+    if tp is None or tp == 1:
+        return
+    if not on_shipyard_llama(spec):
+        raise InvalidSpec(
+            f"training.parallelism.tp {tp}: tensor parallelism splits Shipyard's LLaMA (presets, and "
+            "full fine-tuning of plain LLaMA folders); this job trains through transformers",
+            hint="give tp: 1 and shard the model with dp_shard (FSDP2) instead",
+        )
+    arch = job_arch(spec)
+    valid = tp_degrees(arch.n_heads, arch.n_kv_heads, spec.resources.devices)
+    if tp not in valid:
+        raise InvalidSpec(
+            f"training.parallelism.tp {tp} does not split the model's {arch.n_heads} attention heads, "
+            f"{arch.n_kv_heads} key/value heads and the {spec.resources.devices} devices of a node evenly",
+            hint=f"valid tp: {', '.join(map(str, valid))}",
+        )
+
+
 def _resume_point(
     ctx: ServiceContext, session: Session, spec: JobSpec, resume: bool, resume_from: str | None
 ) -> Path | None:
@@ -126,7 +151,7 @@ def _resume_point(
         # A checkpoints folder means its newest checkpoint; anything else is one checkpoint.
         is_folder = path.name == CHECKPOINT_DIR or (path / CHECKPOINT_POINTER).exists()
         found = latest_checkpoint(path) if is_folder else path
-        if found is None or not (found / CHECKPOINT_STATE_FILE).is_file():
+        if found is None or not is_checkpoint(found):
             raise NotFound(f"no checkpoint at {path}", hint="resume from a job that saved a checkpoint")
         return found
     if not resume:
@@ -171,3 +196,35 @@ def _resume_source(ctx: ServiceContext, session: Session, spec: JobSpec, resume_
         )
     allowed_job(ctx, session, job.id, Permission.JOB_READ)  # another project's checkpoints are its own
     return Path(job.run_dir) / CHECKPOINT_DIR
+
+
+def check_resume_shape(spec: JobSpec, checkpoint: Path) -> None:
+    """A checkpoint reshards onto any device count and parallelism, but only onto the model and
+    the fine-tuning method that wrote it: another shape, or adapters where full weights were
+    trained (or the other way round), has nothing to read its tensors into."""
+    written = checkpoint_description(checkpoint)
+    if not written.get("model"):
+        return  # an earlier Shipyard's checkpoint: the runtime checks it as it loads
+    arch = job_arch(spec)
+    now = {
+        "dim": arch.dim,
+        "n_layers": arch.n_layers,
+        "n_heads": arch.n_heads,
+        "n_kv_heads": arch.n_kv_heads,
+        "ffn_dim": arch.ffn_dim,
+    }
+    differ = [f"{k} {written['model'].get(k)} -> {v}" for k, v in now.items() if written["model"].get(k) != v]
+    adapters = spec.method in ("lora", "qlora")
+    if bool(written.get("adapters_only")) != adapters:
+        what = {True: "adapters", False: "every weight"}
+        differ.append(f"trained {what[bool(written.get('adapters_only'))]} -> {what[adapters]}")
+    elif adapters and spec.finetune and written.get("lora", {}).get("rank") != spec.finetune.lora.rank:
+        differ.append(
+            f"finetune.lora.rank {written.get('lora', {}).get('rank')} -> {spec.finetune.lora.rank}"
+        )
+    if differ:
+        raise InvalidSpec(
+            f"checkpoint {checkpoint} cannot be resharded onto this job: {'; '.join(differ)}",
+            hint="resume onto the model and fine-tuning method that wrote it (any device count and "
+            "parallelism work), or submit without --resume",
+        )

@@ -20,6 +20,9 @@ def summarize(job: Job, metrics: list[Metric]) -> dict[str, float]:
         # The first step of an attempt pays for warm-up (allocations, compilation): leave it out.
         steady = [m.tokens_per_s for m in train[1:] if m.tokens_per_s] or [train[0].tokens_per_s or 0.0]
         summary["tokens_per_s"] = statistics.median(steady)
+        steps = [float(m.values["step_time_s"]) for m in train[1:] if m.values.get("step_time_s")]
+        if steps:
+            summary["step_time_s"] = statistics.median(steps)
         mfus = [m.mfu for m in train[1:] if m.mfu is not None] or [train[0].mfu or 0.0]
         summary["mfu"] = statistics.median(mfus)
         summary["steps"] = train[-1].step
