@@ -290,7 +290,9 @@ def test_user_text_is_shown_as_text_everywhere(site: Server, browser: Any) -> No
     with log.open("a") as handle:
         handle.write(script + "\n")
     page.goto(f"{site.url}/jobs/{job_id}")
-    page.wait_for_function("document.querySelector('pre.log').textContent.includes('window.__owned')")
+    # A locator waits in Playwright's own world; a string predicate would be polled with eval,
+    # which this page's CSP (rightly) refuses.
+    page.locator("pre.log", has_text="window.__owned").wait_for()
     page.goto(f"{site.url}/audit")
     assert "<script>" in (page.text_content("table.audit") or "")
     for path in ("/", "/jobs", f"/jobs/{job_id}", "/audit", "/queues"):
