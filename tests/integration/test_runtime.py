@@ -20,16 +20,9 @@ from tests.support.checkpoints import checkpoint_tensors, final_checkpoint
 pytestmark = pytest.mark.integration
 
 
-def run_runtime(
-    run_dir: Path,
-    cache: Path,
-    spec: dict[str, Any],
-    *,
-    world: int = 1,
-    stop_at: int | None = None,
-    resume_from: Path | None = None,
-) -> Path:
-    command = launch_command(run_dir, cache, spec, world=world, stop_at=stop_at, resume_from=resume_from)
+def run_runtime(run_dir: Path, cache: Path, spec: dict[str, Any], **launch: Any) -> Path:
+    """Run the runtime as an executor would (``launch_command``'s options) and wait for it."""
+    command = launch_command(run_dir, cache, spec, **launch)
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=600, env={"OMP_NUM_THREADS": "1", **_env()}
     )
@@ -260,3 +253,21 @@ def test_a_checkpoint_killed_mid_write_never_becomes_latest(tmp_path: Path) -> N
     )
     assert metrics(resumed, "resume")[0]["step"] == 2
     assert [m["step"] for m in metrics(resumed, "train")] == [3, 4]
+
+
+def test_adam_moments_in_bf16_are_kept_in_bf16_and_resume_exactly(tmp_path: Path) -> None:
+    spec = spec_dict(
+        training={"steps": 8, "eval_interval": 0, "optimizer": {"lr": 0.003, "state_dtype": "bf16"}},
+        checkpoint={"interval": 4, "keep": 2},
+    )
+    straight = run_runtime(tmp_path / "straight", tmp_path / "cache", spec)
+    at_4 = straight / "checkpoints" / "step_000004"
+    moments = checkpoint_tensors(at_4, "optimizer")
+    assert {t.dtype for name, t in moments.items() if name.endswith(("exp_avg", "exp_avg_sq"))} == {
+        torch.bfloat16
+    }
+    resumed = run_runtime(tmp_path / "resumed", tmp_path / "cache", spec, resume_from=at_4)
+    a, b = final_weights(straight), final_weights(resumed)
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    assert _losses(resumed) == _losses(straight)[4:]

@@ -7,22 +7,14 @@ import pytest
 import torch
 
 from shipyard.planner.memory import runtime_bytes_per_token
-from shipyard.planner.shapes import ModelShape
+from shipyard.planner.shapes import shape_of
 from shipyard.schemas.jobspec import ActivationCheckpointingSection
 from shipyard.schemas.presets import ModelArch
 from shipyard.training.model import Transformer
 from shipyard.training.parallelize import _checkpoint_activations, clean_name
 
 ARCH = ModelArch(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=352, vocab_size=256, max_seq_len=128)
-SHAPE = ModelShape(
-    params=float(ARCH.num_params()),
-    layers=ARCH.n_layers,
-    hidden=ARCH.dim,
-    heads=ARCH.n_heads,
-    kv_heads=ARCH.n_kv_heads,
-    vocab=ARCH.vocab_size,
-    ffn_hidden=ARCH.ffn_dim,
-)
+SHAPE = shape_of(ARCH)
 BATCH, SEQ = 3, 96
 """Odd sizes: a kept tensor whose first dimension is 3 or 288 is an activation, not a weight."""
 

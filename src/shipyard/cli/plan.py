@@ -91,7 +91,9 @@ def train(
         int | None, typer.Option(help="Virtual pipeline stages per device (default: searched).")
     ] = None,
     precision: Annotated[str, typer.Option(help="bf16, fp16, fp8 or fp32.")] = "bf16",
-    optimizer: Annotated[str, typer.Option(help="adamw, adam8bit or sgd.")] = "adamw",
+    optimizer: Annotated[
+        str, typer.Option(help="adamw, adamw-bf16 (its moments in bf16), adam8bit or sgd.")
+    ] = "adamw",
     lora_rank: Annotated[int, typer.Option(help="LoRA/QLoRA adapter rank.")] = 16,
     flash_attention: Annotated[bool, typer.Option(help="Fused attention (scores never stored).")] = True,
     interconnect: Interconnect = None,
@@ -270,7 +272,7 @@ def _training_workload(
 ) -> TrainingWorkload:
     _choice("--workload", kind, ("pretrain", "finetune", "lora", "qlora"))
     _choice("--precision", precision, ("bf16", "fp16", "fp8", "fp32"))
-    _choice("--optimizer", optimizer, ("adamw", "adam8bit", "sgd"))
+    _choice("--optimizer", optimizer, ("adamw", "adamw-bf16", "adam8bit", "sgd"))
     shape = model_shape(params, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads, vocab=vocab)
     return TrainingWorkload(
         model=shape,

@@ -35,6 +35,7 @@ OPTIMIZER_BYTES: dict[Optimizer, dict[bool, float]] = {
     # {mixed precision: bytes, fp32: bytes}; mixed precision adds a 4-byte fp32 master copy.
     "adamw": {True: 12, False: 8},
     "adam8bit": {True: 6, False: 2},
+    "adamw-bf16": {True: 8, False: 4},  # bf16 moments (Shipyard's optimizer.state_dtype: bf16)
     "sgd": {True: 8, False: 4},
 }
 QLORA_BYTES_PER_PARAM = 4.127 / 8

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from shipyard.errors import InvalidSpec
+from shipyard.schemas.presets import ModelArch
 
 HEAD_DIM = 128
 """Standard head width of GPT-3, LLaMA and most models since."""
@@ -30,6 +31,19 @@ class ModelShape:
     @property
     def head_dim(self) -> int:
         return self.hidden // self.heads
+
+
+def shape_of(arch: ModelArch) -> ModelShape:
+    """The shape of a model Shipyard builds (a preset, or a fine-tuned folder's config)."""
+    return ModelShape(
+        params=float(arch.num_params()),
+        layers=arch.n_layers,
+        hidden=arch.dim,
+        heads=arch.n_heads,
+        kv_heads=arch.n_kv_heads,
+        vocab=arch.vocab_size,
+        ffn_hidden=arch.ffn_dim,
+    )
 
 
 def model_shape(

@@ -12,7 +12,7 @@ from shipyard.planner.shapes import ModelShape, positive
 WorkloadKind = Literal["pretrain", "finetune", "lora", "qlora"]
 TrainPrecision = Literal["bf16", "fp16", "fp8", "fp32"]
 Recompute = Literal["none", "selective", "full"]
-Optimizer = Literal["adamw", "adam8bit", "sgd"]
+Optimizer = Literal["adamw", "adamw-bf16", "adam8bit", "sgd"]
 ActivationModel = Literal["megatron", "shipyard"]
 
 RECOMPUTE_CHOICES: tuple[Recompute, ...] = ("none", "selective", "full")

@@ -23,7 +23,7 @@ from shipyard.db.tables import utcnow
 from shipyard.errors import InvalidSpec, ShipyardError, Unschedulable
 from shipyard.hardware import Device
 from shipyard.hardware.catalog import AcceleratorSpec, Catalog
-from shipyard.planner.shapes import ModelShape
+from shipyard.planner.shapes import shape_of
 from shipyard.planner.training import TrainingPlan, plan_training
 from shipyard.planner.workload import LayoutRequest, Recompute, TrainingWorkload, cluster_of
 from shipyard.schemas.documents import describe_error, read_document_file
@@ -97,15 +97,7 @@ def on_shipyard_llama(spec: JobSpec) -> bool:
 def job_workload(spec: JobSpec) -> TrainingWorkload:
     arch = job_arch(spec)
     t = spec.training
-    shape = ModelShape(
-        params=float(arch.num_params()),
-        layers=arch.n_layers,
-        hidden=arch.dim,
-        heads=arch.n_heads,
-        kv_heads=arch.n_kv_heads,
-        vocab=arch.vocab_size,
-        ffn_hidden=arch.ffn_dim,
-    )
+    shape = shape_of(arch)
     method = spec.method
     return TrainingWorkload(
         model=shape,
@@ -117,6 +109,7 @@ def job_workload(spec: JobSpec) -> TrainingWorkload:
         tokens=float(t.total_steps * t.global_batch_tokens),
         # Autocast keeps fp32 master weights: 16 bytes per parameter, as mixed-precision Adam.
         precision="fp32" if t.precision == "fp32" else "bf16",
+        optimizer="adamw-bf16" if t.optimizer.state_dtype == "bf16" else "adamw",
         flash_attention=True,  # the runtime uses scaled_dot_product_attention
         # Shipyard's LLaMA is counted tensor by tensor; a transformers model, as Megatron's blocks
         # (with what PEFT's adapters add), which its measured peaks match.

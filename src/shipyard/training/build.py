@@ -21,6 +21,7 @@ from shipyard.schemas.presets import PRESETS, ModelArch
 from shipyard.training import finetune, hf
 from shipyard.training.data import TokenizedData
 from shipyard.training.model import Transformer
+from shipyard.training.optim import AdamWBf16Moments, moments_in_bf16
 from shipyard.training.parallel import Dist
 from shipyard.training.parallelize import Spread, materialize, parallelize, replicate
 
@@ -147,45 +148,27 @@ def _check_fit(spec: JobSpec, data: TokenizedData, vocab: int, max_seq_len: int)
 
 def build_optimizer(
     model: nn.Module, spec: JobSpec, device: torch.device, sharded: bool
-) -> torch.optim.AdamW:
+) -> torch.optim.Optimizer:
     """AdamW with no weight decay on norms (1-D parameters); its moments in bf16 when asked."""
     o = spec.training.optimizer
     trained = [p for p in model.parameters() if p.requires_grad]  # not a frozen base under adapters
-    decay = [p for p in trained if p.dim() >= 2]
-    no_decay = [p for p in trained if p.dim() < 2]
-    bf16_moments = o.state_dtype == "bf16"
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": decay, "weight_decay": o.weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ],
+    groups = [
+        {"params": [p for p in trained if p.dim() >= 2], "weight_decay": o.weight_decay},
+        {"params": [p for p in trained if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    if o.state_dtype == "bf16":
+        optimizer: torch.optim.Optimizer = AdamWBf16Moments(groups, lr=o.lr, betas=o.betas, eps=o.eps)
+        moments_in_bf16(optimizer)
+        return optimizer
+    return torch.optim.AdamW(
+        groups,
         lr=o.lr,
         betas=o.betas,
         eps=o.eps,
         # One vectorised kernel instead of a loop over parameters (what HF Trainer defaults to);
-        # sharded (DTensor) parameters and 16-bit moments beside fp32 weights take the plain loop.
-        fused=(device.type in ("cpu", "cuda") and not sharded and not bf16_moments) or None,
-        foreach=False if bf16_moments else None,
+        # sharded (DTensor) parameters take the default implementation.
+        fused=(device.type in ("cpu", "cuda") and not sharded) or None,
     )
-    if bf16_moments:
-        moments_in_bf16(optimizer)
-    return optimizer
-
-
-def moments_in_bf16(optimizer: torch.optim.Optimizer) -> None:
-    """Adam's moments as bf16 tensors (created before the first step, or cast after a resume,
-    which loads them as the parameters' type): half their memory; the update is still computed
-    against the fp32 weights."""
-    for group in optimizer.param_groups:
-        for param in group["params"]:
-            state = optimizer.state[param]
-            if not state:
-                state["step"] = torch.tensor(0.0)
-                state["exp_avg"] = torch.zeros_like(param, dtype=torch.bfloat16)
-                state["exp_avg_sq"] = torch.zeros_like(param, dtype=torch.bfloat16)
-                continue
-            for key in ("exp_avg", "exp_avg_sq"):
-                state[key] = state[key].to(torch.bfloat16)
 
 
 def describe(spec: JobSpec, model: TrainedModel, trainable_only: bool) -> dict[str, object]:
