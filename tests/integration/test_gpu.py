@@ -25,13 +25,14 @@ pytestmark = [
 ]
 
 
-def launch(run_dir: Path, world: int) -> dict[str, object]:
+def launch(run_dir: Path, world: int, **training: object) -> dict[str, object]:
     import subprocess
     import sys
 
     gpu = next(d for d in discover() if d.accelerator_type != "cpu")
     spec = spec_dict(
-        training={"precision": "auto"}, resources={"accelerator": gpu.accelerator_type, "devices": world}
+        training={"precision": "auto", **training},
+        resources={"accelerator": gpu.accelerator_type, "devices": world},
     )
     run_dir.mkdir(parents=True)
     LaunchPlan(
@@ -65,6 +66,34 @@ def test_a_job_trains_on_one_gpu_with_mixed_precision(tmp_path: Path) -> None:
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs for NCCL")
 def test_two_gpus_train_with_nccl(tmp_path: Path) -> None:
     assert launch(tmp_path / "two", world=2)["status"] == "completed"
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs for tensor parallelism")
+def test_two_gpus_train_tensor_parallel_with_compiled_blocks_and_checkpointed_activations(
+    tmp_path: Path,
+) -> None:
+    result = launch(
+        tmp_path / "tp", world=2, parallelism={"tp": 2}, activation_checkpointing="full", compile=True
+    )
+    assert result["status"] == "completed"
+
+
+def test_blocks_compile_on_the_gpu_by_default_and_the_chunked_loss_matches_cross_entropy(
+    tmp_path: Path,
+) -> None:
+    from shipyard.training.loss import linear_cross_entropy
+
+    result = launch(tmp_path / "compiled", world=1, activation_checkpointing="selective")
+    assert result["status"] == "completed"
+    log = (tmp_path / "compiled" / "metrics.jsonl").read_text()
+    assert '"kind": "train"' in log
+    hidden = torch.randn(4096, 512, device="cuda", requires_grad=True)
+    weight = torch.randn(32000, 512, device="cuda", requires_grad=True)
+    targets = torch.randint(0, 32000, (4096,), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        expected = torch.nn.functional.cross_entropy((hidden @ weight.t()).float(), targets)
+        ours = linear_cross_entropy(hidden, weight, targets, chunk=1000)
+    assert ours.item() == pytest.approx(expected.item(), rel=1e-3)
 
 
 def test_the_agent_places_a_job_on_the_gpu_and_records_its_utilization(cli: Cli, tmp_path: Path) -> None:

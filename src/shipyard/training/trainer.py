@@ -34,11 +34,12 @@ from shipyard.schemas.launch import (
 )
 from shipyard.storage.digests import folder_digest
 from shipyard.training import checkpoint, finetune, hf, parallel, parallelize
-from shipyard.training.build import build_model, build_optimizer, describe, moments_in_bf16, resolve_precision
+from shipyard.training.build import build_model, build_optimizer, describe, resolve_precision
 from shipyard.training.data import TokenWindows, prepare
 from shipyard.training.faults import Faults
 from shipyard.training.heartbeat import Pulse
 from shipyard.training.model import Transformer
+from shipyard.training.optim import moments_in_bf16
 from shipyard.training.samples import SampleRows
 
 
@@ -250,8 +251,9 @@ class Trainer:
         self.log(f"eval step {step}: loss {loss:.4f}")
         return loss
 
-    def save_checkpoint(self, step: int, *, background: bool = False) -> Path:
-        """Checkpoint ``step``; ``background``: write it while the next steps train."""
+    def save_checkpoint(self, step: int, *, background: bool = False, last: bool = False) -> Path:
+        """Checkpoint ``step``; ``background``: write it while the next steps train; ``last``: the
+        attempt's final one, after which the host memory kept for writing them is freed."""
         self.pulse.enter("checkpoint")
         t = self.spec.training
         trainer_state = {
@@ -260,7 +262,7 @@ class Trainer:
             "base_digest": self.base_digest,
         }
         description = {**describe(self.spec, self.raw_model, self.adapters), "base_digest": self.base_digest}
-        return self.checkpointer.save(
+        path = self.checkpointer.save(
             step,
             self.raw_model,
             self.optimizer,
@@ -269,6 +271,9 @@ class Trainer:
             background=background,
             on_commit=lambda path: self.record(kind="checkpoint", step=step, path=str(path)),
         )
+        if last:
+            self.checkpointer.close()
+        return path
 
     def train_step(self, step: int) -> tuple[float, float, float]:
         """One optimizer step (0-based ``step``); returns the mean loss over all ranks, the
@@ -378,7 +383,7 @@ class Trainer:
                 return AttemptResult(
                     status="cancelled",
                     step=step,
-                    checkpoint=str(self.save_checkpoint(step)),
+                    checkpoint=str(self.save_checkpoint(step, last=True)),
                     message=f"stopped after step {step} of {total}; resume with --resume",
                 )
             if spec.checkpoint.interval and step % spec.checkpoint.interval == 0 and step < total:
@@ -387,7 +392,7 @@ class Trainer:
         # 5. The end: final eval, checkpoint and Hugging Face export, assembled one tensor at a
         # time from the shards (no process holds the whole model).
         eval_loss = self.evaluate(step)
-        path = self.save_checkpoint(step)
+        path = self.save_checkpoint(step, last=True)
         export_dir = self.run_dir / EXPORT_DIR
         self.pulse.enter("export")
         tensors = parallelize.full_tensors(self.raw_model, d, trainable_only=self.adapters)
