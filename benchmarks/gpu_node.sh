@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# The checks that need a GPU, in one run on a GPU node (the CI machine has none):
+# The checks that need a GPU, in one run on a GPU node (the CI machine has none); about 7 minutes
+# on one H200, every part with its own time limit so that one that hangs takes no other with it:
 #
 #     benchmarks/gpu_node.sh [OUT_DIR]          # PYTHON=... to use another interpreter
 #
-# Prints the GPU and what Shipyard discovers of it, runs the tests marked `gpu`, then the training
-# throughput benchmark (bare loop / Shipyard job / HF Trainer) on the first GPU for a 125M-shaped
-# and a 1B-shaped model. Each part has its own time limit, so one that hangs does not take the
-# others with it; the figures are also written to OUT_DIR.
+#  1. the GPU, and what Shipyard discovers of it;
+#  2. the tests marked `gpu`;
+#  3. training throughput, bare loop / Shipyard job / HF Trainer, for a 125M- and a 1B-shaped
+#     model (the Shipyard job compiles its blocks and uses the fused kernels: MFU and memory
+#     beside the planner's);
+#  4. a 7B-shaped job on one GPU: full activation checkpointing and bf16 Adam moments;
+#  5. a sharded checkpoint's write speed against one torch.save;
+#  6. the chunked loss over a 128K vocabulary against F.cross_entropy;
+#  7. torchtitan on the same 1B shape, where it can be installed (the node may have no network);
+#  8. fine-tuning: a Shipyard job vs PEFT + Trainer, LoRA and full, bf16.
+# Every figure is also written to OUT_DIR.
 set -u
 py=${PYTHON:-.venv/bin/python}
 out=${1:-benchmarks/out/gpu}
@@ -19,19 +27,32 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 # QLoRA's 4-bit kernels (CUDA only; not installed on CPU machines).
 "$py" -m pip install --quiet 'bitsandbytes>=0.43' || echo "bitsandbytes could not be installed: the QLoRA test skips"
 
-timeout 200 "$py" -m pytest -m gpu tests/integration/test_gpu.py -q -p no:cacheprovider 2>&1 | tee "$out/pytest.txt"
+timeout 120 "$py" -m pytest -m gpu tests/integration/test_gpu.py -q -p no:cacheprovider 2>&1 | tee "$out/pytest.txt"
 
-throughput() {  # NAME, then the benchmark's options
-    local name=$1 limit=$2
-    shift 2
-    timeout "$limit" "$py" benchmarks/train_throughput.py --device cuda "$@" --json \
-        >"$out/train-$name.json" 2>"$out/train-$name.log"
-    cat "$out/train-$name.log" "$out/train-$name.json"
+run() {  # NAME LIMIT SCRIPT [OPTIONS...]: the figures as JSON in OUT_DIR, the log beside them
+    local name=$1 limit=$2 script=$3
+    shift 3
+    timeout "$limit" "$py" "benchmarks/$script" "$@" --json >"$out/$name.json" 2>"$out/$name.log"
+    echo "== $name (exit $?)"
+    tail -n 3 "$out/$name.log"
+    cat "$out/$name.json"
 }
-throughput 125m 170 --preset llama-125m --micro 16 --seq-len 1024 --batch-tokens 65536 --steps 20 --rounds 2
-throughput 1b 200 --preset llama-1b --micro 8 --seq-len 1024 --batch-tokens 32768 --steps 8 --rounds 1
+run train-125m 110 train_throughput.py --device cuda --preset llama-125m --micro 16 --seq-len 1024 \
+    --batch-tokens 65536 --steps 20 --rounds 2
+run train-1b 140 train_throughput.py --device cuda --preset llama-1b --micro 8 --seq-len 1024 \
+    --batch-tokens 32768 --steps 10 --rounds 1
+run train-7b 110 train_throughput.py --device cuda --preset llama-7b --micro 2 --seq-len 2048 \
+    --batch-tokens 16384 --steps 6 --rounds 1 --ways "Shipyard runtime" --checkpointing full --state-dtype bf16
+run checkpoint-1b 60 checkpoint_write.py --device cuda --preset llama-1b --rounds 2
+run fused-loss 40 fused_loss.py --device cuda --tokens 16384 --hidden 2048 --vocab 128256 --rounds 3
 
-# Fine-tuning: a Shipyard job vs PEFT + Trainer on the GPU, LoRA and full, bf16.
-timeout 240 "$py" benchmarks/finetune_throughput.py --device cuda --precision bf16 --hidden 1024 --layers 12 \
+# torchtitan beside Shipyard on the 1B shape, when the node can install it.
+if timeout 60 "$py" -m pip install --quiet torchtitan >"$out/torchtitan-install.log" 2>&1; then
+    echo "torchtitan installed: run its llama3 debug config at the 1B shape by hand (see docs/benchmarks.md)"
+else
+    echo "torchtitan could not be installed here (no network?): no side-by-side run"
+fi
+
+timeout 120 "$py" benchmarks/finetune_throughput.py --device cuda --precision bf16 --hidden 1024 --layers 12 \
     --micro 16 --seq-len 256 --steps 20 --json >"$out/finetune.json" 2>"$out/finetune.log"
 cat "$out/finetune.json"

@@ -114,7 +114,9 @@ def shipyard_runtime(args: argparse.Namespace) -> dict[str, float]:
             "seq_len": args.seq_len,
             "precision": args.precision,
             "eval_batches": 1,
-            "optimizer": {"lr": 3e-4},
+            "optimizer": {"lr": 3e-4, "state_dtype": args.state_dtype},
+            "activation_checkpointing": args.checkpointing,
+            "compile": {"auto": "auto", "on": True, "off": False}[args.compile],
         },
         "resources": {"accelerator": accelerator_type(args), "devices": 1},
     }
@@ -137,11 +139,14 @@ def shipyard_runtime(args: argparse.Namespace) -> dict[str, float]:
         lines = (Path(job["run_dir"]) / "metrics.jsonl").read_text().splitlines()
         train = [r for r in map(json.loads, lines) if r["kind"] == "train"]
         time.sleep(1.5)  # let the agent go idle and exit before the next measurement
+    estimate = detail["estimate"]
     return {
         "tokens_per_s": steady_tokens_per_s([r["step_time_s"] for r in train], args.batch_tokens),
+        "mfu": statistics.median(r["mfu"] for r in train[WARMUP_STEPS:]),
         "peak_memory_gib": max(r["mem_gib"] for r in train),
-        "planned_tokens_per_s": detail["estimate"].get("tokens_per_s", float("nan")),
-        "planned_memory_gib": detail["estimate"].get("memory_gib_per_device", float("nan")),
+        "planned_tokens_per_s": estimate.get("tokens_per_s", float("nan")),
+        "planned_mfu": estimate.get("mfu", float("nan")),
+        "planned_memory_gib": estimate.get("memory_gib_per_device", float("nan")),
     }
 
 
@@ -216,6 +221,14 @@ def main() -> None:
     parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--checkpointing", default="auto", choices=["auto", "none", "selective", "full"])
+    parser.add_argument("--state-dtype", default="fp32", choices=["fp32", "bf16"], help="Adam's moments")
+    parser.add_argument("--compile", default="auto", choices=["auto", "on", "off"], help="the Shipyard job's")
+    parser.add_argument(
+        "--ways",
+        default=",".join(WAYS),
+        help="which to run, comma-separated (a 7B shape fits only Shipyard's)",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--way", choices=list(WAYS), help=argparse.SUPPRESS)  # one way, in a child
     args = parser.parse_args()
@@ -223,27 +236,30 @@ def main() -> None:
         print(json.dumps(WAYS[args.way](args)))
         return
     argv = [a for a in sys.argv[1:] if a != "--json"]
-    results: dict[str, list[float]] = {name: [] for name in WAYS}
+    names = [name for name in WAYS if name in args.ways.split(",")]
+    results: dict[str, list[float]] = {name: [] for name in names}
     planned: list[dict[str, float]] = []
-    names = list(WAYS)
     for round_ in range(args.rounds):
         # Rotate which way goes first: on a shared VM, speed drifts within a round.
-        for name in names[round_ % 3 :] + names[: round_ % 3]:
+        turn = round_ % len(names)
+        for name in names[turn:] + names[:turn]:
             figures = run_in_child(name, argv)
             results[name].append(figures.pop("tokens_per_s"))
             if figures:
                 planned.append(figures)
             print(f"  {name}: {results[name][-1]:,.0f} tokens/s", file=sys.stderr)
     median = {name: statistics.median(values) for name, values in results.items()}
-    plan_vs_measured = {key: statistics.median(p[key] for p in planned) for key in planned[0]}
-    ours = median["Shipyard runtime"]
+    plan_vs_measured = (
+        {key: statistics.median(p[key] for p in planned) for key in planned[0]} if planned else {}
+    )
+    ours = median.get("Shipyard runtime", float("nan"))
     summary = {
         "config": {k: v for k, v in vars(args).items() if k not in ("json", "way")},
         "threads": torch.get_num_threads(),
         "tokens_per_s_each_round": results,
         "tokens_per_s": median,
-        "shipyard_vs_bare": ours / median["bare PyTorch loop"],
-        "shipyard_vs_hf_trainer": ours / median["HF Trainer"],
+        "shipyard_vs_bare": ours / median.get("bare PyTorch loop", float("nan")),
+        "shipyard_vs_hf_trainer": ours / median.get("HF Trainer", float("nan")),
         "shipyard_job_planned_vs_measured": plan_vs_measured,
     }
     if args.json:
@@ -258,11 +274,14 @@ def main() -> None:
         print(f"  {name:<20} {value:>10,.0f} tokens/s")
     print(f"  Shipyard / bare loop   {summary['shipyard_vs_bare']:.3f}")
     print(f"  Shipyard / HF Trainer  {summary['shipyard_vs_hf_trainer']:.3f}")
-    print(
-        f"  Shipyard job: planned {plan_vs_measured['planned_tokens_per_s']:,.0f} tokens/s, "
-        f"{plan_vs_measured['planned_memory_gib']:.2f} GiB per device; measured "
-        f"{ours:,.0f} tokens/s, {plan_vs_measured['peak_memory_gib']:.2f} GiB peak"
-    )
+    if plan_vs_measured:
+        p = plan_vs_measured
+        print(
+            f"  Shipyard job: planned {p['planned_tokens_per_s']:,.0f} tokens/s "
+            f"(MFU {p['planned_mfu']:.1%}), {p['planned_memory_gib']:.2f} GiB per device; "
+            f"measured {ours:,.0f} tokens/s "
+            f"(MFU {p['mfu']:.1%}), {p['peak_memory_gib']:.2f} GiB peak"
+        )
 
 
 if __name__ == "__main__":
