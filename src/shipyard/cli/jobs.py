@@ -193,6 +193,8 @@ def _estimate_rows(
         memory += f" (as job {by} peaked; the planner's model: {model:.2f})"
     rows: list[tuple[str, object]] = [("planned on", f"{estimate['devices']} x {accelerator}")]
     if "layout" in plan:
+        from shipyard.services.estimates import describe_layout  # the service layer's words, on use
+
         rows.append(("planned layout", describe_layout(plan["layout"])))
     rows += [
         ("planned memory/device", f"{memory}{against('memory_gib')}"),
@@ -201,18 +203,6 @@ def _estimate_rows(
         ("planned wall time", f"{duration(estimate['wall_time_s'])}"),
     ]
     return rows
-
-
-def describe_layout(layout: dict[str, Any]) -> str:
-    """``tp=2 x dp_shard=4 x dp_replicate=1, activation checkpointing full``."""
-    p, ac = layout["parallelism"], layout["activation_checkpointing"]
-    checkpointing = ac["mode"]
-    if ac.get("selective") == "blocks":
-        checkpointing += f" (one block in {ac['every']})"
-    return (
-        f"tp={p['tp']} x dp_shard={p['dp_shard']} x dp_replicate={p['dp_replicate']}, "
-        f"activation checkpointing {checkpointing}"
-    )
 
 
 @sub_app.command()

@@ -296,18 +296,43 @@ def _fits_nowhere(
     if spec.method is not None:
         what = f"{METHOD_WORDS[spec.method]} of {workload.model.params / 1e9:.2g} B parameters"
     hint = (
-        "lower training.micro_batch_size or training.seq_len, shard the weights with "
-        "training.parallelism: fsdp over more resources.devices, or pick a smaller model; "
-        "`shipyard plan train` shows what fits where"
+        f"{memory_levers(spec)}lower training.micro_batch_size or training.seq_len, shard the "
+        "weights with training.parallelism: fsdp over more resources.devices, or pick a smaller "
+        "model; `shipyard plan train` shows what fits where"
     )
     lighter = _lighter_methods(spec, node_devices, catalog)
     if lighter:
         hint = f"{', '.join(lighter)} (finetune.method); or {hint}"
     return Unschedulable(
-        f"{what} needs {need.memory.total_gib:.1f} GiB per device with tp=1 "
-        f"({_breakdown(need)}); the largest accelerator here has {largest.memory.usable_gib:.1f} GiB "
+        f"{what} needs {need.memory.total_gib:.1f} GiB per device at best "
+        f"({describe_layout(runtime_layout(need))}: {_breakdown(need)}); "
+        f"the largest accelerator here has {largest.memory.usable_gib:.1f} GiB "
         f"({largest.cluster.accelerator.key}{shared})",
         hint=hint,
+    )
+
+
+def memory_levers(spec: JobSpec) -> str:
+    """The spec's memory savers it leaves unused, as the start of a hint ("" when none)."""
+    t = spec.training
+    levers = []
+    if spec.activation_checkpointing.mode not in ("auto", "full"):
+        levers.append("training.activation_checkpointing: full")
+    if spec.method in (None, "full") and t.optimizer.state_dtype != "bf16":  # adapters: state is small
+        levers.append("training.optimizer.state_dtype: bf16")
+    return f"set {' and '.join(levers)}; " if levers else ""
+
+
+def describe_layout(layout: dict[str, Any]) -> str:
+    """``tp=2 x dp_shard=4 x dp_replicate=1, activation checkpointing full`` (a
+    :func:`runtime_layout`)."""
+    p, ac = layout["parallelism"], layout["activation_checkpointing"]
+    checkpointing = ac["mode"]
+    if ac.get("selective") == "blocks":
+        checkpointing += f" (one block in {ac['every']})"
+    return (
+        f"tp={p['tp']} x dp_shard={p['dp_shard']} x dp_replicate={p['dp_replicate']}, "
+        f"activation checkpointing {checkpointing}"
     )
 
 

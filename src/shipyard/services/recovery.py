@@ -22,6 +22,7 @@ from shipyard.db import Attempt, Job, Metric
 from shipyard.domain import ExitReason
 from shipyard.schemas.jobspec import JobSpec, stored_job_spec
 from shipyard.schemas.launch import Heartbeat
+from shipyard.services.estimates import memory_levers
 
 MAX_BACKOFF_S = 3600.0
 STRAGGLER_RATIO = 1.5
@@ -104,8 +105,8 @@ def decide(
         if smaller is None:
             return GiveUp(
                 f"{what} with a micro-batch of {micro} sequence: nothing smaller is left to try",
-                "lower training.seq_len, spread the model over more devices (parallelism: fsdp), "
-                "or fine-tune with finetune.method lora or qlora",
+                f"{memory_levers(spec)}lower training.seq_len, spread the model over more devices "
+                "(parallelism: fsdp), or fine-tune with finetune.method lora or qlora",
             )
         world = attempt_world(attempt)
         accum = spec.training.global_batch_tokens // (micro * spec.training.seq_len * world)
