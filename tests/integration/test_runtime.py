@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from shipyard.executors.local import training_command
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.launch import LaunchPlan
 from tests.builders import spec_dict
@@ -56,18 +56,7 @@ def launch_command(
         stop_at_step=stop_at,
         resume_from=str(resume_from) if resume_from else None,
     ).write(run_dir)
-    if world == 1:
-        return [sys.executable, "-m", "shipyard.training", str(run_dir)]
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={world}",
-        "-m",
-        "shipyard.training",
-        str(run_dir),
-    ]
+    return training_command(world, run_dir)
 
 
 def _env() -> dict[str, str]:

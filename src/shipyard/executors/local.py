@@ -42,6 +42,22 @@ _VISIBLE_ENV = {
 _ALL_VISIBLE_ENV = tuple(v for names in _VISIBLE_ENV.values() for v in names)
 
 
+def training_command(world_size: int, run_dir: Path) -> list[str]:
+    """The training processes of one machine: one, or torchrun's ``world_size`` on loopback."""
+    if world_size == 1:
+        return [sys.executable, "-m", "shipyard.training", str(run_dir)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={world_size}",
+        "-m",
+        "shipyard.training",
+        str(run_dir),
+    ]
+
+
 class LocalExecutor:
     """The ``Executor`` of one machine: its devices form one node, attempts are its processes."""
 
@@ -190,18 +206,7 @@ class LocalExecutor:
     # --- processes ----------------------------------------------------------------------------
 
     def command(self, placement: Placement, run_dir: Path) -> list[str]:
-        if placement.world_size == 1:
-            return [sys.executable, "-m", "shipyard.training", str(run_dir)]
-        return [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            f"--nproc-per-node={placement.world_size}",
-            "-m",
-            "shipyard.training",
-            str(run_dir),
-        ]
+        return training_command(placement.world_size, run_dir)
 
     def environment(self, placement: Placement) -> dict[str, str]:
         env = dict(os.environ)
