@@ -1,11 +1,14 @@
 """Workloads for the simulator: Gavel's throughput files and job generator, and the Gavel,
 Philly, Sia and Alibaba trace formats.
 
-The generator follows Gavel's (Narayanan et al., OSDI 2020, ``scheduler/utils.py``): a job type
-drawn uniformly from the types in the throughput file, a scale factor from the Philly mix (70 %
-one device, 10 % two, 15 % four, 5 % eight; multi-device only for types measured that way), a
-duration of 60 * 10^U(1.5, 3) s for 80 % of jobs and 60 * 10^U(3, 4) s for the rest, steps =
-duration x the job's throughput on the reference type (V100), and Poisson arrivals.
+The generator draws the jobs Gavel's simulator draws for the same seed (Narayanan et al., OSDI
+2020, ``scheduler/utils.py: generate_job`` and ``scheduler.py: _initialize_seeds``), job for job:
+from one random stream seeded ``seed + 2``, a scale factor from the Philly mix (70 % one device,
+10 % two, 15 % four, 5 % eight; drawn even when every job is single-device), a duration of
+60 * 10^U(1.5, 3) s for 80 % of jobs and 60 * 10^U(3, 4) s for the rest, then a job type drawn
+uniformly in the order of Gavel's job table, drawn again while it cannot run on that many devices;
+steps = duration x the type's throughput on the reference type (V100); exponential inter-arrival
+times from a second stream seeded ``seed + 3``.
 """
 
 from __future__ import annotations
@@ -91,14 +94,33 @@ def _reference(throughputs: Throughputs) -> str:
     return REFERENCE_TYPE if REFERENCE_TYPE in types else sorted(types)[0]
 
 
+GAVEL_JOB_TABLE: tuple[str, ...] = (
+    *(f"ResNet-18 (batch size {b})" for b in (16, 32, 64, 128, 256)),
+    *(f"ResNet-50 (batch size {b})" for b in (16, 32, 64, 128)),
+    *(f"Transformer (batch size {b})" for b in (16, 32, 64, 128, 256)),
+    *(f"LM (batch size {b})" for b in (5, 10, 20, 40, 80)),
+    *(f"Recommendation (batch size {b})" for b in (512, 1024, 2048, 4096, 8192)),
+    "A3C",
+    "CycleGAN",
+)
+"""Gavel's job types in the order of its job table (``scheduler/job_table.py``), the order its
+generator draws them in; a throughput file's own order differs (A3C comes before LM there)."""
+
+
+def draw_order(throughputs: Throughputs) -> list[str]:
+    """The job types to draw from: Gavel's table order for its types, then any others sorted."""
+    known = job_types(throughputs)
+    return [t for t in GAVEL_JOB_TABLE if t in known] + sorted(set(known) - set(GAVEL_JOB_TABLE))
+
+
 def _scale_factor(rng: random.Random) -> int:
-    r = rng.uniform(0, 1)
+    r = rng.uniform(0, 1)  # Gavel's closed bounds: r == 0.8 gives 2, r == 0.95 gives 4
+    if 0.7 <= r <= 0.8:
+        return 2
+    if 0.8 <= r <= 0.95:
+        return 4
     if r >= 0.95:
         return 8
-    if r >= 0.8:
-        return 4
-    if r >= 0.7:
-        return 2
     return 1
 
 
@@ -111,24 +133,33 @@ def _duration_s(rng: random.Random) -> float:
 def generate_gavel_jobs(
     throughputs: Throughputs, *, count: int, rate_per_h: float | None, multi_gpu: bool, seed: int
 ) -> list[TraceJob]:
-    """``count`` jobs; Poisson arrivals at ``rate_per_h`` jobs per hour, or all at t=0 when None."""
-    rng = random.Random(seed)
-    types = job_types(throughputs)
-    names = sorted(types)
+    """``count`` jobs, the first ``count`` Gavel generates for ``seed``; Poisson arrivals at
+    ``rate_per_h`` jobs per hour, or all at t=0 when None."""
+    attributes = random.Random(seed + 2)  # Gavel's scheduler: _job_generator
+    arrivals = random.Random(seed + 3)  # and _interarrival_time_generator
+    sizes = job_types(throughputs)
+    order = draw_order(throughputs)
     reference = _reference(throughputs)
     jobs: list[TraceJob] = []
     arrival = 0.0
     for _ in range(count):
-        devices = _scale_factor(rng) if multi_gpu else 1
-        duration = _duration_s(rng)
+        devices = _scale_factor(attributes)
+        duration = _duration_s(attributes)
+        if not multi_gpu:
+            devices = 1
+        if not any(devices in sizes[t] for t in order):
+            raise InvalidSpec(
+                f"no job type in the throughput file was measured on {devices} devices",
+                hint="generate single-device jobs, or give a file with multi-device throughputs",
+            )
         while True:
-            job_type = rng.choice(names)
-            if devices in types[job_type]:
+            job_type = attributes.choice(order)
+            if devices in sizes[job_type]:
                 break
         steps = duration * throughputs.packed[(job_type, devices, reference)]
         jobs.append(TraceJob(job_type=job_type, devices=devices, total_steps=steps, arrival_s=arrival))
         if rate_per_h is not None:
-            arrival += -math.log(1.0 - rng.random()) * 3600.0 / rate_per_h
+            arrival += -math.log(1.0 - arrivals.random()) * 3600.0 / rate_per_h
     return jobs
 
 
@@ -163,10 +194,14 @@ def _bad_line(path: Path, line: int, why: str, hint: str) -> InvalidSpec:
 
 
 def _gavel_trace(path: Path, throughputs: Throughputs, _rng: random.Random) -> list[TraceJob]:
-    """Gavel's tab-separated traces: v1 (7 fields) and v2 (10 fields)."""
+    """Gavel's tab-separated traces, v1 (7 fields) and v2 (10 fields), or the JSON a run of Gavel's
+    simulator writes (``run_gavel.py --out``: its generated jobs under ``trace``)."""
+    text = path.read_text()
+    if text.lstrip().startswith("{"):
+        return _gavel_run(path, text, throughputs)
     known = job_types(throughputs)
     jobs = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         fields = line.split("\t")
@@ -200,6 +235,45 @@ def _gavel_trace(path: Path, throughputs: Throughputs, _rng: random.Random) -> l
                 number,
                 f"job type {job.job_type!r} is not in the throughput file",
                 "use the throughput file the trace was made for",
+            )
+        jobs.append(job)
+    return jobs
+
+
+def _gavel_run(path: Path, text: str, throughputs: Throughputs) -> list[TraceJob]:
+    """``{"trace": [[arrival_s, job_type, scale_factor, total_steps], ...]}``; errors name the
+    entry by its place in that list (the file is one line)."""
+    try:
+        rows = json.loads(text)["trace"]
+        if not isinstance(rows, list):
+            raise TypeError
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise InvalidSpec(
+            f'trace {path} is neither a Gavel trace nor JSON with a "trace" list',
+            hint="give a tab-separated Gavel trace or the file run_gavel.py --out writes",
+        ) from None
+    known = job_types(throughputs)
+    jobs = []
+    for index, row in enumerate(rows):
+        where = f"trace entry {index}"
+        try:
+            arrival, job_type, devices, steps = row
+            job = TraceJob(
+                job_type=str(job_type),
+                devices=int(devices),
+                total_steps=float(steps),
+                arrival_s=float(arrival),
+            )
+        except (TypeError, ValueError):
+            raise InvalidSpec(
+                f"trace {path}, {where}: {row!r} is not [arrival_s, job_type, scale_factor, total_steps]",
+                hint="give the file run_gavel.py --out writes",
+            ) from None
+        if job.job_type not in known or job.devices not in known[job.job_type]:
+            raise InvalidSpec(
+                f"trace {path}, {where}: job type {job.job_type!r} on {job.devices} device(s) is not "
+                "in the throughput file",
+                hint="use the throughput file the trace was made for",
             )
         jobs.append(job)
     return jobs
