@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import linprog
@@ -78,6 +78,65 @@ def fifo(inp: PolicyInput) -> Allocation:
         return random.Random(f"{inp.seed}:{job.id}").choice(sorted(types))
 
     return _greedy(inp, order, pick, sticky=True)
+
+
+class GavelFifo:
+    """Gavel's FIFO as its code behaves (``scheduler/policies/fifo.py``, ``base`` mode), ported so
+    its published figure can be reproduced job for job; ``fifo`` is the policy as described.
+
+    It remembers its placements from one solve to the next. Each solve, a finished job's type
+    goes to the head of the queue if it fits there; then queued jobs are placed in arrival order
+    while some type has room for their gang. The seeded random index it draws picks nothing: the
+    type is the last (in name order) of those with any free device, so jobs fill V100s, then P100s,
+    then K80s, and a type with too few free devices for the gang is over-committed (its jobs then
+    take turns, round by round, through the round mechanism). The drawn index only says which
+    type leaves the list when one fills up exactly: often not the one that filled.
+    """
+
+    def __init__(self) -> None:
+        self.placed: dict[tuple[float, str], str] = {}
+        """(arrival, job id) -> its type, in Gavel's order of job ids (arrival)."""
+        self.rng: random.Random | None = None
+
+    def __call__(self, inp: PolicyInput) -> Allocation:
+        if self.rng is None:
+            self.rng = random.Random(inp.seed)
+        active = {(j.arrival_s, j.id): j for j in inp.jobs}
+        queue = [active[key] for key in sorted(active) if key not in self.placed]
+        free = dict(inp.capacity)
+        for key in sorted(self.placed):
+            accelerator_type = self.placed[key]
+            if key in active:
+                free[accelerator_type] -= active[key].devices
+                continue
+            del self.placed[key]  # finished: its type goes to the head of the queue if it fits
+            head = queue[0] if queue else None
+            if (
+                head is not None
+                and head.devices <= free[accelerator_type]
+                and inp.throughputs.of(head, accelerator_type) > 0
+            ):
+                self.placed[(head.arrival_s, queue.pop(0).id)] = accelerator_type
+                free[accelerator_type] -= head.devices
+        open_types = sorted(k for k in free if free[k] > 0)
+        while queue and open_types:
+            job = queue.pop(0)
+            fitting = [i for i, k in enumerate(open_types) if free[k] >= job.devices]
+            if not fitting:
+                break
+            drawn = fitting[self.rng.randrange(len(fitting))]
+            accelerator_type = open_types[-1]  # not open_types[drawn]: see the class's docstring
+            if inp.throughputs.of(job, accelerator_type) > 0:
+                self.placed[(job.arrival_s, job.id)] = accelerator_type
+                free[accelerator_type] -= job.devices
+                if free[accelerator_type] == 0:
+                    open_types.pop(drawn)
+        return {job_id: {k: 1.0} for (_, job_id), k in self.placed.items()}
+
+
+def gavel_fifo_once(inp: PolicyInput) -> Allocation:
+    """Gavel's FIFO as its code behaves: V100s first, over-committed (see ``GavelFifo``)."""
+    return GavelFifo()(inp)
 
 
 def fifo_perf(inp: PolicyInput) -> Allocation:
@@ -182,15 +241,17 @@ def _equal_share_throughput(job: Job, inp: PolicyInput, demand: float) -> float:
 
 
 def gavel_las_perf(inp: PolicyInput) -> Allocation:
-    """Gavel's heterogeneity-aware max-min fairness (LAS), re-implemented as a linear program.
+    """Gavel's heterogeneity-aware max-min fairness (LAS), ported as a linear program.
 
     Maximizes the smallest throughput of any job, each normalized by what an equal share of every
-    type would give it and weighted by priority.
+    type would give it, weighted by priority and multiplied by its gang size: a one-device job
+    gets as much time as a job of k devices would get k times over (``MaxMinFairnessPolicyWithPerf``
+    since May 2020; an earlier version weighted gangs twice).
     """
     problem = _Problem.of(inp)
     demand = sum(j.devices for j in problem.jobs)
     scale = np.array(
-        [1.0 / (max(_equal_share_throughput(j, inp, demand), 1e-12) * j.priority) for j in problem.jobs]
+        [j.devices / (max(_equal_share_throughput(j, inp, demand), 1e-12) * j.priority) for j in problem.jobs]
     )
     return problem.max_min(inp, scale)
 
@@ -357,6 +418,9 @@ class Policy:
 
     name: str
     allocate: Allocate
+    remembers: Callable[[], Allocate] | None = None
+    """For a policy that keeps state from one solve to the next (Gavel's FIFO): a fresh one per
+    run, which ``policy_named`` puts in ``allocate``."""
     strict_order: bool = False
     """Its order is the point (FIFO, priority): idle devices are not backfilled with jobs further
     back."""
@@ -378,6 +442,7 @@ POLICIES: Mapping[str, Policy] = {
     for p in (
         Policy(name="fifo", allocate=fifo, strict_order=True),
         Policy(name="fifo_perf", allocate=fifo_perf, strict_order=True),
+        Policy(name="gavel_fifo", allocate=gavel_fifo_once, remembers=GavelFifo, strict_order=True),
         Policy(name="priority", allocate=priority, strict_order=True),
         Policy(name="gavel_las_perf", allocate=gavel_las_perf),
         Policy(name="finish_time_fairness", allocate=finish_time_fairness),
@@ -391,8 +456,35 @@ ALIASES = {"shipyard": DEFAULT_POLICY}
 """Former names that settings and scripts may still give."""
 
 
+GAVEL_COUNTERPARTS = {
+    "max_min_fairness_perf": "gavel_las_perf",
+    "min_total_duration_perf": "min_makespan",
+    "finish_time_fairness_perf": "finish_time_fairness",
+    "max_sum_throughput_normalized_by_cost_perf": "max_throughput_per_dollar",
+}
+"""Gavel's policy names (``scheduler/utils.py: get_policy``) whose counterparts here have
+another name; its ``fifo`` and ``fifo_perf`` share theirs."""
+GAVEL_WITHOUT_PORT = (
+    "allox", "fifo_packed", "finish_time_fairness", "finish_time_fairness_packed", "gandiva",
+    "isolated", "max_min_fairness", "max_min_fairness_packed", "max_min_fairness_water_filling",
+    "max_min_fairness_water_filling_packed", "max_min_fairness_water_filling_perf",
+    "max_sum_throughput_perf", "min_total_duration", "min_total_duration_packed",
+)  # fmt: skip
+"""Gavel's other policies: space sharing (packed), heterogeneity-agnostic and the rest, not ported."""
+
+
 def policy_named(name: str) -> Policy:
-    try:
-        return POLICIES[ALIASES.get(name, name)]
-    except KeyError:
-        raise InvalidSpec(f"unknown policy {name!r}", hint=f"use one of: {', '.join(POLICIES)}") from None
+    """The policy of that name, ready for one run (a policy with state gets a fresh one)."""
+    policy = POLICIES.get(ALIASES.get(name, name))
+    if policy is not None:
+        return policy if policy.remembers is None else replace(policy, allocate=policy.remembers())
+    choices = f"use one of: {', '.join(POLICIES)}"
+    if name in GAVEL_COUNTERPARTS:
+        counterpart = GAVEL_COUNTERPARTS[name]
+        raise InvalidSpec(
+            f"{name!r} is Gavel's name of a policy; Shipyard's counterpart is {counterpart!r}",
+            hint=f"use --policy {counterpart}",
+        )
+    if name in GAVEL_WITHOUT_PORT:
+        raise InvalidSpec(f"Gavel's policy {name!r} has no port in Shipyard", hint=choices)
+    raise InvalidSpec(f"unknown policy {name!r}", hint=choices)
