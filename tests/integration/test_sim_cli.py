@@ -23,9 +23,14 @@ needs_data = pytest.mark.skipif(
 
 
 @needs_data
-@pytest.mark.parametrize("policy", ["fifo", "fifo_perf", "gavel_las_perf", "shortest_remaining_perf"])
-def test_sim_run_json_contract(cli: Cli, policy: str) -> None:
-    args = ["--policy", policy, "--workload", "gavel", "--multi-gpu", "--rate", "0.5", "--seed", "0"]
+@pytest.mark.parametrize(
+    ("policy", "mechanism"),
+    [("fifo", "shipyard"), ("fifo_perf", "shipyard"), ("gavel_las_perf", "shipyard"),
+     ("shortest_remaining_perf", "shipyard"), ("gavel_fifo", "gavel"), ("gavel_las_perf", "gavel")],
+)  # fmt: skip
+def test_sim_run_json_contract(cli: Cli, policy: str, mechanism: str) -> None:
+    args = ["--policy", policy, "--workload", "gavel", "--multi-gpu", "--rate", "0.5", "--seed", "0",
+            "--mechanism", mechanism]  # fmt: skip
     out = json.loads(cli.run(*BASE, *args, "--window", "10:40", "--round-s", "360", "--json").stdout)
     assert [key for key in CONTRACT if key not in out] == []
     assert out["jobs_measured"] == 30 and 0 < out["utilization"] <= 1
@@ -60,6 +65,15 @@ def test_a_gavel_trace_replays(cli: Cli) -> None:
     assert out["jobs_measured"] > 0
 
 
+@needs_data
+def test_a_run_of_gavels_simulator_replays(cli: Cli) -> None:
+    """The JSON ``run_gavel.py --out`` writes: its generated jobs, replayed through Shipyard's."""
+    run_file = Path(__file__).resolve().parents[1] / "data" / "gavel-run-fifo-1.0-seed0.json"
+    args = ["--trace", str(run_file), "--window", "20:60", "--policy", "fifo_perf", "--json"]
+    out = json.loads(cli.run(*BASE, *args).stdout)
+    assert out["jobs_measured"] == 40 and out["avg_jct_h"] > 0
+
+
 def test_sim_policies_lists_the_default_first(cli: Cli) -> None:
     names = json.loads(cli.run("sim", "policies", "--json").stdout)
     assert names[0] == "shortest_remaining_perf"
@@ -72,6 +86,16 @@ def test_sim_policies_lists_the_default_first(cli: Cli) -> None:
     [
         (["--cluster", "v100=8,a100=8", "--rate", "1"], "type 'a100' has no throughputs"),
         (["--cluster", "v100=8", "--policy", "best", "--rate", "1"], "unknown policy 'best'"),
+        (["--cluster", "v100=8", "--policy", "gandiva", "--rate", "1"], "policy 'gandiva' has no port"),
+        (["--cluster", "v100=8", "--rate", "1", "--mechanism", "slurm"], "--mechanism 'slurm' is not known"),
+        (
+            ["--cluster", "v100=8", "--policy", "max_min_fairness_perf", "--rate", "1"],
+            "Shipyard's counterpart is 'gavel_las_perf'",
+        ),
+        (
+            ["--cluster", "v100=8", "--rate", "1", "--jobs", "100", "--window", "50:150"],
+            "--window 50:150 ends past the 100 jobs of the workload",
+        ),
         (["--cluster", "v100=eight", "--rate", "1"], "--cluster: 'v100=eight' is not TYPE=NUMBER"),
         (["--cluster", "v100=8", "--rate", "1", "--window", "5:2"], "--window '5:2' is not START:END"),
         (["--cluster", "v100=8"], "needs a positive --rate"),

@@ -290,7 +290,7 @@ def test_admission_never_exceeds_cohort_quota(sizes: list[tuple[str, int]]) -> N
 
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: E402
 
-from shipyard.sim.simulator import SimConfig, cluster_nodes, simulate  # noqa: E402
+from shipyard.sim.simulator import GAVEL_MECHANISM, SimConfig, cluster_nodes, simulate  # noqa: E402
 from shipyard.sim.workload import TraceJob  # noqa: E402
 
 
@@ -308,22 +308,24 @@ from shipyard.sim.workload import TraceJob  # noqa: E402
     ),
     policy=st.sampled_from(sorted(POLICIES)),
     restart_cost=st.sampled_from([0.0, 30.0]),
+    gavels_mechanism=st.booleans(),
 )
 def test_every_job_finishes_no_faster_than_alone_and_runs_repeat(
-    raw: list, policy: str, restart_cost: float
+    raw: list, policy: str, restart_cost: float, gavels_mechanism: bool
 ) -> None:
     tp = throughputs(["a", "b", "c"])
     jobs = [TraceJob(job_type=t, devices=d, total_steps=s, arrival_s=a) for t, d, s, a in raw]
     nodes = cluster_nodes({"v100": 4, "p100": 4, "k80": 4}, 4)
-    config = SimConfig(round_s=360, restart_cost_s=restart_cost)
-    first = simulate(jobs, nodes, tp, POLICIES[policy], config)
+    mechanism = GAVEL_MECHANISM if gavels_mechanism else {}
+    config = SimConfig(round_s=360, restart_cost_s=restart_cost, **mechanism)  # type: ignore[arg-type]
+    first = simulate(jobs, nodes, tp, policy_named(policy), config)
     assert first.jobs_measured == len(jobs)  # nothing starves forever, nothing is lost
     alone = min(
         s / max(tp.packed[(t, d, k)] for k in TYPES) for t, d, s, _ in raw
     )  # the shortest job on its fastest type
     assert first.p50_jct_h * 3600 >= alone * 0.999
     assert 0 < first.utilization <= 1
-    again = simulate(jobs, nodes, tp, POLICIES[policy], config)
+    again = simulate(jobs, nodes, tp, policy_named(policy), config)
     assert {k: v for k, v in first.to_dict().items() if "solve_ms" not in k} == {
         k: v for k, v in again.to_dict().items() if "solve_ms" not in k
     }
@@ -417,3 +419,85 @@ def _fields(job: Job) -> dict:
 
 TestRounds = RoundsMachine.TestCase
 TestRounds.settings = settings(max_examples=20, stateful_step_count=15, deadline=None)
+
+
+# --- Gavel's behaviour, ported --------------------------------------------------------------
+
+
+def test_gavel_fifo_fills_the_last_named_type_first_and_over_commits_it() -> None:
+    """Gavel's base FIFO places a job on the last type (by name) with any free device, even when
+    too few are free for its gang, as long as some type could hold it."""
+    tp = throughputs(["a"])
+    policy = policy_named("gavel_fifo")
+    first = [Job(id=f"j{i}", job_type="a", devices=4, total_steps=10, arrival_s=i) for i in range(3)]
+    capacity = {"k80": 8, "p100": 8, "v100": 6}
+    allocation = policy(PolicyInput(jobs=first, capacity=capacity, throughputs=tp, seed=0))
+    # v100 (6 free) takes j0 (2 left), then j1 though only 2 are free: v100 is over-committed.
+    assert allocation["j0"] == {"v100": 1.0} and allocation["j1"] == {"v100": 1.0}
+    assert allocation["j2"] == {"v100": 1.0}
+    # It remembers: a finished job's type goes to the head of the queue, the others stay put.
+    later = [*first[1:], Job(id="j3", job_type="a", devices=1, total_steps=10, arrival_s=3)]
+    again = policy(PolicyInput(jobs=later, capacity=capacity, throughputs=tp, seed=0))
+    assert again["j1"] == again["j2"] == {"v100": 1.0} and "j0" not in again
+    # A fresh policy of that name starts with nothing remembered.
+    fresh = policy_named("gavel_fifo")(PolicyInput(jobs=later, capacity=capacity, throughputs=tp))
+    assert fresh["j1"] == {"v100": 1.0}
+
+
+def test_gavel_las_gives_a_gang_the_same_throughput_per_device_as_a_single() -> None:
+    """The scale-factor term: without it, a 4-device job would get the time of a 1-device job."""
+    tp = throughputs(["a"])
+    jobs = [
+        Job(id="one", job_type="a", devices=1, total_steps=10, arrival_s=0),
+        Job(id="four", job_type="a", devices=4, total_steps=10, arrival_s=0),
+    ]
+    allocation = gavel_las_perf(PolicyInput(jobs=jobs, capacity={"v100": 4}, throughputs=tp))
+    # max min(x_one * 1 / 1, x_four * 4 / 4 * 4) under x_one + 4 x_four <= 4: the single runs all
+    # the time and the gang a quarter or more (without the term: 0.8 each, the single held back).
+    assert allocation["one"]["v100"] == pytest.approx(1.0)
+    assert allocation["four"]["v100"] >= 0.25 - 1e-6
+
+
+def test_a_cycle_re_solves_a_changed_job_set_only_after_the_interval() -> None:
+    from shipyard.scheduling.cycle import Cycle
+
+    tp = throughputs(["a"])
+    cycle = Cycle(policy=policy_named("fifo_perf"), round_s=360, resolve_after_s=1920)
+    one = [Job(id="j0", job_type="a", devices=1, total_steps=1e6, arrival_s=0)]
+    two = [*one, Job(id="j1", job_type="a", devices=1, total_steps=1e6, arrival_s=100)]
+    assert cycle.run(one, nodes(), tp, now_s=0).solved
+    assert not cycle.run(two, nodes(), tp, now_s=360).solved  # changed, but only 360 s later
+    assert cycle.run(two, nodes(), tp, now_s=1920).solved
+
+
+def test_type_passes_fill_each_type_before_the_next_with_unallocated_jobs_last() -> None:
+    """Gavel's placement: the V100 pass goes over every job, those allocated there by rank, then
+    the others (oldest first) on what is left; a job taken there is not placed again."""
+    tp = throughputs(["a"])
+    cluster = [
+        Node(id="v100-0", accelerator_type="v100", devices=2),
+        Node(id="k80-0", accelerator_type="k80", devices=2),
+    ]
+    jobs = [Job(id=f"j{i}", job_type="a", devices=1, total_steps=10, arrival_s=i) for i in range(4)]
+    allocation = {"j0": {"k80": 1.0}, "j3": {"v100": 1.0}, "j2": {"k80": 1.0}}
+    plan = run_cycle(
+        jobs, cluster, allocation, now_s=0, round_s=360, backfill=tp, type_passes=["v100", "k80"]
+    )
+    placed = {job_id: lease.accelerator_type for job_id, lease in plan.leases.items()}
+    # v100: j3 (allocated), then the oldest unallocated with throughput there: j0 (allocated on
+    # k80 only, but idle devices go to whoever runs); k80: j2, then j1.
+    assert placed == {"j3": "v100", "j0": "v100", "j2": "k80", "j1": "k80"}
+
+
+def test_gavels_rounds_end_at_their_last_finish() -> None:
+    """One 100-second job after another: Shipyard's rounds wait out the 360 s, Gavel's end when the
+    job does, so the second starts at 100 s."""
+    tp = throughputs(["a"])  # 1 step/s on one device
+    jobs = [TraceJob(job_type="a", devices=1, total_steps=100, arrival_s=0)] * 2
+    nodes = cluster_nodes({"v100": 1}, 1)
+    rounds = simulate(jobs, nodes, tp, policy_named("fifo_perf"), SimConfig(round_s=360))
+    last_finish = simulate(
+        jobs, nodes, tp, policy_named("fifo_perf"), SimConfig(round_s=360, round_ends_at_last_finish=True)
+    )
+    assert rounds.makespan_h * 3600 == pytest.approx(460)
+    assert last_finish.makespan_h * 3600 == pytest.approx(200)

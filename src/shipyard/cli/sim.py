@@ -32,9 +32,13 @@ def run(
     static_jobs: Annotated[
         int | None, typer.Option(help="This many jobs, all at t=0 (makespan runs).")
     ] = None,
-    jobs: Annotated[int | None, typer.Option(help="Jobs to generate when no --window is given.")] = None,
+    jobs: Annotated[
+        int | None, typer.Option(help="Jobs to generate (default: the window's end + 2,000, else 1,000).")
+    ] = None,
     trace: Annotated[Path | None, typer.Option(help="Replay a trace instead of generating jobs.")] = None,
-    trace_format: Annotated[str, typer.Option(help="gavel, philly, sia or alibaba.")] = "gavel",
+    trace_format: Annotated[
+        str, typer.Option(help="gavel (Gavel's TSV, or a run's JSON), philly, sia or alibaba.")
+    ] = "gavel",
     seed: Annotated[int, typer.Option(help="Seed of the workload and of randomized policies.")] = 0,
     window: Annotated[str | None, typer.Option(help="Measure jobs START:END (arrival order).")] = None,
     round_s: Annotated[float, typer.Option("--round-s", help="Round length in seconds.")] = 360.0,
@@ -50,6 +54,13 @@ def run(
             help="Gangs spread over nodes run at the unconsolidated throughput (Gavel's simulator: off)."
         ),
     ] = True,
+    mechanism: Annotated[
+        str,
+        typer.Option(
+            help="Round mechanism: shipyard, or gavel (re-solve at most every 1,920 s, rank by time "
+            "since the last solve, a round ends at its last finish: Gavel's simulator)."
+        ),
+    ] = "shipyard",
     json_out: JsonOpt = False,
 ) -> None:
     """Run one simulation and report JCT, makespan, utilization, restarts, fairness, cost."""
@@ -71,6 +82,7 @@ def run(
         restart_cost_s=restart_cost_s,
         prices=prices,
         spread_slowdown=spread_slowdown,
+        mechanism=mechanism,
     )
     with Progress(
         TextColumn(f"simulating {policy}"),

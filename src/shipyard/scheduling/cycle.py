@@ -10,7 +10,7 @@ can hold them are they spread over several, where they run slower.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
@@ -20,6 +20,9 @@ from shipyard.scheduling.reasons import Pending, Reason, pending_reasons
 
 NEVER_RECEIVED = 1e9
 """Priority of a share allocated but never yet received: it goes before every other."""
+
+Received = Mapping[str, Mapping[str, float]]
+"""job id -> accelerator type -> share of that type's time the job has had."""
 
 
 def run_cycle(
@@ -31,44 +34,66 @@ def run_cycle(
     round_s: float,
     backfill: Throughputs | None = None,
     never_backfill: Collection[str] = (),
+    received: Received | None = None,
+    behind: Received | None = None,
+    type_passes: Sequence[str] | None = None,
 ) -> RoundPlan:
     """The leases of the next round for ``jobs`` on ``nodes`` under ``allocation``.
+
+    ``received``: the share of each type's time each job has had, where the caller counts it
+    otherwise (Gavel's mechanism: since the allocation was last reset); by default, the time it
+    ran on the type over the time since it arrived. ``behind``: seconds each job is behind its
+    allocation on each type, which orders jobs of equal rank (most behind first).
 
     With ``backfill`` (the throughputs), devices the allocation leaves idle this round go to
     waiting jobs, on the type each runs fastest; they hold them one round only, after every
     allocated job was placed, so they never delay one (Gavel's mechanism does the same). Jobs in
     ``never_backfill`` (say, preempted to give quota back) get nothing beyond their allocation.
+
+    ``type_passes`` (Gavel's mechanism): instead of one ranking of all (job, type) pairs, one
+    pass per type in this order over every job, by its rank on that type; with ``backfill``, jobs
+    with no share there fill that type's devices left over in the same pass (oldest first).
     """
     by_id = {j.id: j for j in jobs}
     capacity: dict[str, int] = {}
     for node in nodes:
         capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
 
-    candidates: list[tuple[float, int, float, str, str]] = []
-    for job_id, shares in allocation.items():
-        job = by_id.get(job_id)
-        if job is None:
-            continue
-        age = max(now_s - job.arrival_s, round_s)
-        for accelerator_type, share in shares.items():
-            if share <= 0 or not job.allows(accelerator_type):
-                continue
-            received = job.attained_s.get(accelerator_type, 0.0) / age
-            rank = share / received if received > 0 else NEVER_RECEIVED * share
-            keeps_lease = 0 if job.running_on == accelerator_type else 1
-            candidates.append((-rank, keeps_lease, job.arrival_s, job.id, accelerator_type))
-    candidates.sort()
+    def rank(job: Job, accelerator_type: str) -> float:
+        """Allocated share over received share: who is furthest behind goes first (0: no share)."""
+        share = allocation.get(job.id, {}).get(accelerator_type, 0.0)
+        if share <= 0 or not job.allows(accelerator_type):
+            return 0.0
+        if received is None:
+            had = job.attained_s.get(accelerator_type, 0.0) / max(now_s - job.arrival_s, round_s)
+        else:
+            had = received.get(job.id, {}).get(accelerator_type, 0.0)
+        return share / had if had > 0 else NEVER_RECEIVED * share
 
+    def lag(job: Job, accelerator_type: str) -> float:
+        return 0.0 if behind is None else behind.get(job.id, {}).get(accelerator_type, 0.0)
+
+    free = dict(capacity)
+    if type_passes is None:
+        candidates = sorted(
+            (-rank(job, k), -lag(job, k), job.running_on != k, job.arrival_s, job.id, k)
+            for job_id, shares in allocation.items()
+            if (job := by_id.get(job_id)) is not None
+            for k in shares
+            if rank(job, k) > 0
+        )
+        order = [(by_id[job_id], k) for *_, job_id, k in candidates]
+    else:
+        order = _by_type_passes(jobs, type_passes, rank, lag, backfill, never_backfill)
+        backfill = None  # the passes filled each type
     # Choose (job, type) pairs by counting devices per type, then place them on nodes: jobs that
     # keep their lease first, so their devices are not handed to someone else.
-    free = dict(capacity)
     chosen: dict[str, str] = {}
-    for _, _, _, job_id, accelerator_type in candidates:
-        job = by_id[job_id]
-        if job_id in chosen or free.get(accelerator_type, 0) < job.devices:
+    for job, accelerator_type in order:
+        if job.id in chosen or free.get(accelerator_type, 0) < job.devices:
             continue
         free[accelerator_type] -= job.devices
-        chosen[job_id] = accelerator_type
+        chosen[job.id] = accelerator_type
 
     node_free = {n.id: n.devices for n in nodes}
     leases: dict[str, Lease] = {}
@@ -98,6 +123,32 @@ def run_cycle(
         preempted=preempted,
         pending_reasons=pending_reasons(waiting, nodes, node_free),
     )
+
+
+def _by_type_passes(
+    jobs: Sequence[Job],
+    type_passes: Sequence[str],
+    rank: Callable[[Job, str], float],
+    lag: Callable[[Job, str], float],
+    backfill: Throughputs | None,
+    never_backfill: Collection[str],
+) -> list[tuple[Job, str]]:
+    """(job, type) in the order Gavel's mechanism considers them: type by type, each type's jobs
+    by rank, then how far behind, then arrival."""
+    order = []
+    for k in type_passes:
+        ranked = []
+        for job in jobs:
+            r = rank(job, k)
+            if r > 0 or (
+                backfill is not None
+                and job.id not in never_backfill
+                and job.allows(k)
+                and backfill.of(job, k) > 0
+            ):
+                ranked.append((-r, -lag(job, k), job.arrival_s, job.id, job))
+        order += [(job, k) for *_, job in sorted(ranked, key=lambda e: e[:4])]
+    return order
 
 
 def _backfill(
@@ -227,6 +278,51 @@ class Decision:
     """Whether the policy was solved this cycle (else the last allocation was reused)."""
 
 
+class TimeSinceSolve:
+    """Gavel's count of time received (``scheduler.py``: ``_update_priorities``,
+    ``_reset_time_run_so_far``): each job's seconds on each type since the policy was last solved,
+    with ``credit_s`` given to every job on every type then and on its arrival; a job's share of a
+    type is its seconds over the type's total. At each solve the time a job fell behind its
+    allocation is added to ``behind``, which orders jobs of equal rank."""
+
+    def __init__(self, credit_s: float) -> None:
+        self.credit_s = credit_s
+        self.job_s: dict[str, dict[str, float]] = {}
+        self.type_s: dict[str, float] = {}
+        self.behind: dict[str, dict[str, float]] = {}
+
+    def arrive(self, jobs: Sequence[Job], capacity: Mapping[str, int]) -> None:
+        """Forget jobs that are gone; credit new ones (not in the types' totals until a solve)."""
+        current = {j.id for j in jobs}
+        self.job_s = {i: s for i, s in self.job_s.items() if i in current}
+        self.behind = {i: s for i, s in self.behind.items() if i in current}
+        for job in jobs:
+            self.job_s.setdefault(job.id, dict.fromkeys(capacity, self.credit_s))
+
+    def settle(self, allocation: Allocation, elapsed_s: float) -> None:
+        """At a solve: what each job should have had under ``allocation`` minus what it had goes
+        into ``behind``; every count restarts from the credit."""
+        for job_id, by_type in self.job_s.items():
+            lags = self.behind.setdefault(job_id, {})
+            for k, seconds in by_type.items():
+                owed = allocation.get(job_id, {}).get(k, 0.0) * elapsed_s
+                lags[k] = lags.get(k, 0.0) + owed - (seconds - self.credit_s)
+                by_type[k] = self.credit_s
+        types = {k for by_type in self.job_s.values() for k in by_type}
+        self.type_s = {k: self.credit_s * len(self.job_s) for k in types}
+
+    def ran(self, job_id: str, accelerator_type: str, seconds: float) -> None:
+        if job_id in self.job_s:
+            self.job_s[job_id][accelerator_type] = self.job_s[job_id].get(accelerator_type, 0.0) + seconds
+        self.type_s[accelerator_type] = self.type_s.get(accelerator_type, 0.0) + seconds
+
+    def shares(self) -> Received:
+        return {
+            i: {k: t / self.type_s[k] if self.type_s.get(k) else 0.0 for k, t in by_type.items()}
+            for i, by_type in self.job_s.items()
+        }
+
+
 @dataclass(slots=True, kw_only=True)
 class Cycle:
     """The whole scheduling cycle, the one entry point of the live agent, the simulator and the
@@ -244,11 +340,25 @@ class Cycle:
     round_s: float
     prices: Mapping[str, float] = field(default_factory=dict)
     seed: int = 0
+    resolve_after_s: float = 0.0
+    """A changed set of jobs re-solves the policy only once this long has passed since the last
+    solve (Gavel's simulator: 1,920 s); until then new jobs run only on devices left idle."""
+    type_passes: Sequence[str] | None = None
+    """Gavel's order of placement: one pass per type, in this order (see ``run_cycle``)."""
+    ledger: TimeSinceSolve | None = None
+    """Gavel's count of the time each job received since the last solve, by which the round
+    mechanism ranks jobs (else: time run since arrival, from the jobs themselves)."""
     _allocation: Allocation = field(default_factory=dict, init=False, repr=False)
     _solved_for: frozenset[str] | None = field(default=None, init=False, repr=False)
+    _solved_at: float | None = field(default=None, init=False, repr=False)
 
     def run(
-        self, jobs: Sequence[Job], nodes: Sequence[Node], throughputs: Throughputs, *, now_s: float
+        self,
+        jobs: Sequence[Job],
+        nodes: Sequence[Node],
+        throughputs: Throughputs,
+        *,
+        now_s: float,
     ) -> Decision:
         capacity: dict[str, int] = {}
         for node in nodes:
@@ -257,8 +367,14 @@ class Cycle:
         admission = admit(jobs, self.queues or Queues.unlimited(capacity))
         candidates = [j for j in admission.jobs if j.id not in admission.reclaimed]
         job_set = frozenset(j.id for j in candidates)
-        solved = self.policy.every_round or job_set != self._solved_for
+        waited = self._solved_at is None or now_s - self._solved_at >= self.resolve_after_s
+        solved = self.policy.every_round or (job_set != self._solved_for and waited)
+        if self.ledger is not None:
+            self.ledger.arrive(admission.jobs, capacity)
         if solved:
+            if self.ledger is not None:
+                self.ledger.settle(self._allocation, now_s - (self._solved_at or 0.0))
+            self._solved_at = now_s
             inp = PolicyInput(
                 jobs=candidates,
                 capacity=capacity,
@@ -276,6 +392,9 @@ class Cycle:
             round_s=self.round_s,
             backfill=None if self.policy.strict_order else throughputs,
             never_backfill=admission.reclaimed,
+            received=None if self.ledger is None else self.ledger.shares(),
+            behind=None if self.ledger is None else self.ledger.behind,
+            type_passes=self.type_passes,
         )
         reasons = dict(plan.pending_reasons)
         reasons.update(admission.reasons)

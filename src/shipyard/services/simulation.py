@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from shipyard.errors import InvalidSpec
 from shipyard.hardware.catalog import catalog
 from shipyard.planner.shapes import positive
 from shipyard.scheduling.model import Throughputs
 from shipyard.scheduling.policies import DEFAULT_POLICY, policy_named
-from shipyard.sim.simulator import SimConfig, SimResult, cluster_nodes, simulate
+from shipyard.sim.simulator import GAVEL_MECHANISM, SimConfig, SimResult, cluster_nodes, simulate
 from shipyard.sim.workload import TraceJob, generate_gavel_jobs, load_throughputs, load_trace
 
 GAVEL_PRICES_USD_PER_H = {"v100": 0.74, "p100": 0.43, "k80": 0.135}
@@ -39,6 +40,8 @@ class SimRequest:
     restart_cost_s: float = 0.0
     prices: str | None = None
     spread_slowdown: bool = True
+    mechanism: str = "shipyard"
+    """The round mechanism: Shipyard's, or ``gavel`` (its simulator's, ``GAVEL_MECHANISM``)."""
 
 
 def parse_pairs(text: str, flag: str, number: Callable[[str], float]) -> dict[str, float]:
@@ -74,6 +77,8 @@ def parse_window(text: str | None) -> tuple[int, int] | None:
     return window
 
 
+MECHANISMS: dict[str, dict[str, Any]] = {"shipyard": {}, "gavel": GAVEL_MECHANISM}
+"""Round mechanisms by name: SimConfig options over Shipyard's defaults."""
 MAX_JOBS = 1_000_000
 """Jobs of one simulation: far past any trace, and a bound on its time and memory."""
 MAX_DEVICES = 1_000_000
@@ -98,10 +103,20 @@ def run(request: SimRequest, progress: Callable[[int, int], None] | None = None)
             f"--restart-cost-s must be at least 0 and at most 1e+07, got {request.restart_cost_s:g}",
             hint="e.g. --restart-cost-s 10",
         )
+    if request.mechanism not in MECHANISMS:
+        raise InvalidSpec(
+            f"--mechanism {request.mechanism!r} is not known", hint=f"use one of: {', '.join(MECHANISMS)}"
+        )
     window = parse_window(request.window)
     if window is not None and window[1] > MAX_JOBS:
         raise InvalidSpec(f"--window ends past job {MAX_JOBS:,}", hint="simulate at most a million jobs")
     jobs = _jobs(request, throughputs, window)
+    if window is not None and window[1] > len(jobs):
+        source = f"trace {request.trace}" if request.trace is not None else "workload"
+        raise InvalidSpec(
+            f"--window {request.window} ends past the {len(jobs):,} jobs of the {source}",
+            hint=f"measure jobs within 0:{len(jobs)}, or generate more (--jobs)",
+        )
     largest = max(cluster.values())
     too_big = [j for j in jobs if j.devices > largest]
     if too_big:
@@ -121,6 +136,7 @@ def run(request: SimRequest, progress: Callable[[int, int], None] | None = None)
         seed=request.seed,
         prices=prices,
         spread_slowdown=request.spread_slowdown,
+        **MECHANISMS[request.mechanism],
     )
     nodes = cluster_nodes(cluster, request.devices_per_node)
     return simulate(jobs, nodes, throughputs, policy, config, progress=progress)
@@ -149,7 +165,7 @@ def _jobs(request: SimRequest, throughputs: Throughputs, window: tuple[int, int]
             "--workload gavel needs a positive --rate (jobs per hour) or --static-jobs N",
             hint="e.g. --rate 2.4 --window 4000:5000",
         )
-    count = window[1] + EXTRA_JOBS if window else (request.jobs or 1000)
+    count = request.jobs or (window[1] + EXTRA_JOBS if window else 1000)
     return generate_gavel_jobs(
         throughputs,
         count=count,

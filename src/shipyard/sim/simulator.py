@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shipyard.scheduling.cycle import Cycle
+from shipyard.scheduling.cycle import Cycle, TimeSinceSolve
 from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, Throughputs
 from shipyard.scheduling.policies import Policy
 from shipyard.scheduling.quota import Queues
@@ -38,6 +38,27 @@ class SimConfig:
     always uses the consolidated one; turn this off to compare with its published figures."""
     queues: Queues | None = None
     """Quotas, as the live agent's queue configuration (None: no quota)."""
+    # Gavel's round mechanism, each part on its own (all three: ``GAVEL_MECHANISM``).
+    resolve_after_s: float = 0.0
+    """A changed set of jobs re-solves the policy only this long after the last solve."""
+    received_since_solve: bool = False
+    """Rank jobs by their share of each type's time since the last solve, half a round credited
+    to each job on each type then (else: the time run on the type since arrival)."""
+    round_ends_at_last_finish: bool = False
+    """A round lasts until the last of its jobs stops (at most ``round_s``), not ``round_s``."""
+    types_in_turn: bool = False
+    """Place jobs type by type, fastest type first, each type's devices filled before the next
+    is looked at (else: one ranking of every job on every type)."""
+
+
+GAVEL_MECHANISM = {
+    "resolve_after_s": 1920.0,
+    "received_since_solve": True,
+    "round_ends_at_last_finish": True,
+    "types_in_turn": True,
+}
+"""SimConfig's options that make the round mechanism Gavel's simulator's (``scheduler.py``:
+``_update_priorities``, ``_reset_time_run_so_far``, ``simulate``)."""
 
 
 @dataclass(slots=True)
@@ -118,6 +139,9 @@ def simulate(
         round_s=config.round_s,
         prices=config.prices,
         seed=config.seed,
+        resolve_after_s=config.resolve_after_s,
+        type_passes=_fastest_first(throughputs, capacity) if config.types_in_turn else None,
+        ledger=TimeSinceSolve(credit_s=config.round_s / 2) if config.received_since_solve else None,
     )
     busy_device_s = 0.0
     cost = 0.0
@@ -139,9 +163,13 @@ def simulate(
         by_index = {str(s.index): s for s in active}
         for job_id in plan.preempted:
             by_index[job_id].lease = None
+        longest_s = 0.0
         for job_id, lease in plan.leases.items():
             state = by_index[job_id]
             used_s = _advance(state, lease, throughputs, config, now)
+            longest_s = max(longest_s, used_s)
+            if cycle.ledger is not None:
+                cycle.ledger.ran(job_id, lease.accelerator_type, used_s)
             busy_device_s += used_s * state.trace.devices
             cost += used_s / 3600 * state.trace.devices * config.prices.get(lease.accelerator_type, 0.0)
         done = [s for s in active if s.finish_s is not None]
@@ -150,11 +178,20 @@ def simulate(
             unfinished -= {s.index for s in done}
             if progress is not None:
                 progress(len(measured) - len(unfinished), len(measured))
-        now += config.round_s
+        now += longest_s if config.round_ends_at_last_finish and plan.leases else config.round_s
         rounds += 1
     return _summarize(
         states, measured, total_devices, throughputs, capacity, busy_device_s, cost, solve_ms, rounds
     )
+
+
+def _fastest_first(throughputs: Throughputs, capacity: Mapping[str, int]) -> list[str]:
+    """The cluster's types by their summed throughput over every job type (V100, P100, K80)."""
+    speed = dict.fromkeys(capacity, 0.0)
+    for (_, _, accelerator_type), steps_per_s in throughputs.packed.items():
+        if accelerator_type in speed:
+            speed[accelerator_type] += steps_per_s
+    return sorted(capacity, key=lambda k: (-speed[k], k))
 
 
 def _timed(policy: Policy, solve_ms: list[float]) -> Policy:
