@@ -1,30 +1,39 @@
-"""Shipyard's scheduler against Gavel's published figures, on Gavel's own workload.
+"""Shipyard's scheduler beside Gavel's own simulator, on the same jobs, in one invocation.
 
 36 V100 + 36 P100 + 36 K80 (4 per node), Gavel's simulation throughputs (read in place from
-``../shared/data/scheduling/gavel``), Gavel's job generator with multi-GPU jobs, 360 s rounds,
-jobs 4000-5000 measured, seeds 0-2; gangs spread over nodes run at the consolidated speed as in
-Gavel's simulator. Runs, in one invocation, each policy through the same simulator and the same
-``run_cycle``, and prints mean avg-JCT / makespan over seeds beside Gavel's published figures and
-the ratios between policies:
+``../shared/data/scheduling/gavel``), Gavel's jobs (``--workload gavel`` draws them job for job as
+Gavel does; each Gavel run's trace is checked against them), multi-GPU jobs, 360 s rounds, jobs
+4000-5000 measured, seeds 0-2, gangs spread over nodes at the consolidated speed (Gavel's model).
 
-- fidelity: fifo, fifo_perf and gavel_las_perf at 1.0 job/h; gavel_las_perf at 2.4 jobs/h;
-- the anchor: shortest_remaining_perf (the default) vs gavel_las_perf at 2.4 and 2.6 jobs/h,
-  and makespan of 700 static jobs;
-- the same with a 30 s restart cost;
-- for the static runs, the fluid lower bound on the makespan of the same 700 jobs (a linear
-  program no schedule can beat), so a policy's loss is told apart from the workload's.
+- fidelity: the ports ``gavel_fifo``, ``fifo_perf`` and ``gavel_las_perf`` under Gavel's round
+  mechanism (``--mechanism gavel``) at 1.0 job/h, ``gavel_las_perf`` at 2.4 jobs/h, beside Gavel's
+  simulator run now (``fifo``, ``fifo_perf``, ``max_min_fairness_perf``) and its notebook figures;
+  the gate: within 5 % of Gavel's simulator and 10 % of the notebook, mean over seeds;
+- the anchor: the default policy (Shipyard's mechanism) against the faithful LAS at 2.4 and 2.6
+  jobs/h and on 700 static jobs, beside the fluid lower bound of the same 700 jobs, with no restart
+  cost and with 30 s;
+- with ``--spread-slowdown``: the same anchor where gangs spread over nodes run slower.
 
-    .venv/bin/python benchmarks/scheduler_gavel.py [--seeds 0,1,2] [--workers 2] [--json]
+Gavel's simulator runs in a Python of its own (numpy, scipy, cvxpy, ecos, psutil: see
+``../shared/tools/gavel-reference/README.md``); without ``--gavel-python`` only Shipyard's side runs.
+``--gavel-cache DIR`` keeps each Gavel run's JSON (``POLICY-RATE-sSEED.json``) and reuses those
+already there.
+
+    .venv/bin/python benchmarks/scheduler_gavel.py --gavel-python gavel-venv/bin/python \\
+        [--gavel-cache DIR] [--seeds 0,1,2] [--workers 2] [--spread-slowdown] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,49 +41,31 @@ from shipyard.services.simulation import SimRequest, run
 from shipyard.sim.bounds import fluid_makespan_s
 from shipyard.sim.workload import generate_gavel_jobs, load_throughputs
 
-THROUGHPUTS = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "data"
-    / "scheduling"
-    / "gavel"
-    / "simulation_throughputs.json"
-)
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+THROUGHPUTS = SHARED / "data" / "scheduling" / "gavel" / "simulation_throughputs.json"
+RUN_GAVEL = SHARED / "tools" / "gavel-reference" / "run_gavel.py"
 CLUSTER = "v100=36,p100=36,k80=36"
+WINDOW = "4000:5000"
 
-GAVEL_PUBLISHED = {
-    ("fifo", "1.0", "avg_jct_h"): 19.92,
-    ("fifo_perf", "1.0", "avg_jct_h"): 17.34,
-    ("gavel_las_perf", "1.0", "avg_jct_h"): 18.54,
-    ("gavel_las_perf", "2.4", "avg_jct_h"): 30.03,
-    ("gavel_las_perf", "2.6", "avg_jct_h"): 36.44,
-    ("gavel_las_perf", "static700", "makespan_h"): 244.2,
-    ("fifo", "static700", "makespan_h"): 619.5,
+FIDELITY = [("gavel_fifo", "1.0"), ("fifo_perf", "1.0"), ("gavel_las_perf", "1.0"), ("gavel_las_perf", "2.4")]
+GAVEL_NAME = {"gavel_fifo": "fifo", "fifo_perf": "fifo_perf", "gavel_las_perf": "max_min_fairness_perf"}
+NOTEBOOK = {
+    ("gavel_fifo", "1.0"): 19.92,
+    ("fifo_perf", "1.0"): 17.34,
+    ("gavel_las_perf", "1.0"): 18.54,
+    ("gavel_las_perf", "2.4"): 30.03,
 }
-"""Gavel (OSDI 2020) figures as the issue quotes them; 26.22 h is LAS with space sharing at 2.4."""
-
-EXPERIMENTS: list[tuple[str, str, float]] = [
-    # (policy, load, restart cost s)
-    ("fifo", "1.0", 0),
-    ("fifo_perf", "1.0", 0),
-    ("gavel_las_perf", "1.0", 0),
-    ("shortest_remaining_perf", "1.0", 0),
-    ("gavel_las_perf", "2.4", 0),
-    ("shortest_remaining_perf", "2.4", 0),
-    ("gavel_las_perf", "2.6", 0),
-    ("shortest_remaining_perf", "2.6", 0),
-    ("fifo", "static700", 0),
-    ("gavel_las_perf", "static700", 0),
-    ("shortest_remaining_perf", "static700", 0),
-    ("min_makespan", "static700", 0),
-    ("gavel_las_perf", "2.4", 30),
-    ("shortest_remaining_perf", "2.4", 30),
-    ("gavel_las_perf", "static700", 30),
-    ("shortest_remaining_perf", "static700", 30),
-]
+"""Average JCT (h) in Gavel's notebooks, as the issue quotes them."""
+DEFAULT = "shortest_remaining_perf"
+ANCHOR: list[tuple[str, str, str, float]] = [
+    # (policy, mechanism, load, restart cost s)
+    *((p, m, load, cost) for load in ("2.4", "2.6", "static700") for cost in (0.0, 30.0)
+      for p, m in ((DEFAULT, "shipyard"), ("gavel_las_perf", "gavel"))),
+    ("min_makespan", "shipyard", "static700", 0.0),
+]  # fmt: skip
 
 
-def one(policy: str, load: str, restart_cost_s: float, seed: int) -> dict[str, Any]:
+def shipyard(policy: str, mechanism: str, load: str, restart_cost_s: float, seed: int, spread: bool) -> dict:
     static = load.startswith("static")
     request = SimRequest(
         throughputs=THROUGHPUTS,
@@ -86,34 +77,85 @@ def one(policy: str, load: str, restart_cost_s: float, seed: int) -> dict[str, A
         rate_per_h=None if static else float(load),
         static_jobs=int(load.removeprefix("static")) if static else None,
         seed=seed,
-        window=None if static else "4000:5000",
+        window=None if static else WINDOW,
         round_s=360,
         restart_cost_s=restart_cost_s,
-        spread_slowdown=False,
+        spread_slowdown=spread,
+        mechanism=mechanism,
     )
     start = time.perf_counter()
     result = run(request).to_dict()
-    return {"policy": policy, "load": load, "restart_cost_s": restart_cost_s, "seed": seed,
-            "wall_s": time.perf_counter() - start, **result}  # fmt: skip
+    wall_s = time.perf_counter() - start
+    return {"policy": policy, "mechanism": mechanism, "load": load, "restart_cost_s": restart_cost_s,
+            "spread_slowdown": spread, "seed": seed, "wall_s": wall_s, **result}  # fmt: skip
+
+
+def gavel(python: str, policy: str, load: str, seed: int, cache: Path) -> dict:
+    """One run of Gavel's simulator (or its cached JSON), with its trace checked against our jobs."""
+    out = cache / f"{policy}-{load}-s{seed}.json"
+    if not out.exists():
+        command = [python, str(RUN_GAVEL), policy, load, str(seed), "--window", WINDOW, "--out", str(out)]
+        subprocess.run(command, check=True, capture_output=True, timeout=3600)
+    result = json.loads(out.read_text())
+    trace = result.pop("trace")
+    ours = generate_gavel_jobs(
+        load_throughputs(THROUGHPUTS), count=len(trace), rate_per_h=float(load), multi_gpu=True, seed=seed
+    )
+    differ = sum(
+        1
+        for (arrival, job_type, devices, steps), job in zip(trace, ours, strict=True)
+        if (job.job_type, job.devices) != (job_type, devices)
+        or not math.isclose(job.total_steps, steps, rel_tol=1e-9)
+        or not math.isclose(job.arrival_s, arrival, rel_tol=1e-9, abs_tol=1e-6)
+    )
+    return {"policy": policy, "load": load, "seed": seed, "avg_jct_h": result["avg_jct_h"],
+            "wall_s": result["wall_s"], "jobs": len(trace), "jobs_differing": differ}  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--gavel-python", help="a Python that runs Gavel's simulator")
+    parser.add_argument("--gavel-cache", type=Path, help="keep (and reuse) Gavel's runs here")
+    parser.add_argument(
+        "--spread-slowdown", action="store_true", help="also the anchor with slower spread gangs"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    tasks = [(p, load, cost, seed) for p, load, cost in EXPERIMENTS for seed in seeds]
-    runs = []
+    cache = args.gavel_cache or Path(tempfile.mkdtemp(prefix="gavel-runs-"))
+    cache.mkdir(parents=True, exist_ok=True)
+
+    ours: list[Future] = []
+    theirs: list[Future] = []
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        for r in pool.map(one, *zip(*tasks, strict=True)):
-            runs.append(r)
-            print(
-                f"  {r['policy']:>15} {r['load']:>9} restart {r['restart_cost_s']:>2.0f}s seed {r['seed']}: "
-                f"avg JCT {r['avg_jct_h']:.2f} h, makespan {r['makespan_h']:.1f} h ({r['wall_s']:.0f} s)",
-                file=sys.stderr,
-            )
+        if args.gavel_python:  # the slowest first, so both sides finish together
+            for policy, load in FIDELITY:
+                for seed in seeds:
+                    theirs.append(
+                        pool.submit(gavel, args.gavel_python, GAVEL_NAME[policy], load, seed, cache)
+                    )
+        tasks = [(policy, "gavel", load, 0.0, False) for policy, load in FIDELITY]
+        for policy, mechanism, load, cost in ANCHOR:
+            tasks.append((policy, mechanism, load, cost, False))
+            if args.spread_slowdown and cost == 0:
+                tasks.append((policy, mechanism, load, cost, True))
+        for seed in seeds:
+            for policy, mechanism, load, cost, spread in dict.fromkeys(tasks):  # each run once
+                ours.append(pool.submit(shipyard, policy, mechanism, load, cost, seed, spread))
+        runs = [_logged(f.result(), "shipyard") for f in ours]
+        gavel_runs = [_logged(f.result(), "gavel") for f in theirs]
+
+    report = summarize(runs, gavel_runs, seeds, with_spread=args.spread_slowdown)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    _print(report)
+
+
+def summarize(runs: list[dict], gavel_runs: list[dict], seeds: list[int], *, with_spread: bool) -> dict:
+    """The fidelity rows, the anchor rows and the fluid bounds, from the runs of both sides."""
     throughputs = load_throughputs(THROUGHPUTS)
     capacity = {k: int(n) for k, n in (part.split("=") for part in CLUSTER.split(","))}
     bounds = [
@@ -125,49 +167,84 @@ def main() -> None:
         / 3600
         for seed in seeds
     ]
-    bound = statistics.fmean(bounds)
-    summary = []
-    for policy, load, cost in EXPERIMENTS:
-        group = [r for r in runs if (r["policy"], r["load"], r["restart_cost_s"]) == (policy, load, cost)]
-        metric = "makespan_h" if load.startswith("static") else "avg_jct_h"
-        mean = statistics.fmean(r[metric] for r in group)
-        published = GAVEL_PUBLISHED.get((policy, load, metric)) if cost == 0 else None
-        summary.append(
-            {
-                "policy": policy,
-                "load": load,
-                "restart_cost_s": cost,
-                "metric": metric,
-                "mean": mean,
-                "per_seed": [r[metric] for r in group],
-                "p99_jct_h": statistics.fmean(r["p99_jct_h"] for r in group),
-                "worst_ftf_rho": max(r["worst_ftf_rho"] for r in group),
-                "restarts_per_job": statistics.fmean(r["restarts_per_job"] for r in group),
-                "solve_ms_p50": statistics.fmean(r["policy_solve_ms_p50"] for r in group),
-                "gavel_published": published,
-                "vs_published": mean / published - 1 if published else None,
-                "vs_fluid_bound": mean / bound if load.startswith("static") else None,
-            }
-        )
-    if args.json:
-        print(json.dumps({"summary": summary, "fluid_makespan_bound_h": bounds, "runs": runs}, indent=2))
-        return
-    header = f"{'policy':>15} {'load':>9} {'restart':>7} {'metric':>10} {'mean':>8} {'Gavel':>7} {'diff':>7}"
-    print(f"{header}  p99 JCT  worst rho")
-    for s in summary:
-        gavel = f"{s['gavel_published']:.2f}" if s["gavel_published"] else "-"
-        diff = f"{s['vs_published']:+.1%}" if s["vs_published"] is not None else "-"
-        print(
-            f"{s['policy']:>15} {s['load']:>9} {s['restart_cost_s']:>6.0f}s {s['metric']:>10} "
-            f"{s['mean']:>8.2f} "
-            f"{gavel:>7} {diff:>7}  {s['p99_jct_h']:7.1f}  {s['worst_ftf_rho']:.2f}"
-        )
-    per_seed = ", ".join(f"{b:.1f}" for b in bounds)
-    print(f"fluid lower bound on the static makespan: {bound:.1f} h (per seed {per_seed})")
-    by_key = {(s["policy"], s["load"], s["restart_cost_s"]): s["mean"] for s in summary}
-    for load, cost in (("2.4", 0), ("2.6", 0), ("static700", 0), ("2.4", 30), ("static700", 30)):
-        ratio = by_key[("shortest_remaining_perf", load, cost)] / by_key[("gavel_las_perf", load, cost)]
-        print(f"shortest_remaining_perf / gavel_las_perf at {load}, restart {cost:.0f}s: {ratio:.3f}")
+    fidelity = []
+    for policy, load in FIDELITY:
+        mine = [r["avg_jct_h"] for r in runs if _key(r) == (policy, "gavel", load, 0.0, False)]
+        reference = [
+            r["avg_jct_h"] for r in gavel_runs if (r["policy"], r["load"]) == (GAVEL_NAME[policy], load)
+        ]
+        row: dict[str, Any] = {"policy": policy, "load": load, "shipyard_h": statistics.fmean(mine),
+                               "per_seed": mine, "notebook_h": NOTEBOOK[(policy, load)]}  # fmt: skip
+        row["vs_notebook"] = row["shipyard_h"] / row["notebook_h"] - 1
+        if reference:
+            row["gavel_h"] = statistics.fmean(reference)
+            row["gavel_per_seed"] = reference
+            row["vs_gavel"] = row["shipyard_h"] / row["gavel_h"] - 1
+            row["gavel_vs_notebook"] = row["gavel_h"] / row["notebook_h"] - 1
+        row["passes"] = abs(row["vs_notebook"]) <= 0.10 and abs(row.get("vs_gavel", 0.0)) <= 0.05
+        fidelity.append(row)
+    anchor = []
+    for policy, mechanism, load, cost in ANCHOR:
+        for spread in (False, True) if with_spread and cost == 0 else (False,):
+            group = [r for r in runs if _key(r) == (policy, mechanism, load, cost, spread)]
+            metric = "makespan_h" if load.startswith("static") else "avg_jct_h"
+            anchor.append({"policy": policy, "mechanism": mechanism, "load": load, "restart_cost_s": cost,
+                           "spread_slowdown": spread, "metric": metric,
+                           "mean": statistics.fmean(r[metric] for r in group),
+                           "per_seed": [r[metric] for r in group],
+                           "worst_ftf_rho": max(r["worst_ftf_rho"] for r in group),
+                           "restarts_per_job": statistics.fmean(r["restarts_per_job"] for r in group),
+                           "vs_fluid_bound": [r[metric] / b for r, b in zip(group, bounds, strict=True)]
+                           if load.startswith("static") else None})  # fmt: skip
+    return {"fidelity": fidelity, "anchor": anchor, "fluid_makespan_bound_h": bounds,
+            "gavel_runs": gavel_runs, "runs": runs}  # fmt: skip
+
+
+def _key(run: dict) -> tuple:
+    return (run["policy"], run["mechanism"], run["load"], run["restart_cost_s"], run["spread_slowdown"])
+
+
+def _logged(result: dict, side: str) -> dict:
+    what = f"{result['policy']:>22} {result['load']:>9}"
+    extra = (
+        f" mechanism {result['mechanism']}, restart {result['restart_cost_s']:.0f}s"
+        if side == "shipyard"
+        else ""
+    )
+    if "jobs_differing" in result:
+        extra = f", trace: {result['jobs'] - result['jobs_differing']}/{result['jobs']} jobs identical"
+    print(f"  {side:>8} {what} seed {result['seed']}{extra}: avg JCT {result['avg_jct_h']:.2f} h "
+          f"({result['wall_s']:.0f} s)", file=sys.stderr)  # fmt: skip
+    return result
+
+
+def _print(report: dict) -> None:
+    print("fidelity (avg JCT, mean over seeds)")
+    print(
+        f"{'port':>16} {'load':>5} {'Shipyard':>9} {'Gavel sim':>9} {'diff':>7} {'notebook':>8} {'diff':>7}"
+    )
+    for r in report["fidelity"]:
+        gavel = f"{r['gavel_h']:9.2f} {r['vs_gavel']:+7.1%}" if "gavel_h" in r else f"{'-':>9} {'-':>7}"
+        print(f"{r['policy']:>16} {r['load']:>5} {r['shipyard_h']:9.2f} {gavel} {r['notebook_h']:8.2f} "
+              f"{r['vs_notebook']:+7.1%}  gate {'pass' if r['passes'] else 'FAIL'}")  # fmt: skip
+    print("\nanchor (mean over seeds; static: makespan)")
+    for r in report["anchor"]:
+        bound = f"  {statistics.fmean(r['vs_fluid_bound']):.3f}x bound" if r["vs_fluid_bound"] else ""
+        spread = " spread-slowdown" if r["spread_slowdown"] else ""
+        print(f"{r['policy']:>24} ({r['mechanism']}) {r['load']:>9} restart {r['restart_cost_s']:>2.0f}s"
+              f"{spread}: {r['mean']:7.2f} h  worst rho {r['worst_ftf_rho']:.2f}  "
+              f"restarts/job {r['restarts_per_job']:.2f}{bound}")  # fmt: skip
+    by_key = {
+        (r["policy"], r["load"], r["restart_cost_s"], r["spread_slowdown"]): r["mean"]
+        for r in report["anchor"]
+    }
+    for (policy, load, cost, spread), mean in by_key.items():
+        if policy == DEFAULT:
+            ratio = mean / by_key[("gavel_las_perf", load, cost, spread)]
+            print(f"{DEFAULT} / gavel_las_perf at {load}, restart {cost:.0f}s"
+                  f"{', spread slowdown' if spread else ''}: {ratio:.3f}")  # fmt: skip
+    bounds = ", ".join(f"{b:.1f}" for b in report["fluid_makespan_bound_h"])
+    print(f"fluid lower bound on the static makespan per seed: {bounds} h")
 
 
 if __name__ == "__main__":
