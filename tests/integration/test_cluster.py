@@ -206,9 +206,13 @@ def test_a_lost_node_requeues_the_job_which_resumes_elsewhere_with_the_same_weig
 ) -> None:
     ray_cluster, _ = world
     interval = 10
+    # Two replicas, as the reference below: the same sums in the same order, so the weights after
+    # the loss and the resume are those of a run that lost nothing (a one-process reference drifts
+    # by ~1e-5 over 200 steps from the order of the gradient sums alone).
+    training = {**STEPS, "steps": 200, "parallelism": "ddp"}
     spec = write_spec(
         tmp_path,
-        training={**STEPS, "steps": 200},
+        training=training,
         checkpoint={"interval": interval, "keep": 2},
         resources={"accelerator": "h100-sxm", "devices": 1, "nodes": 2, "cpus_per_device": 1},
     )
@@ -234,7 +238,7 @@ def test_a_lost_node_requeues_the_job_which_resumes_elsewhere_with_the_same_weig
         assert nodes[lost]["up"] is False
         reference = run_runtime(
             tmp_path / "reference", tmp_path / "cache",
-            spec_dict(training={**STEPS, "steps": 200}, checkpoint={"interval": interval, "keep": 2}),
+            spec_dict(training=training, checkpoint={"interval": interval, "keep": 2}), world=2,
         )  # fmt: skip
         a, b = final_weights(reference), final_weights(run_folder(on_cluster, job["id"]))
         for name in a:
