@@ -1,9 +1,10 @@
-"""``shipyard``: train and fine-tune LLMs on your own accelerators."""
+"""Train and fine-tune LLMs on your own accelerators."""
 
 from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
 import typer
 
@@ -36,10 +37,22 @@ COMMANDS = {
 `shipyard plan` answers without loading the database layer (each module has ``register(app)``)."""
 
 
+EXAMPLES = """Examples:
+
+  shipyard quickstart                      train a small model here and sample from it
+
+  shipyard jobs submit job.yaml --wait     queue a job and follow it to the end
+
+  shipyard plan compare --params 8e9       which accelerator trains an 8 B model most cheaply
+"""
+
+
 def build_app(argv: list[str]) -> typer.Typer:
+    _no_type_beside_flags()
     app = typer.Typer(
         name="shipyard",
         help=__doc__,
+        epilog=EXAMPLES,
         no_args_is_help=True,
         pretty_exceptions_enable=False,
         add_completion=False,
@@ -51,6 +64,22 @@ def build_app(argv: list[str]) -> typer.Typer:
     for module in modules:
         importlib.import_module(module).register(app)
     return app
+
+
+def _no_type_beside_flags() -> None:
+    """typer prints ``<bool>`` beside every flag, ``--help`` included, which reads as if the flag
+    took a value: flags show no type."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "flags_untyped", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich.flags_untyped = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
 
 
 def devices(json_out: JsonOpt = False) -> None:
