@@ -368,6 +368,8 @@ def test_cli_contract(tmp_path: Path) -> None:
         1,
         100_000,
     )
+    assert json.loads(cli.run("storage", "roots", "ls", "--json").stdout) == status["roots"]
+    assert str(tmp_path / "r1") in cli.run("storage", "roots", "ls").stdout
     bad = cli.run("storage", "put", str(tmp_path / "f.bin"), "../../etc/x", check=False)
     assert bad.returncode == 1 and "Error:" in bad.stderr and "Traceback" not in bad.stderr
     missing = cli.run("storage", "get", "nope", str(tmp_path / "x"), check=False)

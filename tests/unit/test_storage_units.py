@@ -141,3 +141,16 @@ def test_key_file_is_private_and_rotation_keeps_old_keys_until_retired(
     monkeypatch.setenv("SHIPYARD_STORAGE_KEY", "not base64!")
     with pytest.raises(InvalidSpec, match="32-byte key"):
         load_keyring(key_file, create=False)
+
+
+def test_transfer_bars_count_in_binary_units_like_every_other_size() -> None:
+    """200,000,000 bytes are 190.7 MiB in a summary; the bar's speed and size say the same."""
+    from types import SimpleNamespace
+
+    from rich.progress import DownloadColumn
+
+    from shipyard.cli.storage import _BinarySpeed
+
+    task = SimpleNamespace(finished_speed=None, speed=200e6, completed=200e6, total=200e6)
+    assert str(_BinarySpeed().render(task)) == "190.7 MiB/s"  # type: ignore[arg-type]
+    assert "190.7" in str(DownloadColumn(binary_units=True).render(task))  # type: ignore[arg-type]

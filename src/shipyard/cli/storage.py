@@ -6,6 +6,7 @@ store's disks are, as a cluster admin."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -13,11 +14,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+from rich import filesize
+from rich.progress import BarColumn, DownloadColumn, Progress, ProgressColumn, Task, TimeRemainingColumn
+from rich.text import Text
 
 from shipyard.cli._output import JsonOpt, console, err_console, print_json, rows_or_json, table
 from shipyard.cli._remote import client, either, server_url
 from shipyard.errors import InvalidSpec, NotFound
+from shipyard.schemas.views import StorageStatus
 from shipyard.services import storage as storage_service
 from shipyard.services import storage_upkeep as upkeep
 from shipyard.services.context import open_context
@@ -35,13 +39,25 @@ ProjectOpt = Annotated[str, typer.Option("--project", "-p", help="The project th
 ProgressFactory = Callable[[int], Callable[[int], None]]
 
 
+class _BinarySpeed(ProgressColumn):
+    """Bytes per second in KiB/MiB/GiB, the units of every other size Shipyard prints (rich's
+    own speed column is decimal: 200.0 MB beside 190.7 MiB)."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        if speed is None:
+            return Text("?", style="progress.data.speed")
+        unit, suffix = filesize.pick_unit_and_suffix(int(speed), ["B", "KiB", "MiB", "GiB", "TiB"], 1024)
+        return Text(f"{speed / unit:.1f} {suffix}/s", style="progress.data.speed")
+
+
 @contextmanager
 def _bar(label: str, *, quiet: bool, in_bytes: bool = True) -> Iterator[ProgressFactory | None]:
     """A progress bar on stderr (none with --json or when stderr is not a terminal)."""
     if quiet or not err_console.is_terminal:
         yield None
         return
-    columns = [DownloadColumn(), TransferSpeedColumn()] if in_bytes else []
+    columns = [DownloadColumn(binary_units=True), _BinarySpeed()] if in_bytes else []
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -283,15 +299,7 @@ def status(json_out: JsonOpt = False) -> None:
     if json_out:
         print_json(found)
         return
-    columns = sorted(
-        {key for root in found.roots for key in root},
-        key=["path", "endpoint", "bucket", "rack", "node", "disk", "free_bytes", "reachable"].index,
-    )
-    table(
-        f"{found.backend} backend, {found.default_replicas} replicas by default",
-        columns,
-        [[_gib(root[c]) if c == "free_bytes" else root.get(c) for c in columns] for root in found.roots],
-    )
+    _roots_table(found)
     console.print(
         f"{found.artifacts} artifacts ({_gib(found.bytes)}), "
         f"{found.blobs} distinct blobs ({_gib(found.stored_bytes)}), "
@@ -302,6 +310,18 @@ def status(json_out: JsonOpt = False) -> None:
         console.print(f"background scrub under way since {_when(scrub['started_at'])}: {scrub['tally']}")
     elif scrub.get("finished_at"):
         console.print(f"background scrub last finished {_when(scrub['finished_at'])}: {scrub['tally']}")
+
+
+def _roots_table(found: StorageStatus) -> None:
+    columns = sorted(
+        {key for root in found.roots for key in root},
+        key=["path", "endpoint", "bucket", "rack", "node", "disk", "free_bytes", "reachable"].index,
+    )
+    table(
+        f"{found.backend} backend, {found.default_replicas} replicas by default",
+        columns,
+        [[_gib(root[c]) if c == "free_bytes" else root.get(c) for c in columns] for root in found.roots],
+    )
 
 
 def _when(unix_s: float) -> str:
@@ -335,6 +355,16 @@ def bench(
         ["case", "write GB/s", "read GB/s", "write ratio", "read ratio"],
         [(r["case"], r["write_gbps"], r["read_gbps"], r["write_ratio"], r["read_ratio"]) for r in results],
     )
+
+
+@roots_app.command("ls")
+def roots_ls(json_out: JsonOpt = False) -> None:
+    """The roots: path (or bucket), failure domains, free space, whether they answer."""
+    found = upkeep.status(open_context())
+    if json_out:
+        typer.echo(json.dumps(found.model_dump(mode="json")["roots"], indent=2))
+    else:
+        _roots_table(found)
 
 
 @roots_app.command("add")
