@@ -97,6 +97,10 @@ def test_resume_from_a_checkpoints_folder_or_one_checkpoint(ctx: ServiceContext,
         jobs.submit(ctx, spec, resume_from=str(tmp_path / "elsewhere"))
     with pytest.raises(NotFound, match="neither a checkpoint path nor a job id"):
         jobs.submit(ctx, spec, resume_from="no-such-job")
+    # Both ways at once name two checkpoints: refused, not one of them picked in silence.
+    with pytest.raises(InvalidSpec, match="--resume and --resume-from were both given") as both:
+        jobs.submit(ctx, spec, resume=True, resume_from=str(folder))
+    assert "--resume-from JOB_ID|FOLDER" in (both.value.hint or "")
 
 
 def h200_node(count: int) -> VendorQueries:
@@ -337,3 +341,11 @@ def test_a_checkpoint_of_another_model_is_refused_at_submit_any_layout_is_not(
         InvalidSpec, match=r"cannot be resharded onto this job: dim 128 -> 64; n_layers 4 -> 2"
     ):
         jobs.submit(ctx, spec, resume_from=str(folder))
+
+
+def test_more_nodes_than_the_platform_has_names_nodes_and_the_cluster_setup(ctx: ServiceContext) -> None:
+    spec = validate_job_spec(spec_dict(resources={"accelerator": "cpu", "devices": 1, "nodes": 2}))
+    with pytest.raises(Unschedulable, match=r"resources.nodes: 2, and this platform has 1 node\b") as err:
+        jobs.submit(ctx, spec)
+    assert "shipyard node start --head" in (err.value.hint or "")
+    assert jobs.list_jobs(ctx) == []

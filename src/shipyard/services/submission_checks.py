@@ -71,6 +71,14 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
         unplaceable = ctx.executor.check_feasible(request)
         if unplaceable is not None:
             nodes = ctx.executor.nodes()
+            if request.nodes > len(nodes):
+                raise Unschedulable(
+                    f"job {spec.name!r} asks for resources.nodes: {request.nodes}, and this platform "
+                    f"has {len(nodes)} node{'s' if len(nodes) != 1 else ''}",
+                    hint="lower resources.nodes, or join machines into a Ray cluster: `shipyard node "
+                    "start --head` on one, `shipyard node start --address HEAD:6380` on each other "
+                    "(README: Two machines (and more))",
+                )
             inventory = ", ".join(f"{k}: {v}" for k, v in capacity_of(nodes).items())
             where = "this node" if len(nodes) == 1 else f"these {len(nodes)} nodes"
             raise Unschedulable(
@@ -146,6 +154,12 @@ def _check_tensor_parallel(spec: JobSpec) -> None:
 def _resume_point(
     ctx: ServiceContext, session: Session, spec: JobSpec, resume: bool, resume_from: str | None
 ) -> Path | None:
+    if resume and resume_from:
+        raise InvalidSpec(
+            "--resume and --resume-from were both given: they name different checkpoints",
+            hint=f"--resume for the newest checkpoint of the last job named {spec.name!r}, or "
+            "--resume-from JOB_ID|FOLDER for that one",
+        )
     if resume_from:
         path = _resume_source(ctx, session, spec, resume_from)
         # A checkpoints folder means its newest checkpoint; anything else is one checkpoint.
