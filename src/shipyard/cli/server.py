@@ -47,6 +47,7 @@ def server(
         import uvicorn
     except ImportError:  # pragma: no cover - uvicorn is a core dependency
         raise DependencyMissing("uvicorn is not installed", hint="pip install 'shipyard'") from None
+    listener = _tcp_listener(host, port)  # a taken port is an Error: now, not uvicorn's trace
     admin = init_admin or os.environ.get("SHIPYARD_INIT_ADMIN")
     if admin:
         from shipyard.services import accounts
@@ -60,14 +61,15 @@ def server(
         from shipyard.api.app import NO_AGENT_ENV
 
         os.environ[NO_AGENT_ENV] = "1"  # read by the app in this process and in each worker
-    app = "shipyard.api.main:app"
+    config = uvicorn.Config(
+        "shipyard.api.main:app", host=host, port=port, workers=workers, log_level="warning", access_log=False
+    )
     if workers == 1:
-        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.Server(config).run(sockets=[listener])
         return
     from uvicorn.supervisors import Multiprocess
 
-    config = uvicorn.Config(app, host=host, port=port, workers=workers, log_level="warning", access_log=False)
-    Multiprocess(config, sockets=[_tcp_listener(host, port)]).run()
+    Multiprocess(config, sockets=[listener]).run()
 
 
 def ui(
