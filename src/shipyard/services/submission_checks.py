@@ -71,10 +71,10 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
         unplaceable = ctx.executor.check_feasible(request)
         if unplaceable is not None:
             nodes = ctx.executor.nodes()
-            if request.nodes > len(nodes):
+            if request.nodes > 1 and len(nodes) == 1:  # a cluster's own reason names its nodes
                 raise Unschedulable(
                     f"job {spec.name!r} asks for resources.nodes: {request.nodes}, and this platform "
-                    f"has {len(nodes)} node{'s' if len(nodes) != 1 else ''}",
+                    "has 1 node",
                     hint="lower resources.nodes, or join machines into a Ray cluster: `shipyard node "
                     "start --head` on one, `shipyard node start --address HEAD:6380` on each other "
                     "(README: Two machines (and more))",
