@@ -58,6 +58,9 @@ def test_a_killed_attempt_restarts_from_the_store_when_its_disk_is_gone(cli: Cli
     spec = write_spec(
         tmp_path, training={"steps": 400}, checkpoint={"interval": 4}, restarts={"max": 2, "backoff_s": 3.0}
     )
+    # The first attempt is slowed (80 ms a step) so that it is still running when it is killed,
+    # however fast the machine; the restart runs at full speed.
+    cli.env["SHIPYARD_FAULTS"] = json.dumps({"attempts": [1], "slow_rank": 0, "slow_s": 0.02})
     job = cli.json("jobs", "submit", str(spec))
     running = cli.wait_for(job["id"], lambda j: j["step"] >= 9)
     # Checkpoints reach the artifact store while the attempt runs, not when it ends.
