@@ -349,3 +349,28 @@ def test_more_nodes_than_the_platform_has_names_nodes_and_the_cluster_setup(ctx:
         jobs.submit(ctx, spec)
     assert "shipyard node start --head" in (err.value.hint or "")
     assert jobs.list_jobs(ctx) == []
+
+
+def test_jobs_list_and_queue_give_a_waiting_job_the_same_reason(tmp_path: Path) -> None:
+    """Both read the reason the scheduler's pass recorded, before the first pass and after it."""
+    from shipyard.services.scheduler import queue_status
+
+    (tmp_path / "queues.yaml").write_text(
+        "clusterQueues: [{name: hold, nominal: {cpu: 0}}]\nlocalQueues: {default: hold}\n"
+    )
+    settings = Settings(home=tmp_path, db_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
+    ctx = open_context(settings, vendor_queries=TWO_CORES)
+    view = jobs.submit(ctx, validate_job_spec(spec_dict()))
+
+    def reasons() -> tuple[str | None, str]:
+        [listed] = jobs.list_jobs(ctx)
+        [pending] = queue_status(ctx).pending
+        assert listed.id == pending.id == view.id
+        return listed.pending_reason, pending.reason
+
+    listed, queued = reasons()
+    assert listed == queued == "waiting for the local agent to pick it up"
+    agent.tick(ctx, "agent-1")
+    listed, queued = reasons()
+    assert listed == queued and "quota" in queued
+    ctx.close()

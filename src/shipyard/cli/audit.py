@@ -43,10 +43,7 @@ def export(
     out: Annotated[Path | None, typer.Option(help="Write here instead of standard output.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace --out if it exists.")] = False,
 ) -> None:
-    """Write the records as JSON lines (with their hashes), after checking the chain.
-
-    Example: shipyard audit export --since 2026-11-01 --out audit-november.jsonl
-    """
+    """Write the records as JSON lines (with their hashes), after checking the chain."""
     if out is not None:
         refuse_overwrite(out, force=force)
     ctx = open_context()

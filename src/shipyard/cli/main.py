@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from typing import Any
 
@@ -10,6 +11,7 @@ import typer
 
 from shipyard import __version__
 from shipyard.cli._errors import exit_code_of
+from shipyard.cli._examples import add_examples
 from shipyard.cli._output import JsonOpt, print_json, table
 
 COMMANDS = {
@@ -32,19 +34,10 @@ COMMANDS = {
     "datasets": "shipyard.cli.storage",
     "node": "shipyard.cli.cluster",
     "nodes": "shipyard.cli.cluster",
+    "spec": "shipyard.cli.spec",
 }
 """Command -> the module that registers it. Only the module a command line needs is imported, so
 `shipyard plan` answers without loading the database layer (each module has ``register(app)``)."""
-
-
-EXAMPLES = """Examples:
-
-  shipyard quickstart                      train a small model here and sample from it
-
-  shipyard jobs submit job.yaml --wait     queue a job and follow it to the end
-
-  shipyard plan compare --params 8e9       which accelerator trains an 8 B model most cheaply
-"""
 
 
 def build_app(argv: list[str]) -> typer.Typer:
@@ -52,7 +45,6 @@ def build_app(argv: list[str]) -> typer.Typer:
     app = typer.Typer(
         name="shipyard",
         help=__doc__,
-        epilog=EXAMPLES,
         no_args_is_help=True,
         pretty_exceptions_enable=False,
         add_completion=False,
@@ -126,13 +118,14 @@ def version() -> None:
 
 def main() -> None:
     argv = sys.argv[1:]
-    app = build_app(argv)
+    command = typer.main.get_command(build_app(argv))
+    _paragraphs_as_lines(command)
+    add_examples(command)
     if "--json" not in argv:
-        exit_code_of(app, argv)
+        exit_code_of(lambda: command.main(args=argv, prog_name="shipyard"), argv)
         return
     # With --json, usage errors too become one JSON object: click raises them instead of printing
     # (and hands back the code of a deliberate exit, which must still leave the process).
-    command = typer.main.get_command(app)
 
     def run() -> None:
         code = command.main(args=argv, prog_name="shipyard", standalone_mode=False)
@@ -140,6 +133,17 @@ def main() -> None:
             raise SystemExit(code)
 
     exit_code_of(run, argv)
+
+
+def _paragraphs_as_lines(command: Any) -> None:  # typer's click.Command
+    """Docstrings are wrapped at the source's width; help pages keep a single line break as it is
+    (a command list showed half a sentence a line): each paragraph becomes one line, which the
+    terminal's width wraps."""
+    if command.help:
+        paragraphs = inspect.cleandoc(command.help).split("\n\n")
+        command.help = "\n\n".join(" ".join(p.split("\n")) for p in paragraphs)
+    for sub in getattr(command, "commands", {}).values():
+        _paragraphs_as_lines(sub)
 
 
 if __name__ == "__main__":

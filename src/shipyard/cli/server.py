@@ -39,10 +39,7 @@ def server(
     Jobs submitted to the server train on this host: the first submission starts the home's
     agent, which runs them as the server's operating-system user (--no-agent leaves that to
     agents elsewhere). Paths in their specs must lie inside the project's data roots
-    (`data_roots` in $SHIPYARD_HOME/server.yaml) or name store: datasets.
-
-    Example: SHIPYARD_INIT_ADMIN=admin:'a long passphrase' shipyard server --host 0.0.0.0
-    """
+    (`data_roots` in $SHIPYARD_HOME/server.yaml) or name store: datasets."""
     try:
         import uvicorn
     except ImportError:  # pragma: no cover - uvicorn is a core dependency
@@ -78,10 +75,7 @@ def ui(
 ) -> None:
     """Open the web dashboard over this machine's home: serves it on 127.0.0.1 and signs you in
     with a link that works once, for two minutes (your account on the home is made the first
-    time, an admin without a password). Stop it with Ctrl-C.
-
-    Example: shipyard ui --port 8800
-    """
+    time, an admin without a password). Stop it with Ctrl-C."""
     import getpass
     import threading
     import webbrowser

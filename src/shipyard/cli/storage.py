@@ -139,10 +139,7 @@ def get(
     ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Fetch an artifact; every byte is verified, a bad replica is skipped for a good one.
-
-    Example: shipyard storage get ckpt/run-1/step-1000 ./restored --project nlp
-    """
+    """Fetch an artifact; every byte is verified, a bad replica is skipped for a good one."""
     if server_url():
         with client() as remote:
             fetched = remote.fetch_artifact(project, name, out_path, force=force)

@@ -23,11 +23,13 @@ from shipyard.domain.paths import is_inside
 from shipyard.domain.text import DNS_LABEL, has_control_character
 from shipyard.errors import DatasetError, InvalidSpec
 from shipyard.hardware.catalog import catalog, unknown_key_hint
-from shipyard.schemas.documents import load_mapping, validate_document
+from shipyard.schemas.documents import PATTERN_WORDS, load_mapping, validate_document
 from shipyard.schemas.presets import PRESETS
 from shipyard.schemas.queues import QUEUE_NAME_PATTERN
 
 API_VERSION = "shipyard/v1"
+SPEC_HINT = "`shipyard spec` lists every field; `shipyard spec example pretrain` writes a starter"
+"""Where every hint about the spec points: the reference generated from these models."""
 
 MAX_STEPS = 10**9
 """Optimizer steps of one job: far beyond any real run, well inside a 64-bit counter."""
@@ -53,8 +55,14 @@ Label = Annotated[str, Field(pattern=DNS_LABEL)]
 
 class _Section(BaseModel):
     # strict: a YAML `true` is no step count and "8" is no batch size; numbers are finite.
+    # Each field's docstring is its description: `shipyard spec` prints them.
     model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, strict=True, allow_inf_nan=False
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        strict=True,
+        allow_inf_nan=False,
+        use_attribute_docstrings=True,
     )
 
 
@@ -62,6 +70,7 @@ STORE_SCHEME = "store:"
 """A data or model path ``store:NAME`` names an artifact of the job's project in the artifact store."""
 MODEL_REF_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?(:[0-9]{1,9})?$"
 """``NAME[:VERSION]`` of a registered model (names are job names: DNS labels)."""
+PATTERN_WORDS[MODEL_REF_PATTERN] = "NAME or NAME:VERSION of a registered model (`shipyard models list`)"
 
 
 class ModelSection(_Section):
@@ -100,6 +109,8 @@ class ModelSection(_Section):
 
 
 class TokenizerSection(_Section):
+    """The tokenizer of a model trained from scratch."""
+
     vocab_size: Annotated[int, Field(ge=256, le=1 << 20)] = 4096
     """Size of the byte-level BPE vocabulary trained on the data (cached by content); at least the
     256 byte tokens."""
@@ -112,7 +123,9 @@ class InstructionFields(_Section):
     files are ``{prompt: instruction, input: input, response: output}``."""
 
     prompt: FieldName = "prompt"
+    """The field holding the prompt (the instruction)."""
     response: FieldName = "response"
+    """The field holding the answer the model learns to give."""
     input: FieldName | None = None
     """An optional field appended to the prompt (Alpaca's ``input``); absent or empty is fine."""
 
@@ -145,6 +158,8 @@ class DataSection(_Section):
     """``instruction`` and ``chat``: pack several whole samples into each sequence, attention never
     crossing from one into another; false pads each sample to ``seq_len`` instead."""
     tokenizer: TokenizerSection = TokenizerSection()
+    """A byte-level BPE tokenizer trained on the data (cached by content), or a local one; a
+    ``model.path`` brings its own."""
     eval_fraction: Annotated[float, Field(gt=0, lt=0.5)] = 0.02
     """Share of the token stream held out for eval loss."""
 
@@ -261,13 +276,19 @@ def _has_content(path: str) -> bool:
 
 
 class OptimizerSection(_Section):
+    """The optimizer and its settings."""
+
     name: Literal["adamw"] = "adamw"
+    """AdamW (decoupled weight decay, Loshchilov and Hutter 2019), fused where the device has it."""
     lr: Annotated[float, Field(gt=0, le=10)] = 3e-4
+    """The peak learning rate, reached after the warmup."""
     betas: Annotated[tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]],
                      Field(strict=False)] = (0.9, 0.95)  # fmt: skip
-    """A YAML list of two numbers in [0, 1)."""
+    """Adam's decay rates of the first and second moments: a YAML list of two numbers in [0, 1)."""
     weight_decay: Annotated[float, Field(ge=0, le=10)] = 0.1
+    """Decoupled weight decay of the matrices (norms and embeddings are not decayed)."""
     eps: Annotated[float, Field(gt=0, le=1)] = 1e-8
+    """Added to Adam's denominator, for numerical stability."""
     grad_clip: Annotated[float, Field(ge=0, le=1e6)] = 1.0
     """Max global gradient norm; 0 turns clipping off."""
     state_dtype: Literal["fp32", "bf16"] = "fp32"
@@ -276,8 +297,12 @@ class OptimizerSection(_Section):
 
 
 class ScheduleSection(_Section):
+    """The learning rate over the run: a linear warmup, then a decay to ``min_lr_ratio``."""
+
     warmup_steps: Steps = 0
+    """Steps of linear warmup from 0 to the peak LR."""
     decay: Literal["cosine", "linear", "constant"] = "cosine"
+    """How the LR falls from the peak after the warmup."""
     min_lr_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1
     """The LR at the last step, as a fraction of the peak LR."""
 
@@ -414,15 +439,19 @@ class TrainingSection(_Section):
     micro_batch_size: Annotated[int, Field(gt=0, le=1 << 16)] = 8
     """Sequences per device per forward/backward."""
     seq_len: Annotated[int, Field(gt=0, le=1 << 20)] = 256
+    """Tokens per training sequence (the context the model learns to use)."""
     optimizer: OptimizerSection = OptimizerSection()
     schedule: ScheduleSection = ScheduleSection()
     precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
     """``auto`` picks bf16 autocast where the device supports it, else fp32."""
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 0
+    """Seeds the weights, the data order and dropout: the same seed trains the same model."""
     eval_interval: Steps = 0
     """Steps between eval-loss measurements; 0 evaluates at the start and the end only."""
     eval_batches: Annotated[int, Field(gt=0, le=1 << 20)] = 8
+    """Micro-batches of held-out data per eval-loss measurement."""
     log_interval: Annotated[int, Field(gt=0, le=MAX_STEPS)] = 1
+    """Steps between metric records (loss, tokens/s, MFU, memory)."""
     compile: bool | Literal["auto"] = "auto"
     """``torch.compile`` each transformer block: ``auto`` does on NVIDIA and AMD GPUs, where it
     pays (a slower first step, faster ones after); ``true`` anywhere Inductor runs (GPUs, CPUs)."""
@@ -464,11 +493,14 @@ class TrainingSection(_Section):
 
 
 class ResourcesSection(_Section):
+    """What the job runs on: the scheduler picks the listed type that is free and fastest."""
+
     accelerator: list[Annotated[str, Field(max_length=64)]] = Field(default=["cpu"], max_length=32)
     """One accelerator type or an any-of list in order of preference, e.g. ``[h100-sxm, a800, cpu]``."""
     devices: Annotated[int, Field(gt=0, le=1024)] = 1
     """Devices per node (one training process each)."""
     nodes: Annotated[int, Field(gt=0, le=100_000)] = 1
+    """Machines of a cluster the job spans, each with ``devices`` devices, placed all at once."""
     cpus_per_device: Annotated[int, Field(gt=0, le=4096)] | None = None
     """CPU threads per process; default: the node's cores shared evenly by a CPU job's processes."""
     min_memory_gib: Annotated[float, Field(gt=0, le=1 << 20)] | None = None
@@ -493,11 +525,14 @@ class ResourcesSection(_Section):
 
 
 class LoraSection(_Section):
+    """Low-rank adapters (Hu et al. 2021)."""
+
     rank: Annotated[int, Field(gt=0, le=4096)] = 16
     """The adapters' rank r: trainable parameters grow with it."""
     alpha: Annotated[int, Field(gt=0, le=1 << 20)] = 32
     """The scale of the adapters' update is alpha / rank."""
     dropout: Annotated[float, Field(ge=0, lt=1)] = 0.05
+    """Dropout on the adapters' input."""
     target_modules: list[FieldName] | None = Field(default=None, min_length=1, max_length=64)
     """Names of the linear layers that get adapters; default: every attention and MLP projection
     of the model's family (``q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj`` for
@@ -510,6 +545,8 @@ FinetuneMethod = Literal["full", "lora", "qlora"]
 
 
 class FinetuneSection(_Section):
+    """How an existing model is adapted."""
+
     method: FinetuneMethod = "lora"
     """``full`` trains every weight; ``lora`` trains low-rank adapters beside frozen weights;
     ``qlora`` does so over 4-bit NF4 weights (bitsandbytes, NVIDIA GPUs)."""
@@ -522,6 +559,8 @@ class FinetuneSection(_Section):
 
 
 class CheckpointSection(_Section):
+    """Sharded checkpoints, written in the background: what restarts and ``--resume`` start from."""
+
     interval: Steps = 0
     """Steps between checkpoints; 0 checkpoints only at the end and when stopped."""
     keep: Annotated[int, Field(gt=0, le=1000)] = 2
@@ -565,15 +604,22 @@ class RestartsSection(_Section):
 
 class JobSpec(_Section):
     api_version: Literal["shipyard/v1"] = Field("shipyard/v1", alias="apiVersion")
+    """The spec's version: a later Shipyard reads a ``shipyard/v1`` spec the same way."""
     kind: Literal["TrainingJob"] = "TrainingJob"
+    """What the document describes."""
     name: Label
     """Lower-case letters, digits and dashes; model versions are registered under this name."""
     project: Label = "default"
+    """The project the job, its artifacts and its models belong to; your role in it decides what
+    you may do."""
     model: ModelSection
+    """The model: a preset trained from scratch, a local folder, or a registered version."""
     finetune: FinetuneSection | None = None
     """How a ``model.path`` is fine-tuned; without it, every weight is trained (``method: full``)."""
     data: DataSection
+    """What the job trains on."""
     training: TrainingSection
+    """How long and how: steps or tokens, batch, optimizer, precision, parallelism."""
     resources: ResourcesSection = ResourcesSection()
     checkpoint: CheckpointSection = CheckpointSection()
     restarts: RestartsSection = RestartsSection()
@@ -581,6 +627,7 @@ class JobSpec(_Section):
     priority: Annotated[int, Field(ge=-INT32 - 1, le=INT32)] = 0
     """Higher runs first within a queue (a 32-bit integer)."""
     queue: Annotated[str, Field(pattern=QUEUE_NAME_PATTERN)] = "default"
+    """The local queue the job waits in; its cluster queue's quota admits it (`shipyard queues`)."""
 
     @model_validator(mode="after")
     def _finetune_needs_a_model(self) -> Self:
@@ -649,7 +696,7 @@ def parse_job_spec(text: str, *, source: str = "job spec") -> JobSpec:
         text,
         source=source,
         expected="a YAML mapping with `name`, `model`, `data` and `training`",
-        hint="see examples/ for a complete job spec",
+        hint=SPEC_HINT,
     )
     return validate_job_spec(document, source=source)
 
@@ -659,5 +706,5 @@ def validate_job_spec(document: dict[str, Any], *, source: str = "job spec") -> 
         JobSpec,
         document,
         source=source,
-        hint="fix the fields named above (`shipyard jobs submit --help` explains the spec)",
+        hint=f"fix the fields named above; {SPEC_HINT}",
     )
