@@ -39,6 +39,12 @@ def test_submit_wait_list_show_logs_models_generate(cli: Cli, tmp_path: Path) ->
     planned = detail["estimate"]["by_accelerator"]["cpu"]
     assert planned["layout"]["parallelism"] == {"tp": 1, "dp_shard": 1, "dp_replicate": 1}
     assert planned["layout"]["activation_checkpointing"] == {"mode": "none"}
+    # tokens/s = peak x MFU / FLOPs per token on both sides; a gap of more than 2x is explained.
+    s = detail["summary"]
+    run_peak = s["tokens_per_s"] * s["flops_per_token"] / (s["mfu"] * s["world_size"]) / 1e12
+    assert run_peak == pytest.approx(planned["peak_tflops"], rel=0.01)  # the threads it was given
+    ratio = s["tokens_per_s"] / planned["tokens_per_s"]
+    assert bool(detail["plan_gaps"]) == (ratio > 2 or ratio < 0.5), (ratio, detail["plan_gaps"])
     shown = cli.run("jobs", "show", job["id"]).stdout
     assert "tp=1 x dp_shard=1 x dp_replicate=1, activation checkpointing none" in shown
     assert "planned step time" in shown and "s (measured" in shown

@@ -35,7 +35,10 @@ def submit(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Queue a training job; the local agent starts it when its devices are free."""
+    """Queue a training job; the local agent starts it when its devices are free.
+
+    SPEC is a YAML file: `shipyard spec` lists its every field, `shipyard spec example` writes a
+    starter to edit."""
     with jobs_backend() as platform:
         view = platform.submit(spec, resume=resume, resume_from=resume_from)
         for warning in view.warnings:
@@ -137,7 +140,7 @@ def _print_detail(d: JobDetail) -> None:
     if "wall_s" in s:
         rows.append(("wall time", duration(s["wall_s"])))
     ran_on = d.attempts[-1].accelerator_type if d.attempts else None
-    rows += _estimate_rows(d.estimate, s, ran_on)
+    rows += _estimate_rows(d.estimate, s, ran_on, d.plan_gaps)
     table(None, ["", ""], rows)
     if d.attempts:
         table(
@@ -172,14 +175,15 @@ def _print_detail(d: JobDetail) -> None:
 
 
 def _estimate_rows(
-    estimate: dict[str, Any], measured: dict[str, float], ran_on: str | None
+    estimate: dict[str, Any], measured: dict[str, float], ran_on: str | None, gaps: list[str]
 ) -> list[tuple[str, object]]:
     """The planner's prediction at submit time beside what the run measured: for the accelerator
     type the job ran on, with the layout it ran with."""
     if not estimate:
         return []
-    accelerator = ran_on if ran_on in (estimate.get("by_accelerator") or {}) else estimate["accelerator"]
-    plan = {**estimate, **(estimate.get("by_accelerator") or {}).get(accelerator, {})}
+    from shipyard.services.estimates import describe_layout, plan_on  # the service layer's words
+
+    accelerator, plan = plan_on(estimate, ran_on)
 
     def against(key: str) -> str:
         return f" (measured {fmt(measured[key])})" if key in measured else ""
@@ -193,8 +197,6 @@ def _estimate_rows(
         memory += f" (as job {by} peaked; the planner's model: {model:.2f})"
     rows: list[tuple[str, object]] = [("planned on", f"{estimate['devices']} x {accelerator}")]
     if "layout" in plan:
-        from shipyard.services.estimates import describe_layout  # the service layer's words, on use
-
         rows.append(("planned layout", describe_layout(plan["layout"])))
     rows += [
         ("planned memory/device", f"{memory}{against('memory_gib')}"),
@@ -202,7 +204,7 @@ def _estimate_rows(
         ("planned tokens/s", f"{fmt(plan['tokens_per_s'])}{against('tokens_per_s')}"),
         ("planned wall time", f"{duration(estimate['wall_time_s'])}"),
     ]
-    return rows
+    return rows + [("why they differ", why) for why in gaps]
 
 
 @sub_app.command()

@@ -136,6 +136,10 @@ class Request:
             min_memory_gib=resources.min_memory_gib or 0.0,
         )
 
+    def threads_per_process(self, cores: int) -> int:
+        """A CPU job's threads per process on a node of ``cores``: what it asks, else a fair share."""
+        return self.cpus_per_device or max(1, cores // self.devices)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttemptHandle:

@@ -142,7 +142,7 @@ class LocalExecutor:
                     f"{self.cpu.memory_gib:.0f} GiB",
                     transient=False,
                 )
-            threads = request.cpus_per_device or max(1, self.cpu.cores // request.devices)
+            threads = request.threads_per_process(self.cpu.cores)
             need = threads * request.devices
             if need > self.cpu.cores:
                 return Unplaceable(

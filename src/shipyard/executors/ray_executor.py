@@ -422,7 +422,7 @@ def _placement(ads: Sequence[Advertisement], accelerator_type: str, request: Req
     first = ads[0].inventory()
     if accelerator_type == "cpu":
         cores = first.cpu.cores
-        threads = request.cpus_per_device or max(1, cores // request.devices)
+        threads = request.threads_per_process(cores)
         spec = first.cpu
         bf16, fp32 = spec.peak_bf16_tflops / cores * threads, spec.peak_fp32_tflops / cores * threads
         torch_device = "cpu"

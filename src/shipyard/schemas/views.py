@@ -79,6 +79,8 @@ class JobDetail(JobView):
     """Start/end losses, median tokens/s, MFU and wall time of the training."""
     estimate: dict[str, Any] = {}
     """The planner's prediction at submit time (empty for jobs submitted before it existed)."""
+    plan_gaps: list[str] = []
+    """Where a measured figure is more than twice off the plan: which assumption was off."""
 
 
 class ModelVersionView(_View):

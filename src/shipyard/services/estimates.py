@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from shipyard.db import Job, MemoryMeasurement, Metric
 from shipyard.db.tables import utcnow
 from shipyard.errors import InvalidSpec, ShipyardError, Unschedulable
+from shipyard.executors.base import Request
 from shipyard.hardware import Device
 from shipyard.hardware.catalog import AcceleratorSpec, Catalog
 from shipyard.planner.shapes import shape_of
@@ -193,6 +194,7 @@ def estimate_job(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog
         spec.data.tokenizer,
         spec.training,
         spec.resources.devices,
+        spec.resources.cpus_per_device,
         accelerators,
         tuple(node_devices),
         tuple(catalog.get(a) for a in accelerators),
@@ -220,11 +222,17 @@ def _plans(
             continue
         # The memory this node reports; the CPU's is shared by the job's processes.
         memory_gib = min(d.memory_gib for d in found)
+        row = catalog[accelerator_type]
+        update: dict[str, Any] = {"usable_memory_fraction": 1.0}
         if accelerator_type == "cpu":
             memory_gib /= devices
-        accelerator = catalog[accelerator_type].model_copy(
-            update={"memory_gib": memory_gib, "usable_memory_fraction": 1.0}
-        )
+            # The catalog's CPU is all of its cores; each process computes with its threads only.
+            cores = found[0].cores
+            share = Request.of(spec.resources).threads_per_process(cores) / cores if cores else 1.0
+            update["tflops"] = row.tflops.model_copy(
+                update={k: v * share for k, v in row.tflops.model_dump().items() if v}
+            )
+        accelerator = row.model_copy(update={**update, "memory_gib": memory_gib})
         plans.append(_plan_on(workload, spec, accelerator, devices))
     return plans
 
@@ -260,7 +268,21 @@ def _figures(plan: TrainingPlan) -> dict[str, Any]:
         "step_time_s": plan.step.total_s,
         "tokens_per_s": plan.tokens_per_s,
         "layout": runtime_layout(plan),
+        # What tokens/s is made of, so a measurement far from it can say which part was off.
+        "peak_tflops": plan.peak_tflops,
+        "mfu": plan.mfu,
+        "flops_per_token": plan.model_flops_per_token,
     }
+
+
+def plan_on(estimate: dict[str, Any], accelerator_type: str | None) -> tuple[str, dict[str, Any]]:
+    """The accelerator type the estimate is read for (the one the job ran on, where the estimate
+    planned it, else the planner's pick) and the figures planned there."""
+    by_accelerator = estimate.get("by_accelerator") or {}
+    chosen = str(estimate["accelerator"])
+    if accelerator_type is not None and accelerator_type in by_accelerator:
+        chosen = accelerator_type
+    return chosen, {**estimate, **by_accelerator.get(chosen, {})}
 
 
 def planned_layout(spec: JobSpec, estimate: dict[str, Any], accelerator_type: str) -> JobSpec:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, joinedload
 
 from shipyard import audit
 from shipyard.auth import Permission
-from shipyard.db import AgentStatus, Artifact, Database, Job, Metric, rows_changed
+from shipyard.db import AgentStatus, Artifact, Attempt, Database, Job, Metric, rows_changed
 from shipyard.db.pipeline import pipelined
 from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
@@ -34,8 +34,9 @@ from shipyard.schemas.jobspec import (
     validate_job_spec,
 )
 from shipyard.schemas.views import ArtifactView, AttemptView, JobDetail, JobView
-from shipyard.services import metric_series, rbac
+from shipyard.services import metric_series, plan_gaps, rbac
 from shipyard.services.context import ServiceContext
+from shipyard.services.estimates import plan_on
 from shipyard.services.job_access import CANCEL, allowed_job, find_job
 from shipyard.services.submission_checks import Checked, check_submission
 from shipyard.services.submitted_jobs import aware
@@ -256,14 +257,45 @@ def get(ctx: ServiceContext, job_id: str) -> JobDetail:
         train = metric_series.sampled(session, job.id, "train", SUMMARY_POINTS)
         metrics = sorted([*others, *train], key=lambda m: m.id)
         artifacts = session.scalars(select(Artifact).where(Artifact.job_id == job.id).order_by(Artifact.id))
+        summary = summarize(job, metrics)
         return JobDetail(
             **_view(job, latest={m.kind: m for m in metrics}).model_dump(),  # the newest of each kind
             attempts=[AttemptView.model_validate(a, from_attributes=True) for a in job.attempts],
             artifacts=[ArtifactView.model_validate(a, from_attributes=True) for a in artifacts],
             spec=job.spec,
-            summary=summarize(job, metrics),
+            summary=summary,
             estimate=job.estimate or {},
+            plan_gaps=_plan_gaps(session, job, summary),
         )
+
+
+def _plan_gaps(session: Session, job: Job, summary: dict[str, float]) -> list[str]:
+    """Which of the planner's assumptions a measurement far from its estimate shows to be off."""
+    if not job.estimate or "tokens_per_s" not in summary or not job.attempts:
+        return []
+    attempt = job.attempts[-1]
+    _, plan = plan_on(job.estimate, attempt.accelerator_type)
+    until = attempt.finished_at or utcnow()
+    others = session.scalar(
+        select(func.count(func.distinct(Attempt.job_id))).where(
+            Attempt.node == attempt.node,
+            Attempt.job_id != job.id,
+            Attempt.started_at < until,
+            or_(Attempt.finished_at.is_(None), Attempt.finished_at > attempt.started_at),
+        )
+    )
+    world = summary.get("world_size")
+    measured = plan_gaps.Measured(
+        tokens_per_s=summary.get("tokens_per_s"),
+        mfu=summary.get("mfu"),
+        memory_gib=summary.get("memory_gib"),
+        flops_per_token=summary.get("flops_per_token"),
+        world_size=int(world) if world else None,
+        accelerator_type=attempt.accelerator_type,
+        threads_per_process=attempt.threads_per_process,
+        others_on_node=int(others or 0),
+    )
+    return plan_gaps.explain(plan, measured)
 
 
 def cancel(ctx: ServiceContext, job_id: str) -> JobView:

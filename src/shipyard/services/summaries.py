@@ -35,6 +35,9 @@ def summarize(job: Job, metrics: list[Metric]) -> dict[str, float]:
     start = next((m for m in metrics if m.kind == "start"), None)
     if start is not None:
         summary["params"] = start.values.get("params", 0)
+        # What the runtime's MFU was computed with, beside the planner's (``plan_gaps``).
+        summary["flops_per_token"] = start.values.get("flops_per_token")
+        summary["world_size"] = start.values.get("world_size")
     if job.started_at and job.finished_at:
         summary["wall_s"] = (job.finished_at - job.started_at).total_seconds()
     return {k: float(v) for k, v in summary.items() if v is not None}
