@@ -19,7 +19,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[train,finetune,nvidia,plot,postgres,s3,cluster,dev]'
+	$(BIN)/pip install --quiet -e '.[train,finetune,nvidia,plot,postgres,s3,cluster,gavel,dev]'
 	touch $@
 
 # The dashboard's browser tests: Debian's Chromium (driven by Playwright, no browser download) and

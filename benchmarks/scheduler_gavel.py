@@ -62,6 +62,7 @@ ANCHOR: list[tuple[str, str, str, float]] = [
     *((p, m, load, cost) for load in ("2.4", "2.6", "static700") for cost in (0.0, 30.0)
       for p, m in ((DEFAULT, "shipyard"), ("gavel_las_perf", "gavel"))),
     ("min_makespan", "shipyard", "static700", 0.0),
+    ("gavel_min_makespan", "gavel", "static700", 0.0),
 ]  # fmt: skip
 
 

@@ -501,3 +501,35 @@ def test_gavels_rounds_end_at_their_last_finish() -> None:
     )
     assert rounds.makespan_h * 3600 == pytest.approx(460)
     assert last_finish.makespan_h * 3600 == pytest.approx(200)
+
+
+def test_gavel_las_takes_the_middle_of_its_optimal_allocations() -> None:
+    """ECOS, as in Gavel: of the gang's optimal shares (0.25 to 0.75 beside a single that runs all
+    the time) an interior point, not a vertex as HiGHS would return."""
+    tp = throughputs(["a"])
+    jobs = [
+        Job(id="one", job_type="a", devices=1, total_steps=10, arrival_s=0),
+        Job(id="four", job_type="a", devices=4, total_steps=10, arrival_s=0),
+    ]
+    allocation = gavel_las_perf(PolicyInput(jobs=jobs, capacity={"v100": 4}, throughputs=tp))
+    assert 0.3 < allocation["four"]["v100"] < 0.7
+
+
+def test_gavel_min_makespan_bisects_to_within_five_percent_of_the_optimum() -> None:
+    """Two jobs of an hour's work on one device finish together at best after two hours; Gavel's
+    bisection stops within 5 % of that, each job given the share that meets its T."""
+    from shipyard.scheduling.policies import GAVEL_T_TOLERANCE, gavel_min_makespan
+
+    tp = throughputs(["a"])  # 1 step/s on one device of any type
+    jobs = [Job(id=f"j{i}", job_type="a", devices=1, total_steps=3600, arrival_s=0) for i in range(2)]
+    allocation = gavel_min_makespan(PolicyInput(jobs=jobs, capacity={"v100": 1}, throughputs=tp))
+    shares = [allocation[j.id]["v100"] for j in jobs]
+    assert sum(shares) <= 1 + 1e-6
+    horizon_s = max(3600 / share for share in shares)  # when the later one finishes at that rate
+    assert 7200 * (1 - 1e-6) <= horizon_s <= 7200 * GAVEL_T_TOLERANCE * (1 + 1e-6)
+    # Work that cannot finish within Gavel's first range (10^6 s) widens it tenfold.
+    slow = [Job(id="long", job_type="a", devices=1, total_steps=5e6, arrival_s=0)]
+    [share] = gavel_min_makespan(PolicyInput(jobs=slow, capacity={"v100": 1}, throughputs=tp))[
+        "long"
+    ].values()
+    assert 1 / GAVEL_T_TOLERANCE - 1e-6 <= share <= 1 + 1e-6  # finishes within 5 % of 5 * 10^6 s
