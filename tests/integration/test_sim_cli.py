@@ -99,6 +99,11 @@ def test_sim_policies_lists_the_default_first(cli: Cli) -> None:
         (["--cluster", "v100=eight", "--rate", "1"], "--cluster: 'v100=eight' is not TYPE=NUMBER"),
         (["--cluster", "v100=8", "--rate", "1", "--window", "5:2"], "--window '5:2' is not START:END"),
         (["--cluster", "v100=8"], "needs a positive --rate"),
+        (
+            ["--cluster", "v100=8", "--policy", "min_total_duration_perf", "--rate", "1"],
+            "Shipyard's counterpart is 'gavel_min_makespan'",
+        ),
+        (["--cluster", "v100=8", "--rate", "1", "--queue-mix", "a=1"], "--queue-mix needs --queues FILE"),
     ],
 )
 def test_bad_input_names_the_flag(cli: Cli, args: list[str], message: str) -> None:
@@ -114,3 +119,31 @@ def test_a_malformed_trace_names_its_line(cli: Cli, tmp_path: Path) -> None:
     trace.write_text("ResNet-18 (batch size 64)\tcmd\t-n\t1\tmany\t0\t1\n")
     done = cli.run(*BASE, "--trace", str(trace), check=False)
     assert done.returncode == 1 and "line 1" in done.stderr
+
+
+QUEUES = """\
+clusterQueues:
+  - {name: research, cohort: lab, nominal: {v100: 6, p100: 6, k80: 6}}
+  - {name: prod, cohort: lab, nominal: {v100: 2, p100: 2, k80: 2}}
+localQueues: {research: research, prod: prod}
+"""
+
+
+@needs_data
+def test_queues_and_cohorts_in_a_simulation(cli: Cli, tmp_path: Path) -> None:
+    """Quota admission runs in the simulator as in the live agent: with half the jobs each, the
+    queue with a quarter of the quota waits longer (it borrows only what the other leaves idle);
+    a queue the file lacks, or one that could never hold a gang, is refused by name."""
+    queues = tmp_path / "queues.yaml"
+    queues.write_text(QUEUES)
+    args = [*BASE, "--multi-gpu", "--rate", "0.5", "--window", "10:40", "--queues", str(queues)]
+    out = cli.json(*args, "--queue-mix", "research=0.5,prod=0.5")
+    by_queue = out["avg_jct_h_by_queue"]
+    assert set(by_queue) == {"research", "prod"} and by_queue["prod"] > by_queue["research"]
+    assert cli.json(*args)["avg_jct_h_by_queue"] == {}  # one queue: nothing to break down
+    done = cli.run(*args, "--queue-mix", "research=0.5,ops=0.5", check=False)
+    assert done.returncode == 1 and "no queue 'ops'" in done.stderr and "research" in done.stderr
+    queues.write_text(QUEUES.replace("{v100: 2, p100: 2, k80: 2}}", "{v100: 2, p100: 2, k80: 2}, "
+                                     "borrowingLimit: {v100: 0, p100: 0, k80: 0}}"))  # fmt: skip
+    done = cli.run(*args, "--queue-mix", "research=0.5,prod=0.5", check=False)
+    assert done.returncode == 1 and "can never be admitted" in done.stderr and "prod" in done.stderr

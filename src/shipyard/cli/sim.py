@@ -61,9 +61,17 @@ def run(
             "since the last solve, a round ends at its last finish: Gavel's simulator)."
         ),
     ] = "shipyard",
+    queues: Annotated[
+        Path | None,
+        typer.Option(help="Quotas, cohorts and borrowing: a queue file as `shipyard queues config` writes."),
+    ] = None,
+    queue_mix: Annotated[
+        str | None, typer.Option(help="Share of the jobs in each local queue, e.g. research=0.7,prod=0.3.")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Run one simulation and report JCT, makespan, utilization, restarts, fairness, cost."""
+    """Run one simulation and report JCT, makespan, utilization, restarts, fairness, cost. The
+    same scheduling cycle as the live agent's: memory fit, quota admission, the policy, placement."""
     request = simulation.SimRequest(
         throughputs=throughputs,
         cluster=cluster,
@@ -83,6 +91,8 @@ def run(
         prices=prices,
         spread_slowdown=spread_slowdown,
         mechanism=mechanism,
+        queues=queues,
+        queue_mix=queue_mix,
     )
     with Progress(
         TextColumn(f"simulating {policy}"),
@@ -109,6 +119,8 @@ def run(
           f"{result.utilization:.1%}", result.restarts_per_job, result.worst_ftf_rho, result.cost_usd,
           result.policy_solve_ms_p50]],
     )  # fmt: skip
+    if result.avg_jct_h_by_queue:
+        table("by queue", ["queue", "avg JCT h"], sorted(result.avg_jct_h_by_queue.items()))
 
 
 @sub_app.command("policies")

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from shipyard.scheduling.model import Job
 from shipyard.scheduling.reasons import Pending, Reason
+from shipyard.schemas.queues import QueueConfig
 
 NO_LIMIT = 10**9
 
@@ -76,6 +77,24 @@ class Admission:
     usage: Usage
 
 
+def queues_of(config: QueueConfig) -> Queues:
+    """The scheduler's queues of a queue configuration (a job naming no queue, ``default``, goes
+    to the first cluster queue unless one is named so)."""
+    cluster_queues = {
+        q.name: ClusterQueue(
+            name=q.name,
+            nominal=dict(q.nominal),
+            cohort=q.cohort,
+            borrowing_limit=dict(q.borrowing_limit) if q.borrowing_limit is not None else None,
+        )
+        for q in config.cluster_queues
+    }
+    local = dict(config.local_queues)
+    if "default" not in local and "default" not in cluster_queues and cluster_queues:
+        local["default"] = next(iter(cluster_queues))
+    return Queues(cluster_queues=cluster_queues, local_queues=local)
+
+
 def admit(jobs: Sequence[Job], queues: Queues) -> Admission:
     """Running jobs keep their quota; waiting ones are admitted by priority, then arrival."""
     used: dict[str, dict[str, int]] = {name: {} for name in queues.cluster_queues}
@@ -125,6 +144,12 @@ def admit(jobs: Sequence[Job], queues: Queues) -> Admission:
         reclaimed=tuple(dict.fromkeys(reclaim)),
         usage=usage_of(queues, used),
     )
+
+
+def most_ever(queues: Queues, cq: ClusterQueue, accelerator_type: str) -> int:
+    """Devices of a type the queue could hold with the whole cohort idle: a gang larger than
+    this on every type it allows waits for ever."""
+    return _room(queues, {q: {} for q in queues.cluster_queues}, cq, accelerator_type)
 
 
 def _cohort(queues: Queues, cq: ClusterQueue) -> list[ClusterQueue]:

@@ -23,7 +23,7 @@ from shipyard.auth import Permission
 from shipyard.db import QueueConfigVersion
 from shipyard.db.tables import utcnow
 from shipyard.errors import Conflict, NotFound
-from shipyard.scheduling.quota import ClusterQueue, Queues
+from shipyard.scheduling.quota import Queues, queues_of
 from shipyard.schemas.queues import ClusterQueueSpec, QueueConfig, parse_queue_config, validate_queue_config
 from shipyard.schemas.views import QueueChangeView, QueueSettingsView
 from shipyard.services import rbac
@@ -62,21 +62,7 @@ def current(session: Session, home: Path) -> QueueSettings:
 def load_queues(session: Session, home: Path, capacity: Mapping[str, int]) -> Queues:
     """The scheduler's view of the configuration in force."""
     config = current(session, home).config
-    if config is None:
-        return Queues.unlimited(capacity)
-    cluster_queues = {
-        q.name: ClusterQueue(
-            name=q.name,
-            nominal=dict(q.nominal),
-            cohort=q.cohort,
-            borrowing_limit=dict(q.borrowing_limit) if q.borrowing_limit is not None else None,
-        )
-        for q in config.cluster_queues
-    }
-    local = dict(config.local_queues)
-    if "default" not in local and "default" not in cluster_queues and cluster_queues:
-        local["default"] = next(iter(cluster_queues))
-    return Queues(cluster_queues=cluster_queues, local_queues=local)
+    return Queues.unlimited(capacity) if config is None else queues_of(config)
 
 
 def show(ctx: ServiceContext) -> QueueSettingsView:

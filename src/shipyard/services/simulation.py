@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +14,9 @@ from shipyard.hardware.catalog import catalog
 from shipyard.planner.shapes import positive
 from shipyard.scheduling.model import Throughputs
 from shipyard.scheduling.policies import DEFAULT_POLICY, policy_named
+from shipyard.scheduling.quota import Queues, most_ever, queues_of
+from shipyard.schemas.documents import read_document_file
+from shipyard.schemas.queues import parse_queue_config
 from shipyard.sim.simulator import GAVEL_MECHANISM, SimConfig, SimResult, cluster_nodes, simulate
 from shipyard.sim.workload import TraceJob, generate_gavel_jobs, load_throughputs, load_trace
 
@@ -42,6 +47,10 @@ class SimRequest:
     spread_slowdown: bool = True
     mechanism: str = "shipyard"
     """The round mechanism: Shipyard's, or ``gavel`` (its simulator's, ``GAVEL_MECHANISM``)."""
+    queues: Path | None = None
+    """A queue configuration (``shipyard queues config`` writes one): quotas, cohorts, borrowing."""
+    queue_mix: str | None = None
+    """``research=0.7,prod=0.3``: the share of jobs that wait in each local queue (else default)."""
 
 
 def parse_pairs(text: str, flag: str, number: Callable[[str], float]) -> dict[str, float]:
@@ -129,7 +138,11 @@ def run(request: SimRequest, progress: Callable[[int, int], None] | None = None)
     prices.update({k: s.hourly_usd for k, s in catalog().items() if s.hourly_usd is not None})
     if request.prices:
         prices.update(parse_pairs(request.prices, "--prices", float))
+    queues = _queues(request)
+    if queues is not None:
+        jobs = _in_queues(jobs, queues, request)
     config = SimConfig(
+        queues=queues,
         round_s=request.round_s,
         restart_cost_s=request.restart_cost_s,
         window=window,
@@ -140,6 +153,58 @@ def run(request: SimRequest, progress: Callable[[int, int], None] | None = None)
     )
     nodes = cluster_nodes(cluster, request.devices_per_node)
     return simulate(jobs, nodes, throughputs, policy, config, progress=progress)
+
+
+QUEUE_MIX_SEED = 7
+"""Offset of the random stream that puts jobs in queues (apart from the workload's own)."""
+
+
+def _queues(request: SimRequest) -> Queues | None:
+    if request.queues is None:
+        if request.queue_mix is not None:
+            raise InvalidSpec("--queue-mix needs --queues FILE", hint="give the queue configuration too")
+        return None
+    text = read_document_file(request.queues, what="queue file")
+    return queues_of(parse_queue_config(text, source=str(request.queues)))
+
+
+def _in_queues(jobs: list[TraceJob], queues: Queues, request: SimRequest) -> list[TraceJob]:
+    """Each job in a local queue drawn by the mix's shares (the same jobs for the same seed)."""
+    if request.queue_mix is None:
+        return jobs
+    mix = parse_pairs(request.queue_mix, "--queue-mix", float)
+    known = sorted({*queues.local_queues, *queues.cluster_queues})
+    example = "e.g. --queue-mix research=0.7,prod=0.3"
+    for name, share in mix.items():
+        if name not in known:
+            where = f"queues in {request.queues}: {', '.join(known)}"
+            raise InvalidSpec(f"--queue-mix: no queue {name!r} in {request.queues}", hint=where)
+        if not 0 <= share <= 1e6:
+            raise InvalidSpec(f"--queue-mix {name}={share:g} is not a share", hint=example)
+    if sum(mix.values()) <= 0:
+        raise InvalidSpec("--queue-mix gives every queue a share of 0", hint=example)
+    draw = random.Random(request.seed + QUEUE_MIX_SEED)
+    names, weights = list(mix), list(mix.values())
+    placed = [dataclasses.replace(job, queue=draw.choices(names, weights)[0]) for job in jobs]
+    _refuse_never_admitted(placed, queues, request)
+    return placed
+
+
+def _refuse_never_admitted(jobs: list[TraceJob], queues: Queues, request: SimRequest) -> None:
+    """A gang larger than its queue could ever hold would wait for ever (and so would the run)."""
+    for index, job in enumerate(jobs):
+        cq = queues.cluster_queue_named(job.queue)
+        if cq is None:
+            continue  # waits with its reason, as in the live agent; measured jobs then never end
+        most = {k: most_ever(queues, cq, k) for k in sorted(cq.nominal)}
+        if any(n >= job.devices for n in most.values()):
+            continue
+        holds = ", ".join(f"{n} {k}" for k, n in most.items())
+        raise InvalidSpec(
+            f"job {index} ({job.devices} devices, queue {job.queue!r}) can never be admitted: "
+            f"{cq.name} holds at most {holds} with its cohort idle",
+            hint=f"raise {cq.name}'s nominal quota or borrowing limit in {request.queues}",
+        )
 
 
 def _jobs(request: SimRequest, throughputs: Throughputs, window: tuple[int, int] | None) -> list[TraceJob]:

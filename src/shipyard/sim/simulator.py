@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard.scheduling.cycle import Cycle, TimeSinceSolve
-from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, Throughputs
+from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
 from shipyard.scheduling.policies import Policy
 from shipyard.scheduling.quota import Queues
 from shipyard.sim.workload import TraceJob
@@ -85,6 +85,8 @@ class _State:
             steps_done=self.steps_done,
             accelerator_types=t.accelerator_types,
             priority=t.priority,
+            queue=t.queue,
+            min_memory_gib=t.min_memory_gib,
             attained_s=self.attained,
             running_on=self.lease.accelerator_type if self.lease else None,
             nodes=self.lease.nodes if self.lease else (),
@@ -107,6 +109,8 @@ class SimResult:
     policy_solve_ms_max: float
     rounds: int
     simulated_h: float
+    avg_jct_h_by_queue: Mapping[str, float] = field(default_factory=dict)
+    """Where jobs waited in several queues: the average JCT of each queue's measured jobs."""
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -119,8 +123,10 @@ def simulate(
     policy: Policy,
     config: SimConfig,
     progress: Callable[[int, int], None] | None = None,
+    on_round: Callable[[float, Sequence[Job], RoundPlan], None] | None = None,
 ) -> SimResult:
-    """Run until every measured job finished; ``progress(done, total)`` hears of each completion."""
+    """Run until every measured job finished; ``progress(done, total)`` hears of each completion,
+    ``on_round(now_s, jobs, plan)`` of each round's snapshot and the cycle's plan for it."""
     states = [_State(index=i, trace=t) for i, t in enumerate(sorted(jobs, key=lambda j: j.arrival_s))]
     capacity: dict[str, int] = {}
     for node in nodes:
@@ -160,6 +166,8 @@ def simulate(
             continue
         snapshot = [s.snapshot() for s in active]
         plan = cycle.run(snapshot, nodes, throughputs, now_s=now).plan
+        if on_round is not None:
+            on_round(now, snapshot, plan)
         by_index = {str(s.index): s for s in active}
         for job_id in plan.preempted:
             by_index[job_id].lease = None
@@ -269,7 +277,17 @@ def _summarize(
         policy_solve_ms_max=max(solve_ms, default=0.0),
         rounds=rounds,
         simulated_h=span / 3600,
+        avg_jct_h_by_queue=_by_queue(finished, finish),
     )
+
+
+def _by_queue(finished: list[_State], finish: Mapping[int, float]) -> dict[str, float]:
+    jcts: dict[str, list[float]] = {}
+    for s in finished:
+        jcts.setdefault(s.trace.queue, []).append((finish[s.index] - s.trace.arrival_s) / 3600)
+    if len(jcts) < 2:
+        return {}
+    return {queue: statistics.fmean(values) for queue, values in sorted(jcts.items())}
 
 
 def _percentile(sorted_values: Sequence[float], q: float) -> float:

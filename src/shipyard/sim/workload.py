@@ -37,6 +37,10 @@ class TraceJob:
     arrival_s: float
     priority: float = 1.0
     accelerator_types: tuple[str, ...] = ()
+    queue: str = "default"
+    """The local queue it waits in (quota admission, with ``SimConfig.queues``)."""
+    min_memory_gib: float = 0.0
+    """Memory each device must have (nodes that report less are not its to run on)."""
 
 
 def load_throughputs(path: Path) -> Throughputs:
