@@ -122,8 +122,12 @@ def main() -> None:
     parser.add_argument(
         "--spread-slowdown", action="store_true", help="also the anchor with slower spread gangs"
     )
+    parser.add_argument("--loads", default="2.4,2.6,static700", help="the anchor's loads")
+    parser.add_argument("--restart-costs", default="0,30", help="the anchor's restart costs, seconds")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    loads, costs = args.loads.split(","), [float(c) for c in args.restart_costs.split(",")]
+    anchor = [a for a in ANCHOR if a[2] in loads and a[3] in costs]
     seeds = [int(s) for s in args.seeds.split(",")]
     cache = args.gavel_cache or Path(tempfile.mkdtemp(prefix="gavel-runs-"))
     cache.mkdir(parents=True, exist_ok=True)
@@ -138,7 +142,7 @@ def main() -> None:
                         pool.submit(gavel, args.gavel_python, GAVEL_NAME[policy], load, seed, cache)
                     )
         tasks = [(policy, "gavel", load, 0.0, False) for policy, load in FIDELITY]
-        for policy, mechanism, load, cost in ANCHOR:
+        for policy, mechanism, load, cost in anchor:
             tasks.append((policy, mechanism, load, cost, False))
             if args.spread_slowdown and cost == 0:
                 tasks.append((policy, mechanism, load, cost, True))
@@ -148,14 +152,16 @@ def main() -> None:
         runs = [_logged(f.result(), "shipyard") for f in ours]
         gavel_runs = [_logged(f.result(), "gavel") for f in theirs]
 
-    report = summarize(runs, gavel_runs, seeds, with_spread=args.spread_slowdown)
+    report = summarize(runs, gavel_runs, seeds, anchor, with_spread=args.spread_slowdown)
     if args.json:
         print(json.dumps(report, indent=2))
         return
     _print(report)
 
 
-def summarize(runs: list[dict], gavel_runs: list[dict], seeds: list[int], *, with_spread: bool) -> dict:
+def summarize(
+    runs: list[dict], gavel_runs: list[dict], seeds: list[int], anchor_runs: list, *, with_spread: bool
+) -> dict:
     """The fidelity rows, the anchor rows and the fluid bounds, from the runs of both sides."""
     throughputs = load_throughputs(THROUGHPUTS)
     capacity = {k: int(n) for k, n in (part.split("=") for part in CLUSTER.split(","))}
@@ -185,7 +191,7 @@ def summarize(runs: list[dict], gavel_runs: list[dict], seeds: list[int], *, wit
         row["passes"] = abs(row["vs_notebook"]) <= 0.10 and abs(row.get("vs_gavel", 0.0)) <= 0.05
         fidelity.append(row)
     anchor = []
-    for policy, mechanism, load, cost in ANCHOR:
+    for policy, mechanism, load, cost in anchor_runs:
         for spread in (False, True) if with_spread and cost == 0 else (False,):
             group = [r for r in runs if _key(r) == (policy, mechanism, load, cost, spread)]
             metric = "makespan_h" if load.startswith("static") else "avg_jct_h"
