@@ -9,8 +9,10 @@ STAMP := $(VENV)/.shipyard-installed
 quickstart: setup
 	$(BIN)/shipyard quickstart
 
+# Two workers: most tests wait on the processes they start (agents, training, servers).
+TEST_WORKERS ?= 2
 test: setup browser lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 setup: $(STAMP)
 

@@ -18,6 +18,14 @@ from tests.builders import STDLIB
 SHIPYARD = [sys.executable, "-m", "shipyard.cli.main"]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``pytest -n`` the Ray tests share one worker: two Ray heads on one machine would
+    contend for the head's fixed ports and the session folder."""
+    for item in items:
+        if item.get_closest_marker("ray"):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
 class Cli:
     """Runs the real ``shipyard`` command in a child process against one home."""
 
@@ -48,14 +56,34 @@ class Cli:
         return json.loads(self.run(*args, "--json").stdout)
 
     def wait_for(self, job_id: str, predicate: Any, timeout: float = 240) -> dict[str, Any]:
+        """What ``jobs show --json`` printed once it met ``predicate``. Between those calls (a
+        second of CPU each, which the jobs under test would otherwise lose) the job is read here
+        from the same database; the CLI still runs every few seconds, keeping the agent revived
+        as a user watching the job would."""
         deadline = time.monotonic() + timeout
+        next_show = 0.0
+        served_here = "SHIPYARD_URL" not in self.env  # else only the CLI can see the job
         while True:
-            job = self.json("jobs", "show", job_id)
-            if predicate(job):
-                return job  # type: ignore[no-any-return]
+            if not served_here or time.monotonic() >= next_show or predicate(self._read(job_id)):
+                job = self.json("jobs", "show", job_id)
+                if predicate(job):
+                    return job  # type: ignore[no-any-return]
+                next_show = time.monotonic() + 3
             if time.monotonic() > deadline:
                 raise AssertionError(f"job {job_id} never reached the condition; last: {job}")
             time.sleep(0.3)
+
+    def _read(self, job_id: str) -> dict[str, Any]:
+        # A context per read: a Cli made inside a test has no teardown to close one it kept.
+        from shipyard.services import jobs as job_service
+        from shipyard.services.context import open_context
+        from shipyard.settings import Settings
+
+        context = open_context(Settings.from_env(self.env))
+        try:
+            return job_service.get(context, job_id).model_dump(mode="json")
+        finally:
+            context.close()
 
     def stop_agent(self) -> None:
         lock = self.home / "agent.lock"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,22 +47,23 @@ class Settings:
         return self.home / "cache"
 
     @classmethod
-    def from_env(cls) -> Settings:
-        home = Path(os.environ.get("SHIPYARD_HOME", "~/.shipyard")).expanduser().resolve()
-        db_url = os.environ.get("SHIPYARD_DB_URL") or f"sqlite:///{home / 'shipyard.db'}"
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> Settings:
+        """The settings an environment names (a child process's, for a caller that starts one)."""
+        home = Path(environ.get("SHIPYARD_HOME", "~/.shipyard")).expanduser().resolve()
+        db_url = environ.get("SHIPYARD_DB_URL") or f"sqlite:///{home / 'shipyard.db'}"
         return cls(
             home=home,
             db_url=db_url,
-            agent_poll_s=float(os.environ.get("SHIPYARD_AGENT_POLL_S", "0.5")),
-            agent_max_poll_s=float(os.environ.get("SHIPYARD_AGENT_MAX_POLL_S", "2.0")),
-            agent_idle_exit_s=float(os.environ.get("SHIPYARD_AGENT_IDLE_EXIT_S", "30")),
-            cancel_grace_s=float(os.environ.get("SHIPYARD_CANCEL_GRACE_S", "60")),
-            round_s=float(os.environ.get("SHIPYARD_ROUND_S", "300")),
-            policy=os.environ.get("SHIPYARD_POLICY", "shortest_remaining_perf"),
-            audit_key=os.environ.get("SHIPYARD_AUDIT_KEY") or None,
-            max_upload_bytes=int(float(os.environ.get("SHIPYARD_MAX_UPLOAD_MB", "2048")) * 2**20),
-            executor=os.environ.get("SHIPYARD_EXECUTOR", "local"),
-            ray_address=os.environ.get("SHIPYARD_RAY_ADDRESS", "auto"),
-            min_free_disk_gib=float(os.environ.get("SHIPYARD_MIN_FREE_DISK_GIB", "5")),
-            unhealthy_node=os.environ.get("SHIPYARD_UNHEALTHY_NODE", "finish"),
+            agent_poll_s=float(environ.get("SHIPYARD_AGENT_POLL_S", "0.5")),
+            agent_max_poll_s=float(environ.get("SHIPYARD_AGENT_MAX_POLL_S", "2.0")),
+            agent_idle_exit_s=float(environ.get("SHIPYARD_AGENT_IDLE_EXIT_S", "30")),
+            cancel_grace_s=float(environ.get("SHIPYARD_CANCEL_GRACE_S", "60")),
+            round_s=float(environ.get("SHIPYARD_ROUND_S", "300")),
+            policy=environ.get("SHIPYARD_POLICY", "shortest_remaining_perf"),
+            audit_key=environ.get("SHIPYARD_AUDIT_KEY") or None,
+            max_upload_bytes=int(float(environ.get("SHIPYARD_MAX_UPLOAD_MB", "2048")) * 2**20),
+            executor=environ.get("SHIPYARD_EXECUTOR", "local"),
+            ray_address=environ.get("SHIPYARD_RAY_ADDRESS", "auto"),
+            min_free_disk_gib=float(environ.get("SHIPYARD_MIN_FREE_DISK_GIB", "5")),
+            unhealthy_node=environ.get("SHIPYARD_UNHEALTHY_NODE", "finish"),
         )

@@ -98,7 +98,7 @@ def _stored_checkpoints(cli: Cli, job_id: str, timeout: float = 60) -> list[dict
     while not (stored := cli.json("storage", "ls", f"jobs/{job_id}/checkpoint/", "--project", "default")):
         if time.monotonic() > deadline:
             break
-        time.sleep(0.3)
+        time.sleep(1)  # each look is a CLI process: a second of CPU the job needs
     return stored  # type: ignore[no-any-return]
 
 

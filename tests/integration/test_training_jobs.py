@@ -80,7 +80,7 @@ def _wait_stored(cli: Cli, prefix: str, count: int, timeout: float = 60) -> list
         if len(stored) >= count or time.monotonic() > deadline:
             assert len(stored) >= count, stored
             return stored  # type: ignore[no-any-return]
-        time.sleep(0.3)
+        time.sleep(1)  # each look is a CLI process: a second of CPU the job needs
 
 
 def test_jobs_wait_fifo_for_cores_with_a_reason(cli: Cli, tmp_path: Path) -> None:

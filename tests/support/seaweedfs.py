@@ -116,8 +116,16 @@ class SeaweedCluster:
             f"-s3.port={self.ports['s3']}",
             "-s3.ip.bind=127.0.0.1",
             f"-s3.config={s3_config}",
+            # Its Iceberg and Lance catalogs listen on fixed ports: two clusters at once (tests
+            # on two workers) would fight over them, and nothing here uses them.
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
         )
-        self._wait(timeout_s)
+        try:
+            self._wait(timeout_s)
+        except StorageError:
+            self.stop()  # the servers that did start: nobody else will
+            raise
         return self
 
     def start_volume(self, i: int) -> None:
