@@ -6,7 +6,12 @@ predictions beside the measured figures, then the median absolute percentage err
 per-device throughput and of wall time, and the share of rows within +-20 %. It also times one
 `shipyard plan train` and one `shipyard plan compare` over the whole catalog.
 
-    .venv/bin/python benchmarks/planner_accuracy.py [--runs FILE.csv] [--json]
+    .venv/bin/python benchmarks/planner_accuracy.py [--runs FILE.csv] [--heldout FILE.csv]
+        [--cross-validate ITERATIONS] [--json]
+
+Beside the fit it scores the held-out file (runs the constants were never fitted on) and, with
+``--cross-validate``, refits the shared constants without each source family and predicts that
+family: the cross-validated figure is the one to quote.
 
 A row is usable when its hardware maps onto a catalog key and it reports tokens/s per device,
 TFLOPS per device or MFU. Rows without a device count get one device per sequence of the
@@ -34,6 +39,7 @@ from shipyard.planner.training import TrainingPlan, plan_training
 from shipyard.planner.workload import Cluster, LayoutRequest, TrainingWorkload, cluster_of
 
 DEFAULT_RUNS = Path(__file__).resolve().parents[2] / "shared" / "data" / "planner" / "training-runs-dev.csv"
+HELDOUT_RUNS = Path(__file__).resolve().parent / "data" / "heldout-runs.csv"
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,9 @@ class Case:
     """``tokens_per_s_per_device``, ``tflops_per_device`` or ``mfu``."""
     measured: float
     measured_wall_h: float | None
+    family: str = ""
+    """The paper or vendor the row comes from (the first word of its category): what a
+    leave-one-source-out cross-validation holds out together."""
 
 
 def _number(text: str) -> float | None:
@@ -207,6 +216,7 @@ def _case(row: dict[str, str]) -> Case | str:
         metric=metric,
         measured=value,
         measured_wall_h=wall if wall and tokens else None,
+        family=row["category"].split()[0].lower(),
     )
 
 
@@ -262,6 +272,7 @@ def score(cases: list[Case], calibration=None) -> dict[str, object]:  # type: ig
         rows.append(
             {
                 "run_id": case.run_id,
+                "family": case.family,
                 "accelerator": case.cluster.accelerator.key,
                 "count": case.cluster.count,
                 "metric": case.metric,
@@ -275,6 +286,10 @@ def score(cases: list[Case], calibration=None) -> dict[str, object]:  # type: ig
                 "fits": plan.fits,
             }
         )
+    return summarize(rows)
+
+
+def summarize(rows: list[dict[str, object]]) -> dict[str, object]:
     errors = [abs(r["error"]) for r in rows]  # type: ignore[arg-type]
     baseline = [abs(r["rule_of_thumb_error"]) for r in rows]  # type: ignore[arg-type]
     walls = [abs(r["wall_error"]) for r in rows if r["wall_error"] is not None]  # type: ignore[arg-type]
@@ -290,6 +305,26 @@ def score(cases: list[Case], calibration=None) -> dict[str, object]:  # type: ig
     }
 
 
+def cross_validate(cases: list[Case], maxiter: int) -> dict[str, object]:
+    """Leave one source out: the shared constants refitted without each paper or vendor family
+    (``planner_calibrate.fit``), that family's rows predicted with them. What the planner scores
+    on runs it has never seen."""
+    from planner_calibrate import calibration_from, fit
+
+    rows: list[dict[str, object]] = []
+    families = sorted({c.family for c in cases})
+    for n, family in enumerate(families, start=1):
+        print(f"  refitting without {family} ({n}/{len(families)})", file=sys.stderr, flush=True)
+        held = [c for c in cases if c.family == family]
+        fitted = calibration_from(fit([c for c in cases if c.family != family], maxiter))
+        rows += score(held, fitted)["rows"]  # type: ignore[arg-type]
+    by_family = {
+        f: statistics.median(abs(r["error"]) for r in rows if r["family"] == f)  # type: ignore[arg-type]
+        for f in families
+    }
+    return {**summarize(rows), "families": by_family}
+
+
 def _time_command(args: list[str], repeats: int = 3) -> float:
     best = math.inf
     for _ in range(repeats):
@@ -303,11 +338,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--heldout", type=Path, default=HELDOUT_RUNS, help="runs no fit has seen")
     parser.add_argument("--no-timing", action="store_true", help="skip timing the CLI")
+    parser.add_argument(
+        "--cross-validate",
+        type=int,
+        metavar="ITERATIONS",
+        default=0,
+        help="also refit without each source family (Nelder-Mead iterations per fit; 600 takes minutes)",
+    )
     args = parser.parse_args()
     cases, skipped = load_cases(args.runs)
     result = score(cases)
     result["skipped"] = skipped
+    heldout, _ = load_cases(args.heldout)
+    result["heldout"] = score(heldout)
+    if args.cross_validate:
+        result["cross_validated"] = cross_validate(cases, args.cross_validate)
     if not args.no_timing:
         result["plan_train_s"] = _time_command(
             ["plan", "train", "--params", "175e9", "--accelerator", "h100-sxm", "--count", "1024", "--json"]
@@ -345,12 +392,25 @@ def main() -> None:
         f"{result['rule_of_thumb_mdape']:.1%}, within +-20% {result['rule_of_thumb_within_20pct']:.0%}; "
         f"Shipyard's MdAPE is {result['throughput_mdape'] / result['rule_of_thumb_mdape']:.2f}x the rule's"
     )
+    _print_summary(f"held-out file ({args.heldout.name}, shipped constants)", result["heldout"])
+    if "cross_validated" in result:
+        cv = result["cross_validated"]
+        _print_summary("cross-validated, leaving out one source family at a time", cv)
+        print("  by family: " + ", ".join(f"{f} {e:.1%}" for f, e in cv["families"].items()))
     if "plan_train_s" in result:
         train_s = result["plan_train_s"]
         print(f"`shipyard plan train` (175B on 1024 h100-sxm, search): {train_s:.2f} s (target < 0.3 s)")
         print(
             f"`shipyard plan compare` over the whole catalog: {result['plan_compare_s']:.2f} s (target < 2 s)"
         )
+
+
+def _print_summary(title: str, summary: dict[str, object]) -> None:
+    print(
+        f"{title}: throughput MdAPE {summary['throughput_mdape']:.1%} over {summary['scored']} rows, "
+        f"within +-20% {summary['within_20pct']:.0%} (targets <= 10%, >= 75%); rule of thumb "
+        f"{summary['rule_of_thumb_mdape']:.1%}"
+    )
 
 
 if __name__ == "__main__":

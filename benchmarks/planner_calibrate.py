@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from types import MappingProxyType
 
-from planner_accuracy import DEFAULT_RUNS, load_cases, score
+from planner_accuracy import DEFAULT_RUNS, Case, load_cases, score
 from scipy.optimize import minimize
 
 from shipyard.planner.calibration import CALIBRATION, Calibration
@@ -64,11 +64,8 @@ def current() -> dict[str, float]:
     return values
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
-    args = parser.parse_args()
-    cases, _ = load_cases(args.runs)
+def fit(cases: list[Case], maxiter: int = 1500) -> dict[str, float]:
+    """The shared constants that minimize the robust loss over ``cases``, from the shipped ones."""
 
     def loss(x: list[float]) -> float:
         values = {}
@@ -88,9 +85,17 @@ def main() -> None:
 
     start = [current()[name] for name in FITTED]
     result = minimize(
-        loss, start, method="Nelder-Mead", options={"maxiter": 1500, "xatol": 1e-3, "fatol": 1e-5}
+        loss, start, method="Nelder-Mead", options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5}
     )
-    fitted = dict(zip(FITTED, result.x, strict=True))
+    return dict(zip(FITTED, result.x, strict=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    args = parser.parse_args()
+    cases, _ = load_cases(args.runs)
+    fitted = fit(cases)
     for name, value in fitted.items():
         print(f"{name} = {value:.4g}")
     summary = score(cases, calibration_from(fitted))

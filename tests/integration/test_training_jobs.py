@@ -48,6 +48,16 @@ def test_submit_wait_list_show_logs_models_generate(cli: Cli, tmp_path: Path) ->
     shown = cli.run("jobs", "show", job["id"]).stdout
     assert "tp=1 x dp_shard=1 x dp_replicate=1, activation checkpointing none" in shown
     assert "planned step time" in shown and "s (measured" in shown
+    # The next job of this shape is planned with what this one measured; the cluster's own
+    # efficiency on the CPU is fitted from the pair.
+    again = cli.json("jobs", "submit", str(write_spec(tmp_path, "tiny-again")))
+    cli.run("jobs", "cancel", again["id"])
+    estimate = cli.json("jobs", "show", again["id"])["estimate"]
+    assert (estimate["tokens_per_s"], estimate["throughput_measured_by"]) == (s["tokens_per_s"], job["id"])
+    assert f"as job {job['id']} ran" in cli.run("jobs", "show", again["id"]).stdout
+    fitted = cli.json("plan", "calibrate", "--dry-run")
+    assert fitted["saved"] is False and [f["accelerator_type"] for f in fitted["fits"]] == ["cpu"]
+    assert fitted["fits"][0]["efficiency"] == pytest.approx(ratio)
 
     log = cli.run("jobs", "logs", job["id"]).stdout
     assert "step 8/8" in log and "exported Hugging Face model" in log

@@ -8,6 +8,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect
 
 from shipyard.db import Base, Job, open_database
+from shipyard.db.engine import MIGRATIONS, head_revision
 
 
 def test_migrations_build_exactly_the_tables_the_code_declares(tmp_path: Path) -> None:
@@ -22,6 +23,18 @@ def test_migrations_build_exactly_the_tables_the_code_declares(tmp_path: Path) -
         "model_versions",
     }
     db.close()
+
+
+def test_each_migration_is_named_after_its_revision_so_the_head_is_known_without_alembic() -> None:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    scripts = ScriptDirectory.from_config(config)
+    for revision in scripts.walk_revisions():
+        assert Path(revision.path).name.startswith(f"{revision.revision}_")
+    assert head_revision() == scripts.get_current_head()
 
 
 def test_opening_twice_is_a_no_op_and_sqlite_runs_in_wal_mode(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -319,3 +320,40 @@ def test_the_runtime_keeps_more_than_megatron_s_gpt_blocks_and_recomputation_cut
     assert kept["runtime"] > kept["megatron"]
     full = training_memory(runtime, layout(micro_batch=2, recompute="full"), 1e9, CALIBRATION)
     assert full.activations_gib < kept["runtime"] / 6
+
+
+# Monotonic in what the cluster gives: a plan searches its layout, so a faster network or more
+# overlap can only leave each layout as fast or faster, and the best of them too.
+MONOTONE_CASES = {
+    "params": st.floats(min_value=1e9, max_value=2e11),
+    "nodes": st.sampled_from([2, 8, 64, 512]),
+    "device": st.sampled_from(["a100-80gb", "h100-sxm", "mi300x"]),
+    "factor": st.floats(min_value=1.1, max_value=8),
+}
+
+
+def _plan_step_s(params: float, nodes: int, device: str, **changes: object) -> float:
+    spec = lookup(device)
+    gbit = changes.pop("network_gbit_per_s", 100.0)
+    cluster = cluster_of(spec, nodes * spec.devices_per_node, network=str(gbit))
+    calibration = dataclasses.replace(CALIBRATION, **changes)  # type: ignore[arg-type]
+    workload = TrainingWorkload(model=model_shape(params), global_batch_tokens=2**22)
+    return plan_training(workload, cluster, LayoutRequest(), calibration=calibration).step.total_s
+
+
+@settings(max_examples=25, deadline=None)
+@given(**MONOTONE_CASES)
+def test_more_network_bandwidth_never_slows_a_plan(
+    params: float, nodes: int, device: str, factor: float
+) -> None:
+    slow = _plan_step_s(params, nodes, device, network_gbit_per_s=100.0)
+    fast = _plan_step_s(params, nodes, device, network_gbit_per_s=100.0 * factor)
+    assert fast <= slow * (1 + 1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(**MONOTONE_CASES)
+def test_more_overlap_never_slows_a_plan(params: float, nodes: int, device: str, factor: float) -> None:
+    less = _plan_step_s(params, nodes, device, dp_overlap=0.9 / factor)
+    more = _plan_step_s(params, nodes, device, dp_overlap=0.9)
+    assert more <= less * (1 + 1e-9)

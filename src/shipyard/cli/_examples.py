@@ -96,6 +96,10 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("shipyard plan compare --params 8e9 --plot compare.png", "as a chart"),
     ],
     "plan catalog": [("shipyard plan catalog --json", "every accelerator type, with sources")],
+    "plan calibrate": [
+        ("shipyard plan calibrate --dry-run", "how far the planner is from this cluster's runs"),
+        ("shipyard plan calibrate", "fit and plan later jobs with it"),
+    ],
     "queues": [("shipyard queues", "quota, use and borrowing per queue")],
     "queues config": [("shipyard queues config > queues.yaml", "the configuration, to edit")],
     "queues apply": [("shipyard queues apply queues.yaml", "put the edited file in force")],

@@ -188,20 +188,22 @@ def _estimate_rows(
     def against(key: str) -> str:
         return f" (measured {fmt(measured[key])})" if key in measured else ""
 
+    # Where an earlier job of this shape measured a figure, it was planned with that one.
     memory = f"{plan['memory_gib_per_device']:.2f} GiB"
-    if "memory_measured_by" in estimate and accelerator == estimate["accelerator"]:
-        by, model = (
-            estimate["memory_measured_by"],
-            estimate["memory_gib_planned"],
-        )  # an earlier job of this shape
-        memory += f" (as job {by} peaked; the planner's model: {model:.2f})"
+    if "memory_measured_by" in plan:
+        memory += f" (as job {plan['memory_measured_by']} peaked; the planner's model: "
+        memory += f"{plan['memory_gib_planned']:.2f})"
+    speed = fmt(plan["tokens_per_s"])
+    if "throughput_measured_by" in plan:
+        speed += f" (as job {plan['throughput_measured_by']} ran; the planner's model: "
+        speed += f"{fmt(plan['tokens_per_s_planned'])})"
     rows: list[tuple[str, object]] = [("planned on", f"{estimate['devices']} x {accelerator}")]
     if "layout" in plan:
         rows.append(("planned layout", describe_layout(plan["layout"])))
     rows += [
         ("planned memory/device", f"{memory}{against('memory_gib')}"),
         ("planned step time", f"{fmt(plan['step_time_s'])} s{against('step_time_s')}"),
-        ("planned tokens/s", f"{fmt(plan['tokens_per_s'])}{against('tokens_per_s')}"),
+        ("planned tokens/s", f"{speed}{against('tokens_per_s')}"),
         ("planned wall time", f"{duration(estimate['wall_time_s'])}"),
     ]
     return rows + [("why they differ", why) for why in gaps]

@@ -1,7 +1,9 @@
-"""``shipyard plan train|infer|compare|catalog``: memory, time, cost and energy before buying or booking."""
+"""``shipyard plan train|infer|compare|catalog|calibrate``: memory, time, cost and energy before
+buying or booking, and planned against measured on this cluster."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -239,6 +241,55 @@ def catalog_(hardware: HardwareFile = None, json_out: JsonOpt = False) -> None:
             )
             for s in rows.values()
         ],
+    )
+
+
+@sub_app.command()
+def calibrate(
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the fit and keep the calibration in force.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fit this cluster's compute efficiency per accelerator type from its finished attempts
+    (measured against planned tokens/s), and plan later jobs with it. Shows the planner's error
+    before and after; the held-out error (each shape predicted from the others) is the one to trust."""
+    from shipyard.services import calibrate as calibration
+    from shipyard.services.context import open_context
+
+    fits = calibration.calibrate(open_context(), save_fits=not dry_run)
+    if json_out:
+        print_json({"saved": bool(fits) and not dry_run, "fits": [dataclasses.asdict(f) for f in fits]})
+        return
+    if not fits:
+        console.print(
+            "nothing to fit yet: no attempt has ended with a measured throughput (each completed, "
+            "cancelled or preempted attempt of three steps or more records one)"
+        )
+        return
+
+    def percent(error: float | None) -> str:
+        return "-" if error is None else f"{error:.0%}"
+
+    table(
+        None,
+        ["accelerator", "shapes", "efficiency", "error before", "after", "held out"],
+        [
+            (
+                f.accelerator_type,
+                f.rows,
+                f"x{f.efficiency:.3f}",
+                percent(f.error_before),
+                percent(f.error_after),
+                percent(f.error_held_out),
+            )
+            for f in fits
+        ],
+    )
+    console.print(
+        "dry run: the calibration in force is unchanged"
+        if dry_run
+        else "saved: jobs submitted from now on are planned with these factors"
     )
 
 

@@ -182,18 +182,39 @@ class Artifact(Base):
     the fine-tuning method and its settings."""
 
 
-class MemoryMeasurement(Base):
-    """The peak memory per device last measured for a shape of job (model, method, batch, layout)
-    on an accelerator type: later estimates of the same shape say it beside the planner's."""
+class ShapeMeasurement(Base):
+    """What an attempt of a shape of job (model, method, batch, layout, threads) last measured on
+    an accelerator type, beside what the planner had predicted: later estimates of the same shape
+    take the measured figures, and ``shipyard plan calibrate`` fits this cluster's efficiency
+    from the pairs."""
 
-    __tablename__ = "memory_measurements"
+    __tablename__ = "shape_measurements"
 
     shape: Mapped[str] = mapped_column(String(64), primary_key=True)
     accelerator_type: Mapped[str] = mapped_column(String(64), primary_key=True)
-    planned_gib: Mapped[float]
-    measured_gib: Mapped[float]
+    planned_gib: Mapped[float | None]
+    measured_gib: Mapped[float | None]
+    planned_tokens_per_s: Mapped[float | None]
+    measured_tokens_per_s: Mapped[float | None]
+    planned_efficiency: Mapped[float] = mapped_column(default=1.0)
+    """The cluster's efficiency factor on the type that the planned figures were made with."""
     job_id: Mapped[str] = mapped_column(String(64))
     measured_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class DeviceCalibration(Base):
+    """This cluster's compute efficiency on an accelerator type, as a factor on the planner's
+    (fitted by ``shipyard plan calibrate`` from ``shape_measurements``)."""
+
+    __tablename__ = "device_calibrations"
+
+    accelerator_type: Mapped[str] = mapped_column(String(64), primary_key=True)
+    efficiency: Mapped[float]
+    rows: Mapped[int]
+    error_before: Mapped[float]
+    """Median absolute error of planned against measured tokens/s with the catalog's efficiency."""
+    error_after: Mapped[float]
+    fitted_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class ModelVersion(Base):

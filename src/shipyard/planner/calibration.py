@@ -101,8 +101,17 @@ class Calibration:
         """Memory per device the runtime holds besides the model's own state."""
         return self.host_runtime_reserve_gib if accelerator == "cpu" else self.runtime_reserve_gib
 
+    device_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen({}))
+    """A cluster's own factor on the compute efficiency of an accelerator type (its drivers,
+    clocks, cooling, contention), fitted by ``shipyard plan calibrate`` from its finished
+    attempts; 1 where it has none."""
+
     def gemm(self, architecture: str) -> float:
         return self.gemm_efficiency.get(architecture, self.default_gemm_efficiency)
+
+    def compute_efficiency(self, accelerator: str, architecture: str) -> float:
+        """Large-GEMM efficiency on one accelerator type: its generation's, times the cluster's own."""
+        return self.gemm(architecture) * self.device_efficiency.get(accelerator, 1.0)
 
     def bandwidth(self, architecture: str) -> float:
         return self.memory_bandwidth_efficiency.get(architecture, self.default_memory_bandwidth_efficiency)

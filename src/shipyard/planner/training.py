@@ -229,7 +229,7 @@ def step_time(
     # Norms, activations functions and residual adds move O(h) bytes per token where the GEMMs do
     # O(h^2) FLOPs: their share grows with the device's FLOPs per byte and shrinks with h/tp.
     width_knee = calibration.elementwise_bytes_per_hidden * peak_16 / memory_bw
-    gemm = calibration.gemm(spec.architecture)
+    gemm = calibration.compute_efficiency(spec.key, spec.architecture)
     gemm *= 1 / (1 + width_knee * tp / m.hidden)
     gemm *= 1 / (1 + calibration.micro_batch_tokens_half / micro_tokens)
     dense_efficiency = gemm * (calibration.fp8_gemm_ratio if workload.precision == "fp8" else 1.0)
@@ -363,6 +363,11 @@ def goodput(count: int, calibration: Calibration) -> float:
     return 1 / (1 + lost)
 
 
+def _cluster_factor(accelerator: str, calibration: Calibration) -> str:
+    factor = calibration.device_efficiency.get(accelerator)
+    return "" if factor is None else f", x{factor:.2f} as this cluster measured {accelerator}"
+
+
 def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calibration) -> tuple[str, ...]:
     spec = cluster.accelerator
     m = workload.model
@@ -370,7 +375,7 @@ def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calib
         f"model FLOPs per token = {'4' if workload.kind in ('lora', 'qlora') else '6'}N + 12*L*h*s "
         "(recomputation counts in HFU, not MFU)",
         f"large-GEMM efficiency on {spec.architecture}: {calibration.gemm(spec.architecture):.0%} "
-        "of dense peak; "
+        f"of dense peak{_cluster_factor(spec.key, calibration)}; "
         "lower for narrow layers on devices with many FLOPs per byte of memory bandwidth, and for small "
         "micro-batches",
         f"links: {cluster.link} {cluster.link_gb_per_s:g} GB/s per direction inside a node of "

@@ -38,7 +38,7 @@ from shipyard.schemas.launch import (
 )
 from shipyard.services import recovery, telemetry
 from shipyard.services.context import ServiceContext
-from shipyard.services.estimates import record_measured_memory
+from shipyard.services.estimates import record_measurements
 from shipyard.services.launching import launch
 from shipyard.services.outputs import record_checkpoint, register_outputs
 from shipyard.services.scheduler import LiveJob, executor_node, plan_round
@@ -323,6 +323,7 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
         record_checkpoint(session, job, Path(result.checkpoint), result.step)
     ended = _how_it_ended(ctx, job, attempt, exit_code, result)
     attempt.state, attempt.exit_reason = ended.attempt_state, ended.attempt_reason
+    record_measurements(session, job, attempt)
     after = None
     if ended.job_state == JobState.FAILED:
         after = recovery.decide(session, job, attempt, ended.attempt_reason, ended.message or "", utcnow())
@@ -340,7 +341,6 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
     if ended.job_state == JobState.SUCCEEDED:
         assert result is not None
         register_outputs(ctx, session, job, result)
-        record_measured_memory(session, job)
     audit.append(
         session,
         ctx.audit_key,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import statistics
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -18,12 +19,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from shipyard.db import Job, MemoryMeasurement, Metric
+from shipyard.db import Attempt, Job, Metric, ShapeMeasurement
 from shipyard.db.tables import utcnow
+from shipyard.domain import ExitReason
 from shipyard.errors import InvalidSpec, ShipyardError, Unschedulable
 from shipyard.executors.base import Request
 from shipyard.hardware import Device
 from shipyard.hardware.catalog import AcceleratorSpec, Catalog
+from shipyard.planner.calibration import CALIBRATION, Calibration
 from shipyard.planner.shapes import shape_of
 from shipyard.planner.training import TrainingPlan, plan_training
 from shipyard.planner.workload import LayoutRequest, Recompute, TrainingWorkload, cluster_of
@@ -167,27 +170,34 @@ def runtime_layout(plan: TrainingPlan) -> dict[str, Any]:
 
 
 def _plan_on(
-    workload: TrainingWorkload, spec: JobSpec, accelerator: AcceleratorSpec, devices: int
+    workload: TrainingWorkload,
+    spec: JobSpec,
+    accelerator: AcceleratorSpec,
+    devices: int,
+    calibration: Calibration = CALIBRATION,
 ) -> TrainingPlan:
     nodes = spec.resources.nodes
     cluster = cluster_of(accelerator, devices * nodes, devices_per_node=devices)
     fused = replace(workload, fused_norm=accelerator.vendor in FUSED_NORM_VENDORS)
-    return plan_training(fused, cluster, runtime_request(spec))
+    return plan_training(fused, cluster, runtime_request(spec), calibration=calibration)
 
 
 _MEMO_SIZE = 512
 _memo: dict[Hashable, dict[str, Any]] = {}
 
 
-def estimate_job(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog) -> dict[str, Any]:
-    """The fastest fitting accelerator type among those the job may use on this node.
+def estimate_job(
+    spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog, calibration: Calibration = CALIBRATION
+) -> dict[str, Any]:
+    """The fastest fitting accelerator type among those the job may use on this node, planned
+    with ``calibration`` (this cluster's: :func:`shipyard.services.calibrate.cluster_calibration`).
 
     Raises ``Unschedulable`` with the memory needed and the largest memory here when none fits.
     Remembered per shape of job (a queue fills with copies of one spec, each asking again); the
     dict returned is shared, not to be changed.
     """
     if spec.model.path:  # the config.json behind a path can change: read it each time
-        return _estimate(spec, node_devices, catalog)
+        return _estimate(spec, node_devices, catalog, calibration)
     accelerators = tuple(spec.resources.accelerator)
     key = (
         spec.model,
@@ -198,10 +208,11 @@ def estimate_job(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog
         accelerators,
         tuple(node_devices),
         tuple(catalog.get(a) for a in accelerators),
+        tuple(sorted(calibration.device_efficiency.items())),
     )
     found = _memo.get(key)
     if found is None:
-        found = _estimate(spec, node_devices, catalog)
+        found = _estimate(spec, node_devices, catalog, calibration)
         if len(_memo) >= _MEMO_SIZE:
             _memo.clear()
         _memo[key] = found
@@ -209,7 +220,11 @@ def estimate_job(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog
 
 
 def _plans(
-    workload: TrainingWorkload, spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog
+    workload: TrainingWorkload,
+    spec: JobSpec,
+    node_devices: Sequence[Device],
+    catalog: Catalog,
+    calibration: Calibration = CALIBRATION,
 ) -> list[TrainingPlan]:
     """The job planned on each accelerator type it may use that this node has."""
     devices = spec.resources.devices
@@ -233,16 +248,18 @@ def _plans(
                 update={k: v * share for k, v in row.tflops.model_dump().items() if v}
             )
         accelerator = row.model_copy(update={**update, "memory_gib": memory_gib})
-        plans.append(_plan_on(workload, spec, accelerator, devices))
+        plans.append(_plan_on(workload, spec, accelerator, devices, calibration))
     return plans
 
 
 METHOD_WORDS = {"full": "full fine-tuning", "lora": "lora", "qlora": "qlora"}
 
 
-def _estimate(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog) -> dict[str, Any]:
+def _estimate(
+    spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog, calibration: Calibration
+) -> dict[str, Any]:
     workload = job_workload(spec)
-    plans = _plans(workload, spec, node_devices, catalog)
+    plans = _plans(workload, spec, node_devices, catalog, calibration)
     if not plans:
         return {}
     fitting = [p for p in plans if p.fits]
@@ -252,17 +269,17 @@ def _estimate(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog) -
     return {
         "accelerator": best.cluster.accelerator.key,
         "devices": spec.resources.devices,
-        **_figures(best),
+        **_figures(best, calibration),
         "memory": best.memory.to_dict(),
         "mfu": best.mfu,
         "wall_time_s": best.wall_time_h * 3600,
         # Each accelerator type the job may land on: the layout a launch there fills in for what
         # the spec leaves to the planner, and what the plan predicts with it.
-        "by_accelerator": {p.cluster.accelerator.key: _figures(p) for p in fitting},
+        "by_accelerator": {p.cluster.accelerator.key: _figures(p, calibration) for p in fitting},
     }
 
 
-def _figures(plan: TrainingPlan) -> dict[str, Any]:
+def _figures(plan: TrainingPlan, calibration: Calibration) -> dict[str, Any]:
     return {
         "memory_gib_per_device": round(plan.memory.total_gib, 3),
         "step_time_s": plan.step.total_s,
@@ -272,6 +289,8 @@ def _figures(plan: TrainingPlan) -> dict[str, Any]:
         "peak_tflops": plan.peak_tflops,
         "mfu": plan.mfu,
         "flops_per_token": plan.model_flops_per_token,
+        # This cluster's factor on the type's efficiency the figures were planned with.
+        "device_efficiency": calibration.device_efficiency.get(plan.cluster.accelerator.key, 1.0),
     }
 
 
@@ -390,8 +409,9 @@ def _breakdown(plan: TrainingPlan) -> str:
 
 
 def shape_key(spec: JobSpec) -> str:
-    """What decides a job's memory per device, hashed: the model (a fine-tuned folder by its
-    config), the method, the batch, the precision and the layout. Data and step counts do not."""
+    """What decides a job's memory and speed per device, hashed: the model (a fine-tuned folder
+    by its config), the method, the batch, the precision, the layout and the threads per process.
+    Data and step counts do not."""
     model: object = spec.model.preset
     if spec.model.path:
         config = Path(spec.model.path) / "config.json"
@@ -408,37 +428,94 @@ def shape_key(spec: JobSpec) -> str:
             spec.activation_checkpointing.model_dump(),
             spec.resources.devices,
             spec.resources.nodes,
+            spec.resources.cpus_per_device,  # threads: a CPU job's throughput
         ],
     }
     return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()
 
 
-def with_measured_memory(session: Session, spec: JobSpec, estimate: dict[str, Any]) -> dict[str, Any]:
-    """The estimate, with the peak memory an earlier job of the same shape measured on the same
-    accelerator type in place of the planner's figure (which stays beside it)."""
+CLEAN_ENDS = frozenset({ExitReason.COMPLETED, ExitReason.CANCELLED, ExitReason.PREEMPTED})
+"""Attempts whose figures are the shape's own: one that failed (out of memory, hung, lost) may
+have stopped short of its peak or run slowed by what failed."""
+MEASURED_STEPS = 3
+"""Steps after the first (which includes warm-up) a throughput measurement needs."""
+
+
+def with_measurements(session: Session, spec: JobSpec, estimate: dict[str, Any]) -> dict[str, Any]:
+    """The estimate, with what earlier attempts of the same shape measured in place of the
+    planner's figures on each accelerator type they ran on (the planner's stay beside them as
+    ``*_planned``): the measured figure wins once it exists. ``measured_tokens_per_s`` gathers
+    the measured rates by type, for the scheduler's throughputs."""
     if not estimate:
         return estimate
     shape = shape_key(spec)
-    found = session.get(MemoryMeasurement, (shape, estimate["accelerator"]))
-    out = {**estimate, "shape": shape}
-    if found is not None:
-        out["memory_gib_planned"] = estimate["memory_gib_per_device"]
-        out["memory_gib_per_device"] = round(found.measured_gib, 3)
-        out["memory_measured_by"] = found.job_id
+    out: dict[str, Any] = {**estimate, "shape": shape}
+    by_accelerator = dict(estimate.get("by_accelerator") or {})
+    types = set(by_accelerator) | {estimate["accelerator"]}
+    rows = session.scalars(
+        select(ShapeMeasurement).where(
+            ShapeMeasurement.shape == shape, ShapeMeasurement.accelerator_type.in_(sorted(types))
+        )
+    )
+    rates = {}
+    for row in rows:
+        if row.accelerator_type in by_accelerator:
+            by_accelerator[row.accelerator_type] = _as_measured(by_accelerator[row.accelerator_type], row)
+        if row.accelerator_type == estimate["accelerator"]:
+            out = _as_measured(out, row)
+        if row.measured_tokens_per_s:
+            rates[row.accelerator_type] = row.measured_tokens_per_s
+    if by_accelerator:
+        out["by_accelerator"] = by_accelerator
+    if rates:
+        out["measured_tokens_per_s"] = rates
     return out
 
 
-def record_measured_memory(session: Session, job: Job) -> None:
-    """Remember a finished job's peak memory per device for later jobs of its shape."""
+def _as_measured(figures: dict[str, Any], row: ShapeMeasurement) -> dict[str, Any]:
+    out = dict(figures)
+    if row.measured_gib is not None:
+        out["memory_gib_planned"] = figures["memory_gib_per_device"]
+        out["memory_gib_per_device"] = round(row.measured_gib, 3)
+        out["memory_measured_by"] = row.job_id
+    if row.measured_tokens_per_s and figures.get("tokens_per_s"):
+        slower = figures["tokens_per_s"] / row.measured_tokens_per_s
+        out["tokens_per_s_planned"] = figures["tokens_per_s"]
+        out["tokens_per_s"] = row.measured_tokens_per_s
+        out["throughput_measured_by"] = row.job_id
+        for key in ("step_time_s", "wall_time_s"):
+            if key in figures:
+                out[key] = figures[key] * slower
+    return out
+
+
+def record_measurements(session: Session, job: Job, attempt: Attempt) -> None:
+    """Remember what a cleanly ended attempt measured where it ran (the median tokens/s of its
+    steps after the first, its peak memory per device) beside what the planner had predicted
+    there, for later jobs of its shape and for ``shipyard plan calibrate``."""
     estimate = job.estimate or {}
-    if "shape" not in estimate:
+    if "shape" not in estimate or attempt.exit_reason not in CLEAN_ENDS:
         return
-    peak = session.scalars(select(Metric.values).where(Metric.job_id == job.id, Metric.kind == "train")).all()
-    measured = [float(v["mem_gib"]) for v in peak if v and v.get("mem_gib") is not None]
-    if not measured:
+    chosen, plan = plan_on(estimate, attempt.accelerator_type)
+    if chosen != attempt.accelerator_type:
+        return  # never planned there: nothing to set the measurement beside
+    steps = session.execute(
+        select(Metric.tokens_per_s, Metric.values["mem_gib"].as_float())
+        .where(Metric.attempt_id == attempt.id, Metric.kind == "train")
+        .order_by(Metric.step)
+    ).all()
+    rates = [float(rate) for rate, _ in steps[1:] if rate]
+    memory = [float(gib) for _, gib in steps if gib is not None]
+    if len(rates) < MEASURED_STEPS and not memory:
         return
-    key = (estimate["shape"], estimate["accelerator"])
-    row = session.get(MemoryMeasurement, key) or MemoryMeasurement(shape=key[0], accelerator_type=key[1])
-    row.planned_gib = float(estimate.get("memory_gib_planned", estimate["memory_gib_per_device"]))
-    row.measured_gib, row.job_id, row.measured_at = max(measured), job.id, utcnow()
+    key = (estimate["shape"], chosen)
+    row = session.get(ShapeMeasurement, key) or ShapeMeasurement(shape=key[0], accelerator_type=key[1])
+    if memory:
+        row.planned_gib = float(plan.get("memory_gib_planned", plan["memory_gib_per_device"]))
+        row.measured_gib = max(memory)
+    if len(rates) >= MEASURED_STEPS:
+        row.planned_tokens_per_s = float(plan.get("tokens_per_s_planned", plan["tokens_per_s"]))
+        row.measured_tokens_per_s = statistics.median(rates)
+        row.planned_efficiency = float(plan.get("device_efficiency", 1.0))
+    row.job_id, row.measured_at = job.id, utcnow()
     session.merge(row)

@@ -191,8 +191,9 @@ def _measured_rates(session: Session, job_ids: list[str]) -> dict[str, dict[str,
 
 
 def _rates(job: Submitted, peaks: dict[str, float], measured: dict[str, float]) -> dict[str, float]:
-    """Steps/s per accelerator type: measured where the job ran, else the planner's estimate
-    scaled by peak FLOPS, else the peak alone (only the ratios between types matter then)."""
+    """Steps/s per accelerator type: measured where the job ran, else where a job of its shape
+    ran, else the planner's estimate scaled by peak FLOPS, else the peak alone (only the ratios
+    between types matter then)."""
     allowed = [k for k in job.accelerator_types if k in peaks]
     base_type, batch_tokens = job.planned_on, job.batch_tokens
     base_rate = job.planned_tokens_per_s / batch_tokens
@@ -202,7 +203,7 @@ def _rates(job: Submitted, peaks: dict[str, float], measured: dict[str, float]) 
             rates[accelerator_type] = base_rate * peaks[accelerator_type] / peaks[base_type]
         else:
             rates[accelerator_type] = peaks[accelerator_type]
-    for accelerator_type, tokens_per_s in measured.items():
+    for accelerator_type, tokens_per_s in [*job.shape_tokens_per_s.items(), *measured.items()]:
         if accelerator_type in rates and tokens_per_s > 0:
             rates[accelerator_type] = tokens_per_s / batch_tokens
     return rates

@@ -29,8 +29,9 @@ from shipyard.schemas.presets import PRESETS
 from shipyard.schemas.records import check_records
 from shipyard.services import data_roots, model_sources, rbac, storage
 from shipyard.services.base_models import check_base_model, check_resume_base
+from shipyard.services.calibrate import cluster_calibration
 from shipyard.services.context import ServiceContext
-from shipyard.services.estimates import estimate_job, job_arch, on_shipyard_llama, with_measured_memory
+from shipyard.services.estimates import estimate_job, job_arch, on_shipyard_llama, with_measurements
 from shipyard.services.job_access import allowed_job
 from shipyard.services.planning import hardware_catalog
 
@@ -88,7 +89,8 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
                 "list an accelerator type they have in resources.accelerator",
             )
         spec.training.grad_accum_steps(request.devices * request.nodes)
-        estimate = with_measured_memory(session, local, estimate_job(local, ctx.devices(), catalog))
+        planned = estimate_job(local, ctx.devices(), catalog, cluster_calibration(session))
+        estimate = with_measurements(session, local, planned)
         checkpoint = _resume_point(ctx, session, spec, resume, resume_from)
         if checkpoint is not None:
             check_resume_base(local, checkpoint)

@@ -5,7 +5,7 @@ for thousands of waiting jobs on every pass was most of a pass."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -33,6 +33,8 @@ class Submitted:
     batch_tokens: int
     planned_on: str | None
     planned_tokens_per_s: float
+    shape_tokens_per_s: Mapping[str, float]
+    """What earlier jobs of its shape measured, by accelerator type (``with_measurements``)."""
     never_ran: model.Job
     """The job as the scheduler sees it until it first runs (most waiting jobs)."""
 
@@ -57,6 +59,7 @@ _SUBMITTED_COLUMNS = (
     Job.spec[("training", "global_batch_tokens")].as_integer(),
     Job.estimate["accelerator"].as_string(),
     Job.estimate["tokens_per_s"].as_float(),
+    Job.estimate["measured_tokens_per_s"],
 )
 """Only these fields of the JSON documents: decoding and validating whole specs and estimates was
 most of what reading a new job cost."""
@@ -93,7 +96,7 @@ def _read(session: Session, job_ids: list[str]) -> Iterator[tuple[str, Submitted
         query = select(*_SUBMITTED_COLUMNS).where(Job.id.in_(job_ids[start : start + _CHUNK]))
         for row in session.execute(query):
             (job_id, project, queue, priority, devices, types, submitted_at) = row[:7]
-            (cpus, node_count, memory, steps, tokens, batch, planned_on, planned_rate) = row[7:]
+            (cpus, node_count, memory, steps, tokens, batch, planned_on, planned_rate, shape_rates) = row[7:]
             # Each node runs ``devices`` processes; on the CPU each holds its cores.
             per_node = devices * (cpus or 1) if types == ["cpu"] else devices
             demand = per_node * (node_count or 1)
@@ -110,6 +113,7 @@ def _read(session: Session, job_ids: list[str]) -> Iterator[tuple[str, Submitted
                     batch_tokens=batch,
                     planned_on=planned_on,
                     planned_tokens_per_s=planned_rate or 0.0,
+                    shape_tokens_per_s=shape_rates or {},
                     never_ran=model.Job(
                         id=job_id,
                         job_type=job_id,
