@@ -35,7 +35,7 @@ from pathlib import Path
 from shipyard.errors import ShipyardError
 from shipyard.hardware.catalog import AcceleratorSpec, catalog, match_accelerator_type
 from shipyard.planner.shapes import model_shape
-from shipyard.planner.training import TrainingPlan, plan_training
+from shipyard.planner.training import Measure, TrainingPlan, plan_training
 from shipyard.planner.workload import Cluster, LayoutRequest, TrainingWorkload, cluster_of
 
 DEFAULT_RUNS = Path(__file__).resolve().parents[2] / "shared" / "data" / "planner" / "training-runs-dev.csv"
@@ -52,6 +52,9 @@ class Case:
     """``tokens_per_s_per_device``, ``tflops_per_device`` or ``mfu``."""
     measured: float
     measured_wall_h: float | None
+    measure: Measure = "steady"
+    """``run`` where the figure is a whole run's (its GPU-hours: restarts and all), else a
+    benchmark's steady state; the prediction is made for the same one."""
     family: str = ""
     """The paper or vendor the row comes from (the first word of its category): what a
     leave-one-source-out cross-validation holds out together."""
@@ -216,8 +219,13 @@ def _case(row: dict[str, str]) -> Case | str:
         metric=metric,
         measured=value,
         measured_wall_h=wall if wall and tokens else None,
+        measure=_measure(row.get("measurement_type") or row.get("measured_metric") or ""),
         family=row["category"].split()[0].lower(),
     )
+
+
+def _measure(how_measured: str) -> Measure:
+    return "run" if re.search(r"full (pre)?training run|GPU-hours", how_measured, re.IGNORECASE) else "steady"
 
 
 def _flash_attention(row: dict[str, str]) -> bool:
@@ -242,7 +250,8 @@ def _as_described(spec: AcceleratorSpec, hardware: str) -> AcceleratorSpec:
 
 
 def predict(case: Case, plan: TrainingPlan) -> float:
-    return float(getattr(plan, case.metric))
+    """The row's figure from the plan: a whole run's throughput is the steady one x goodput."""
+    return float(getattr(plan, case.metric)) * plan.goodput
 
 
 RULE_OF_THUMB_MFU = 0.4
@@ -262,7 +271,7 @@ def score(cases: list[Case], calibration=None) -> dict[str, object]:  # type: ig
     kwargs = {} if calibration is None else {"calibration": calibration}
     rows = []
     for case in cases:
-        plan = plan_training(case.workload, case.cluster, case.request, **kwargs)
+        plan = plan_training(case.workload, case.cluster, case.request, measure=case.measure, **kwargs)
         predicted = predict(case, plan)
         error = predicted / case.measured - 1
         baseline_error = rule_of_thumb(case, plan) / case.measured - 1

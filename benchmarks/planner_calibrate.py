@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from types import MappingProxyType
 
-from planner_accuracy import DEFAULT_RUNS, Case, load_cases, score
+from planner_accuracy import DEFAULT_RUNS, Case, load_cases, predict, score
 from scipy.optimize import minimize
 
 from shipyard.planner.calibration import CALIBRATION, Calibration
@@ -77,8 +77,10 @@ def fit(cases: list[Case], maxiter: int = 1500) -> dict[str, float]:
         calibration = calibration_from(values)
         total = 0.0
         for case in cases:
-            plan = plan_training(case.workload, case.cluster, case.request, calibration=calibration)
-            error = abs(math.log(getattr(plan, case.metric) / case.measured))
+            plan = plan_training(
+                case.workload, case.cluster, case.request, calibration=calibration, measure=case.measure
+            )
+            error = abs(math.log(predict(case, plan) / case.measured))
             # Robust: a row off by more than 25 % counts as a miss, not as its full size.
             total += min(error, 0.25)
         return total / len(cases)

@@ -61,6 +61,15 @@ def test_plan_train_needs_only_params_accelerator_and_count(cli: Cli) -> None:
     assert any("derived from --params" in line for line in out["assumptions"])
     table = cli.run("plan", "train", "--params", "7e9", "--accelerator", "a100-80gb", "--count", "8").stdout
     assert "searched: the fastest that fits" in table and "MFU" in table
+    assert out["measure"] == "run" and "a whole run: goodput" in table
+    steady = cli.json("plan", "train", "--params", "7e9", "--accelerator", "a100-80gb", "--count", "8",
+                      "--measure", "steady")  # fmt: skip
+    assert (steady["measure"], steady["goodput"], steady["tokens_per_s"]) == (
+        "steady",
+        1.0,
+        out["tokens_per_s"],
+    )
+    assert steady["wall_time_h"] == pytest.approx(out["wall_time_h"] * out["goodput"])
 
 
 def test_plan_infer_json_contract(cli: Cli) -> None:
@@ -105,6 +114,8 @@ def test_plan_compare_ranks_marks_and_draws(cli: Cli, tmp_path: Path) -> None:
          "does not divide --count 12"),
         (["--params", "7e9", "--accelerator", "mi300", "--count", "8"], "unknown accelerator type 'mi300'"),
         (["--params", "seven", "--accelerator", "h100-sxm", "--count", "8"], "Invalid value for '--params'"),
+        (["--params", "7e9", "--accelerator", "h100-sxm", "--count", "8", "--measure", "peak"],
+         "--measure 'peak' is not one of steady, run"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_clear_error(cli: Cli, args: list[str], message: str) -> None:

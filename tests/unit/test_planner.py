@@ -165,6 +165,8 @@ def test_interruptions_cost_more_on_bigger_clusters() -> None:
     # Llama 3: >90 % effective training time on 16,384 GPUs; a single node barely notices.
     assert goodput(8, CALIBRATION) > 0.999
     assert 0.9 < goodput(16384, CALIBRATION) < goodput(2048, CALIBRATION) < 1
+    # By hand: 2.2e-5 interruptions per device-hour x 16,384 devices x 0.25 h lost each.
+    assert goodput(16384, CALIBRATION) == pytest.approx(1 / (1 + 2.2e-5 * 16384 * 0.25))
 
 
 def test_a_model_too_big_for_the_devices_does_not_fit_and_says_why() -> None:
@@ -357,3 +359,16 @@ def test_more_overlap_never_slows_a_plan(params: float, nodes: int, device: str,
     less = _plan_step_s(params, nodes, device, dp_overlap=0.9 / factor)
     more = _plan_step_s(params, nodes, device, dp_overlap=0.9)
     assert more <= less * (1 + 1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(**MONOTONE_CASES)
+def test_a_whole_run_is_never_faster_than_its_steady_state(
+    params: float, nodes: int, device: str, factor: float
+) -> None:
+    spec = lookup(device)
+    cluster = cluster_of(spec, nodes * spec.devices_per_node)
+    workload = TrainingWorkload(model=model_shape(params), tokens=params * 20 * factor)
+    run, steady = (plan_training(workload, cluster, measure=m) for m in ("run", "steady"))
+    assert steady.tokens_per_s == run.tokens_per_s and steady.goodput == 1.0
+    assert run.wall_time_h >= steady.wall_time_h and run.gpu_hours >= steady.gpu_hours

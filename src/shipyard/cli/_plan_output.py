@@ -92,7 +92,11 @@ def print_training(plan: TrainingPlan) -> None:
             (
                 "wall time",
                 f"{_number(d['wall_time_h'], 'h')} ({d['wall_time_h'] / 24:.3g} days, "
-                f"goodput {d['goodput']:.1%})",
+                + (
+                    f"a whole run: goodput {d['goodput']:.1%} after interruptions)"
+                    if d["measure"] == "run"
+                    else "steady state: the training steps alone)"
+                ),
             ),
             ("GPU-hours", _number(d["gpu_hours"])),
             (

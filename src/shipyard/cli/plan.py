@@ -16,6 +16,7 @@ from shipyard.errors import InvalidSpec
 from shipyard.planner.advisor import RANKINGS
 from shipyard.planner.inference import InferenceWorkload
 from shipyard.planner.shapes import model_shape
+from shipyard.planner.training import MEASURES
 from shipyard.planner.workload import LayoutRequest, TrainingWorkload
 from shipyard.services import planning
 from shipyard.settings import Settings
@@ -102,6 +103,13 @@ def train(
     network: Network = None,
     devices_per_node: DevicesPerNode = None,
     hardware: HardwareFile = None,
+    measure: Annotated[
+        str,
+        typer.Option(
+            help="What wall time, GPU-hours and cost predict: run (a whole run, with its expected "
+            "interruptions) or steady (the training steps alone, as a benchmark measures them)."
+        ),
+    ] = "run",
     json_out: JsonOpt = False,
 ) -> None:
     """Memory per device, step time, tokens/s, MFU, wall time, GPU-hours, cost and energy of training."""
@@ -118,7 +126,8 @@ def train(
         interleave=interleave,
     )
     links = planning.Links(interconnect=interconnect, network=network, devices_per_node=devices_per_node)
-    plan = planning.train(_catalog(hardware), work, accelerator, count, request, links)
+    chosen = _choice("--measure", measure, MEASURES)
+    plan = planning.train(_catalog(hardware), work, accelerator, count, request, links, chosen)  # type: ignore[arg-type]
     if json_out:
         print_json(plan.to_dict())
         return

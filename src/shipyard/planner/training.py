@@ -8,7 +8,7 @@ FLOPs: a full recompute repeats the forward (2N + 4*L*h*s), a selective one the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from shipyard.errors import InvalidSpec
 from shipyard.planner.calibration import CALIBRATION, Calibration
@@ -21,6 +21,9 @@ from shipyard.planner.memory import (
     training_memory,
 )
 from shipyard.planner.workload import Cluster, Layout, LayoutRequest, TrainingWorkload
+
+Measure = Literal["steady", "run"]
+MEASURES: tuple[Measure, ...] = ("steady", "run")
 
 ACTIVATION_BYTES_ON_WIRE = 2
 OPTIMIZER_BYTES_TOUCHED = 32
@@ -60,7 +63,10 @@ class TrainingPlan:
     """True when the search chose the layout (the user pinned none or only part of it)."""
     goodput: float = 1.0
     """Share of wall time spent making progress: interruptions (failed devices, restarts, work
-    redone since the last checkpoint) grow with the device count."""
+    redone since the last checkpoint) grow with the device count. 1 for a steady-state plan."""
+    measure: Measure = "run"
+    """What the wall time, GPU-hours and cost predict: ``run``, a whole run with its expected
+    interruptions; ``steady``, the training steps alone (what a benchmark measures)."""
     assumptions: tuple[str, ...] = field(default=())
 
     @property
@@ -145,6 +151,7 @@ class TrainingPlan:
             "tokens_assumed": self.workload.tokens is None,
             "wall_time_h": self.wall_time_h,
             "goodput": self.goodput,
+            "measure": self.measure,
             "gpu_hours": self.gpu_hours,
             "cost_usd": self.cost_usd,
             "price_usd_per_h": self.cluster.accelerator.hourly_usd,
@@ -307,8 +314,10 @@ def plan_training(
     cluster: Cluster,
     request: LayoutRequest | None = None,
     calibration: Calibration = CALIBRATION,
+    measure: Measure = "run",
 ) -> TrainingPlan:
-    """The fastest layout that fits (or the one the user pinned), with its memory, time and cost.
+    """The fastest layout that fits (or the one the user pinned), with its memory, time and cost
+    (of a whole run, or of its steady state: ``measure``).
 
     When nothing fits, the plan with the least memory per device comes back with ``fits`` false.
     """
@@ -352,7 +361,8 @@ def plan_training(
         model_flops_per_token=model_flops,
         hardware_flops_per_token=dense + attention,
         searched=not request.pinned,
-        goodput=goodput(cluster.count, calibration),
+        goodput=goodput(cluster.count, calibration) if measure == "run" else 1.0,
+        measure=measure,
         assumptions=assumptions(workload, cluster, calibration),
     )
 

@@ -13,7 +13,7 @@ from shipyard.hardware.catalog import AcceleratorSpec, Catalog, catalog, load_ca
 from shipyard.hardware.discovery import cpu_device, query_cpu
 from shipyard.planner.advisor import Comparison, compare
 from shipyard.planner.inference import InferencePlan, InferenceWorkload, plan_inference
-from shipyard.planner.training import TrainingPlan, plan_training
+from shipyard.planner.training import Measure, TrainingPlan, plan_training
 from shipyard.planner.workload import Cluster, LayoutRequest, TrainingWorkload, cluster_of
 from shipyard.settings import Settings
 
@@ -79,9 +79,15 @@ def _cluster(known: Catalog, key: str, count: int, links: Links) -> Cluster:
 
 
 def train(
-    known: Catalog, workload: TrainingWorkload, key: str, count: int, request: LayoutRequest, links: Links
+    known: Catalog,
+    workload: TrainingWorkload,
+    key: str,
+    count: int,
+    request: LayoutRequest,
+    links: Links,
+    measure: Measure = "run",
 ) -> TrainingPlan:
-    return plan_training(workload, _cluster(known, key, count, links), request)
+    return plan_training(workload, _cluster(known, key, count, links), request, measure=measure)
 
 
 def infer(
