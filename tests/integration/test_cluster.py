@@ -131,6 +131,9 @@ WHOLE_NODE = {"accelerator": "h100-sxm", "devices": 2, "cpus_per_device": 1}
 def test_a_gang_of_two_nodes_waits_with_its_reason_until_both_are_free(
     on_cluster: Cli, tmp_path: Path
 ) -> None:
+    # In arrival order: under the default (shortest remaining first) the 4-step gang may preempt
+    # a blocker, depending on how far apart the two started; this test is about the gang's wait.
+    on_cluster.env["SHIPYARD_POLICY"] = "fifo"
     blockers = [submit(on_cluster, tmp_path, f"block{i}", 5000, **WHOLE_NODE) for i in range(2)]
     for blocker in blockers:
         on_cluster.wait_for(blocker["id"], lambda j: j["state"] == "running")
@@ -160,6 +163,9 @@ def test_cancel_checkpoints_every_rank_and_the_job_resumes_on_the_cluster(
         training={**STEPS, "steps": 60, "parallelism": "fsdp"},
         resources={"accelerator": "h100-sxm", "devices": 1, "nodes": 2, "cpus_per_device": 1},
     )
+    # The first attempt is slowed (rank 0, and so its peer, 0.5 s a step) so that it is still
+    # running when cancelled, however fast the machine; the resumed one runs at full speed.
+    on_cluster.env["SHIPYARD_FAULTS"] = json.dumps({"attempts": [1], "slow_rank": 0, "slow_s": 0.5})
     job = on_cluster.json("jobs", "submit", str(spec))
     on_cluster.wait_for(job["id"], lambda j: j["step"] >= 3)
     on_cluster.run("jobs", "cancel", job["id"])

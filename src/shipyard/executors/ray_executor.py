@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import shutil
 import signal
 import socket
@@ -47,6 +48,7 @@ from shipyard.executors.ray_ranks import RankGroup, pack, unpack, unpack_merged
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     CHECKPOINT_POINTER,
+    FAULTS_ENV,
     HEARTBEAT_DIR,
     LAUNCH_FILE,
     METRICS_FILE,
@@ -258,6 +260,8 @@ class RayExecutor:
                             "master_port": master_port,
                             "threads": placement.threads_per_process,
                             "cpu_only": cpu_only,
+                            # Faults injected on purpose reach a cluster's ranks as a local one's.
+                            "faults": os.environ.get(FAULTS_ENV),
                         },
                     )
                     for rank, actor in enumerate(actors)

@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
+    FAULTS_ENV,
     HEARTBEAT_DIR,
     LAUNCH_FILE,
     METRICS_FILE,
@@ -148,6 +149,8 @@ class RankGroup:
                 "OMP_NUM_THREADS": str(layout["threads"]),
                 "PYTHONUNBUFFERED": "1",
             }
+            if layout.get("faults"):
+                env[FAULTS_ENV] = layout["faults"]
             if layout["cpu_only"]:
                 env["CUDA_VISIBLE_DEVICES"] = ""  # runs on the CPU whatever the node advertises
             process = subprocess.Popen(
