@@ -120,6 +120,9 @@ def test_a_hung_attempt_dumps_its_stacks_and_the_same_hang_twice_gives_up(cli: C
 
 
 def test_a_new_agent_adopts_the_attempts_that_still_run(cli: Cli, tmp_path: Path) -> None:
+    # Slowed (0.2 s a step) so that the attempt still runs when its agent is killed, however fast
+    # the machine: a job that ended first would need no new agent to adopt it.
+    cli.env["SHIPYARD_FAULTS"] = json.dumps({"slow_rank": 0, "slow_s": 0.05})
     job = cli.json("jobs", "submit", str(write_spec(tmp_path, training={"steps": 40})))
     running = cli.wait_for(job["id"], lambda j: j["step"] >= 3)
     agent_pid = int((cli.home / "agent.lock").read_text().split()[0])
