@@ -126,6 +126,9 @@ def cancel_and_wait(cli: Cli, job: dict[str, Any]) -> None:
 
 
 WHOLE_NODE = {"accelerator": "h100-sxm", "devices": 2, "cpus_per_device": 1}
+IDLING = json.dumps({"slow_rank": 0, "slow_s": 0.5})
+"""Injected into jobs that only hold nodes: they sleep through their steps instead of taking the
+cores from the other jobs and tests."""
 
 
 def test_a_gang_of_two_nodes_waits_with_its_reason_until_both_are_free(
@@ -133,7 +136,7 @@ def test_a_gang_of_two_nodes_waits_with_its_reason_until_both_are_free(
 ) -> None:
     # In arrival order: under the default (shortest remaining first) the 4-step gang may preempt
     # a blocker, depending on how far apart the two started; this test is about the gang's wait.
-    on_cluster.env["SHIPYARD_POLICY"] = "fifo"
+    on_cluster.env.update({"SHIPYARD_POLICY": "fifo", "SHIPYARD_FAULTS": IDLING})
     blockers = [submit(on_cluster, tmp_path, f"block{i}", 5000, **WHOLE_NODE) for i in range(2)]
     for blocker in blockers:
         on_cluster.wait_for(blocker["id"], lambda j: j["state"] == "running")
@@ -189,6 +192,7 @@ def test_quotas_hold_across_nodes(on_cluster: Cli, tmp_path: Path) -> None:
         "clusterQueues: [{name: team, nominal: {h100-sxm: 2, cpu: 8}}]\nlocalQueues: {default: team}\n"
     )
     on_cluster.run("queues", "apply", str(queues))
+    on_cluster.env["SHIPYARD_FAULTS"] = IDLING
     first, second = (submit(on_cluster, tmp_path, f"q{i}", 5000, **WHOLE_NODE) for i in range(2))
     on_cluster.wait_for(first["id"], lambda j: j["state"] == "running")
     waiting = on_cluster.wait_for(second["id"], lambda j: j["pending_code"] == "quota_exhausted")

@@ -3,6 +3,7 @@ it and a standby takes over, adopting what runs, without losing or duplicating a
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -63,8 +64,11 @@ class Agent:
 
 def test_killing_the_leader_hands_the_queue_to_the_standby(postgres_url: str, tmp_path: Path) -> None:
     cli = Cli(tmp_path / "a")
+    # The jobs sleep through their steps (an injected fault): they only need to be running when
+    # the leader dies, not to take the cores from the other tests meanwhile.
     env = {**cli.env, "SHIPYARD_DB_URL": postgres_url, "SHIPYARD_AGENT_IDLE_EXIT_S": "600",
-           "SHIPYARD_AGENT_MAX_POLL_S": "0.5"}  # fmt: skip
+           "SHIPYARD_AGENT_MAX_POLL_S": "0.5",
+           "SHIPYARD_FAULTS": json.dumps({"slow_rank": 0, "slow_s": 0.1})}  # fmt: skip
     cli.env = env
     leader = Agent(tmp_path / "a", env)
     leader.wait_for("schedules")
@@ -78,7 +82,7 @@ def test_killing_the_leader_hands_the_queue_to_the_standby(postgres_url: str, tm
             cli.json("jobs", "submit", str(write_spec(tmp_path, f"j{i}", resources=whole,
                                                       training={"steps": steps, "eval_interval": 0},
                                                       checkpoint={"interval": 50})))
-            for i, steps in enumerate((150, 10))
+            for i, steps in enumerate((40, 10))
         ]  # fmt: skip
         cli.wait_for(jobs[0]["id"], lambda j: j["state"] == "running")
         leader.process.kill()  # no goodbye: the database ends its session and frees the lock

@@ -215,11 +215,14 @@ def test_a_job_that_does_not_stop_within_the_grace_period_is_killed(cli: Cli, tm
 
 
 def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(cli: Cli, tmp_path: Path) -> None:
-    cli.env.update({"SHIPYARD_POLICY": "priority", "SHIPYARD_ROUND_S": "1"})
+    # Each job's first attempt sleeps through its steps (an injected fault), so the preempted one
+    # is still running when the other arrives, on any machine; the resumed attempt runs at speed.
+    faults = json.dumps({"attempts": [1], "slow_rank": 0, "slow_s": 0.05})
+    cli.env.update({"SHIPYARD_POLICY": "priority", "SHIPYARD_ROUND_S": "1", "SHIPYARD_FAULTS": faults})
     cores = len(os.sched_getaffinity(0))
     whole = {"accelerator": "cpu", "devices": 1, "cpus_per_device": cores}
     low = cli.json(
-        "jobs", "submit", str(write_spec(tmp_path, "low", resources=whole, training={"steps": 100}))
+        "jobs", "submit", str(write_spec(tmp_path, "low", resources=whole, training={"steps": 40}))
     )
     cli.wait_for(low["id"], lambda j: j["state"] == "running" and j["step"] >= 5)
     high = cli.json(
@@ -246,7 +249,7 @@ def test_a_higher_priority_job_preempts_and_the_preempted_one_resumes(cli: Cli, 
     log = cli.run("jobs", "logs", low["id"]).stdout
     resumed_at = int(log.split("resumed from ")[1].split(" at step ")[1].split()[0])
     assert resumed_at > 0  # from a stored checkpoint: the run folder had none
-    assert done_low["step"] == 100 and done_high["finished_at"] <= done_low["finished_at"]
+    assert done_low["step"] == 40 and done_high["finished_at"] <= done_low["finished_at"]
 
 
 def test_a_dataset_in_the_artifact_store_trains_like_a_local_one(cli: Cli, tmp_path: Path) -> None:
