@@ -146,6 +146,22 @@ def test_resume_without_an_earlier_checkpoint(cli: Cli, tmp_path: Path) -> None:
     )
 
 
+def test_resume_and_resume_from_together_are_refused(cli: Cli, tmp_path: Path) -> None:
+    spec = write_spec(tmp_path)
+    expect_error(
+        cli,
+        "jobs",
+        "submit",
+        str(spec),
+        "--resume",
+        "--resume-from",
+        str(tmp_path),
+        message="--resume and --resume-from were both given",
+        hint="--resume for the newest checkpoint of the last job named 'tiny', or --resume-from",
+    )
+    assert cli.json("jobs", "list") == []  # refused before anything was queued
+
+
 def test_debug_shows_the_traceback(cli: Cli, tmp_path: Path) -> None:
     cli.env["SHIPYARD_DEBUG"] = "1"
     done = cli.run("jobs", "submit", str(tmp_path / "nope.yaml"), check=False)
