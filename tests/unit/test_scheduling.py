@@ -3,13 +3,21 @@ exceeded, gangs whole on one type, determinism) and small hand-checked cases."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shipyard.scheduling.cycle import run_cycle
 from shipyard.scheduling.model import Job, Lease, Node, PolicyInput, Throughputs
-from shipyard.scheduling.policies import POLICIES, gavel_las_perf, policy_named, shortest_remaining_perf
+from shipyard.scheduling.policies import (
+    POLICIES,
+    fluid_makespan,
+    gavel_las_perf,
+    policy_named,
+    shortest_remaining_fluid,
+    shortest_remaining_perf,
+)
 from shipyard.scheduling.reasons import Reason
 
 TYPES = ("v100", "p100", "k80")
@@ -190,6 +198,25 @@ def test_shipyard_runs_the_shortest_work_first_on_the_type_it_gains_from() -> No
     assert "long" not in allocation
 
 
+def test_the_fluid_guided_policy_runs_the_job_the_makespan_waits_for_where_it_gains_most() -> None:
+    # x gains 1.2x from the v100, y 3x; x is far shorter. Were x given the v100, y would take
+    # 300 s on the k80. The fluid program's makespan is y's 100 s on the v100 (x's 11 s on the
+    # k80 beside it): y is critical there and takes the v100, x the k80.
+    packed = {("x", 1, "v100"): 1.2, ("x", 1, "k80"): 1.0, ("y", 1, "v100"): 3.0, ("y", 1, "k80"): 1.0}
+    jobs = [
+        Job(id="x", job_type="x", devices=1, total_steps=11, arrival_s=0),
+        Job(id="y", job_type="y", devices=1, total_steps=300, arrival_s=0),
+    ]
+    inp = PolicyInput(jobs=jobs, capacity={"v100": 1, "k80": 1}, throughputs=Throughputs(packed=packed))
+    assert shortest_remaining_fluid(inp) == {"x": {"k80": 1.0}, "y": {"v100": 1.0}}
+    rates = np.array([[1.0, 1.2], [1.0, 3.0]])  # types in name order: k80, v100
+    solved = fluid_makespan(rates, np.array([11.0, 300.0]), np.ones(2), np.ones(2))
+    assert solved is not None and solved[0] == pytest.approx(100)
+    assert solved[1] == pytest.approx(np.array([[11.0, 0.0], [0.0, 100.0]]))
+    # A job that fits no type has no fluid makespan.
+    assert fluid_makespan(np.zeros((1, 2)), np.ones(1), np.ones(1), np.ones(2)) is None
+
+
 def test_idle_devices_are_backfilled_for_one_round_without_delaying_allocated_jobs() -> None:
     tp = throughputs(["a"])
     jobs = [
@@ -347,7 +374,7 @@ def test_the_fluid_makespan_bound_is_exact_where_it_can_be_and_never_beaten() ->
     tp3 = throughputs(["a", "b", "c"])
     nodes3 = cluster_nodes({"v100": 4, "p100": 4, "k80": 4}, 4)
     bound = fluid_makespan_s(batch, tp3, {"v100": 4, "p100": 4, "k80": 4})
-    for policy in ("min_makespan", "shortest_remaining_perf", "gavel_las_perf"):
+    for policy in ("min_makespan", "shortest_remaining_perf", "shortest_remaining_fluid", "gavel_las_perf"):
         result = simulate(batch, nodes3, tp3, POLICIES[policy], SimConfig(round_s=360))
         assert result.makespan_h * 3600 >= bound * 0.999
 
