@@ -20,7 +20,8 @@ Gavel's simulator runs in a Python of its own (numpy, scipy, cvxpy, ecos, psutil
 already there.
 
     .venv/bin/python benchmarks/scheduler_gavel.py --gavel-python gavel-venv/bin/python \\
-        [--gavel-cache DIR] [--seeds 0,1,2] [--workers 2] [--spread-slowdown] [--json]
+        [--gavel-cache DIR] [--seeds 0,1,2] [--workers 2] [--spread-slowdown] [--json] \\
+        [--challengers shortest_remaining_perf,shortest_remaining_fluid] [--skip-fidelity]
 """
 
 from __future__ import annotations
@@ -57,13 +58,22 @@ NOTEBOOK = {
 }
 """Average JCT (h) in Gavel's notebooks, as the issue quotes them."""
 DEFAULT = "shortest_remaining_perf"
-ANCHOR: list[tuple[str, str, str, float]] = [
-    # (policy, mechanism, load, restart cost s)
-    *((p, m, load, cost) for load in ("2.4", "2.6", "static700") for cost in (0.0, 30.0)
-      for p, m in ((DEFAULT, "shipyard"), ("gavel_las_perf", "gavel"))),
-    ("min_makespan", "shipyard", "static700", 0.0),
-    ("gavel_min_makespan", "gavel", "static700", 0.0),
-]  # fmt: skip
+
+
+def anchor_runs(challengers: list[str]) -> list[tuple[str, str, str, float]]:
+    """(policy, mechanism, load, restart cost s): each challenger (Shipyard's mechanism) beside
+    the faithful LAS (Gavel's) at every load and restart cost, and both makespan programs."""
+    pairs = [*((p, "shipyard") for p in challengers), ("gavel_las_perf", "gavel")]
+    return [
+        *(
+            (p, m, load, cost)
+            for load in ("2.4", "2.6", "static700")
+            for cost in (0.0, 30.0)
+            for p, m in pairs
+        ),
+        ("min_makespan", "shipyard", "static700", 0.0),
+        ("gavel_min_makespan", "gavel", "static700", 0.0),
+    ]
 
 
 def shipyard(policy: str, mechanism: str, load: str, restart_cost_s: float, seed: int, spread: bool) -> dict:
@@ -124,10 +134,15 @@ def main() -> None:
     )
     parser.add_argument("--loads", default="2.4,2.6,static700", help="the anchor's loads")
     parser.add_argument("--restart-costs", default="0,30", help="the anchor's restart costs, seconds")
+    parser.add_argument(
+        "--challengers", default=DEFAULT, help="the policies run against the faithful LAS (comma list)"
+    )
+    parser.add_argument("--skip-fidelity", action="store_true", help="only the anchor")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     loads, costs = args.loads.split(","), [float(c) for c in args.restart_costs.split(",")]
-    anchor = [a for a in ANCHOR if a[2] in loads and a[3] in costs]
+    anchor = [a for a in anchor_runs(args.challengers.split(",")) if a[2] in loads and a[3] in costs]
+    fidelity = [] if args.skip_fidelity else FIDELITY
     seeds = [int(s) for s in args.seeds.split(",")]
     cache = args.gavel_cache or Path(tempfile.mkdtemp(prefix="gavel-runs-"))
     cache.mkdir(parents=True, exist_ok=True)
@@ -136,12 +151,12 @@ def main() -> None:
     theirs: list[Future] = []
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         if args.gavel_python:  # the slowest first, so both sides finish together
-            for policy, load in FIDELITY:
+            for policy, load in fidelity:
                 for seed in seeds:
                     theirs.append(
                         pool.submit(gavel, args.gavel_python, GAVEL_NAME[policy], load, seed, cache)
                     )
-        tasks = [(policy, "gavel", load, 0.0, False) for policy, load in FIDELITY]
+        tasks = [(policy, "gavel", load, 0.0, False) for policy, load in fidelity]
         for policy, mechanism, load, cost in anchor:
             tasks.append((policy, mechanism, load, cost, False))
             if args.spread_slowdown and cost == 0:
@@ -152,7 +167,7 @@ def main() -> None:
         runs = [_logged(f.result(), "shipyard") for f in ours]
         gavel_runs = [_logged(f.result(), "gavel") for f in theirs]
 
-    report = summarize(runs, gavel_runs, seeds, anchor, with_spread=args.spread_slowdown)
+    report = summarize(runs, gavel_runs, seeds, anchor, fidelity, with_spread=args.spread_slowdown)
     if args.json:
         print(json.dumps(report, indent=2))
         return
@@ -160,7 +175,13 @@ def main() -> None:
 
 
 def summarize(
-    runs: list[dict], gavel_runs: list[dict], seeds: list[int], anchor_runs: list, *, with_spread: bool
+    runs: list[dict],
+    gavel_runs: list[dict],
+    seeds: list[int],
+    anchor: list,
+    fidelity_runs: list,
+    *,
+    with_spread: bool,
 ) -> dict:
     """The fidelity rows, the anchor rows and the fluid bounds, from the runs of both sides."""
     throughputs = load_throughputs(THROUGHPUTS)
@@ -175,7 +196,7 @@ def summarize(
         for seed in seeds
     ]
     fidelity = []
-    for policy, load in FIDELITY:
+    for policy, load in fidelity_runs:
         mine = [r["avg_jct_h"] for r in runs if _key(r) == (policy, "gavel", load, 0.0, False)]
         reference = [
             r["avg_jct_h"] for r in gavel_runs if (r["policy"], r["load"]) == (GAVEL_NAME[policy], load)
@@ -190,12 +211,12 @@ def summarize(
             row["gavel_vs_notebook"] = row["gavel_h"] / row["notebook_h"] - 1
         row["passes"] = abs(row["vs_notebook"]) <= 0.10 and abs(row.get("vs_gavel", 0.0)) <= 0.05
         fidelity.append(row)
-    anchor = []
-    for policy, mechanism, load, cost in anchor_runs:
+    rows = []
+    for policy, mechanism, load, cost in anchor:
         for spread in (False, True) if with_spread and cost == 0 else (False,):
             group = [r for r in runs if _key(r) == (policy, mechanism, load, cost, spread)]
             metric = "makespan_h" if load.startswith("static") else "avg_jct_h"
-            anchor.append({"policy": policy, "mechanism": mechanism, "load": load, "restart_cost_s": cost,
+            rows.append({"policy": policy, "mechanism": mechanism, "load": load, "restart_cost_s": cost,
                            "spread_slowdown": spread, "metric": metric,
                            "mean": statistics.fmean(r[metric] for r in group),
                            "per_seed": [r[metric] for r in group],
@@ -203,7 +224,7 @@ def summarize(
                            "restarts_per_job": statistics.fmean(r["restarts_per_job"] for r in group),
                            "vs_fluid_bound": [r[metric] / b for r, b in zip(group, bounds, strict=True)]
                            if load.startswith("static") else None})  # fmt: skip
-    return {"fidelity": fidelity, "anchor": anchor, "fluid_makespan_bound_h": bounds,
+    return {"fidelity": fidelity, "anchor": rows, "fluid_makespan_bound_h": bounds,
             "gavel_runs": gavel_runs, "runs": runs}  # fmt: skip
 
 
@@ -226,10 +247,10 @@ def _logged(result: dict, side: str) -> dict:
 
 
 def _print(report: dict) -> None:
-    print("fidelity (avg JCT, mean over seeds)")
-    print(
-        f"{'port':>16} {'load':>5} {'Shipyard':>9} {'Gavel sim':>9} {'diff':>7} {'notebook':>8} {'diff':>7}"
-    )
+    if report["fidelity"]:
+        print("fidelity (avg JCT, mean over seeds)")
+        heading = ("port", 16), ("load", 5), ("Shipyard", 9), ("Gavel sim", 9), ("diff", 7), ("notebook", 8)
+        print(" ".join(f"{name:>{width}}" for name, width in heading), f"{'diff':>7}")
     for r in report["fidelity"]:
         gavel = f"{r['gavel_h']:9.2f} {r['vs_gavel']:+7.1%}" if "gavel_h" in r else f"{'-':>9} {'-':>7}"
         print(f"{r['policy']:>16} {r['load']:>5} {r['shipyard_h']:9.2f} {gavel} {r['notebook_h']:8.2f} "
@@ -246,10 +267,10 @@ def _print(report: dict) -> None:
         for r in report["anchor"]
     }
     for (policy, load, cost, spread), mean in by_key.items():
-        if policy == DEFAULT:
-            ratio = mean / by_key[("gavel_las_perf", load, cost, spread)]
-            print(f"{DEFAULT} / gavel_las_perf at {load}, restart {cost:.0f}s"
-                  f"{', spread slowdown' if spread else ''}: {ratio:.3f}")  # fmt: skip
+        las = by_key.get(("gavel_las_perf", load, cost, spread))
+        if policy.startswith("shortest_remaining") and las:
+            print(f"{policy} / gavel_las_perf at {load}, restart {cost:.0f}s"
+                  f"{', spread slowdown' if spread else ''}: {mean / las:.3f}")  # fmt: skip
     bounds = ", ".join(f"{b:.1f}" for b in report["fluid_makespan_bound_h"])
     print(f"fluid lower bound on the static makespan per seed: {bounds} h")
 
