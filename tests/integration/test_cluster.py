@@ -166,9 +166,9 @@ def test_cancel_checkpoints_every_rank_and_the_job_resumes_on_the_cluster(
         training={**STEPS, "steps": 60, "parallelism": "fsdp"},
         resources={"accelerator": "h100-sxm", "devices": 1, "nodes": 2, "cpus_per_device": 1},
     )
-    # The first attempt is slowed (rank 0, and so its peer, 0.5 s a step) so that it is still
+    # The first attempt is slowed (rank 0, and so its peer, 0.8 s a step) so that it is still
     # running when cancelled, however fast the machine; the resumed one runs at full speed.
-    on_cluster.env["SHIPYARD_FAULTS"] = json.dumps({"attempts": [1], "slow_rank": 0, "slow_s": 0.5})
+    on_cluster.env["SHIPYARD_FAULTS"] = json.dumps({"attempts": [1], "slow_rank": 0, "slow_s": 0.2})
     job = on_cluster.json("jobs", "submit", str(spec))
     on_cluster.wait_for(job["id"], lambda j: j["step"] >= 3)
     on_cluster.run("jobs", "cancel", job["id"])
@@ -226,6 +226,9 @@ def test_a_lost_node_requeues_the_job_which_resumes_elsewhere_with_the_same_weig
         checkpoint={"interval": interval, "keep": 2},
         resources={"accelerator": "h100-sxm", "devices": 1, "nodes": 2, "cpus_per_device": 1},
     )
+    # The first attempt is slowed (0.4 s a step) so that it still runs when its node is lost, on
+    # any machine (on a loaded one it ended before the agent held step 20); the resume is at speed.
+    on_cluster.env["SHIPYARD_FAULTS"] = json.dumps({"attempts": [1], "slow_rank": 0, "slow_s": 0.1})
     job = on_cluster.json("jobs", "submit", str(spec))
     # Killed once the agent holds the checkpoint of step 20, every node's part of it (they are
     # written in the background, each node its own).
