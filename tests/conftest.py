@@ -86,10 +86,26 @@ class Cli:
             context.close()
 
     def stop_agent(self) -> None:
-        lock = self.home / "agent.lock"
-        if lock.exists() and lock.read_text().strip():
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(lock.read_text().split()[0]), signal.SIGTERM)
+        """SIGTERM every agent of this home: found by its environment, not by ``agent.lock``, which
+        an agent started a moment ago has not written yet."""
+        for pid in agents_of(self.home):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+
+
+def agents_of(home: Path) -> list[int]:
+    """The ``shipyard.daemon`` processes serving ``home``."""
+    wanted = f"SHIPYARD_HOME={home}".encode()
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if b"shipyard.daemon" in (proc / "cmdline").read_bytes() and wanted in (
+                proc / "environ"
+            ).read_bytes().split(b"\0"):
+                found.append(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
 
 
 @pytest.fixture
