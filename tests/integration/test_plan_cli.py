@@ -70,6 +70,17 @@ def test_plan_train_needs_only_params_accelerator_and_count(cli: Cli) -> None:
         out["tokens_per_s"],
     )
     assert steady["wall_time_h"] == pytest.approx(out["wall_time_h"] * out["goodput"])
+    assert steady["run_overheads"] is None and set(out["run_overheads"]) >= {
+        "interruptions",
+        "checkpoints",
+        "evaluation",
+    }
+    assert "interruptions" in table and "checkpoints" in table and "evaluation" in table
+    # A run's own cadence: no evaluation, a checkpoint every hour.
+    own = cli.json("plan", "train", "--params", "7e9", "--accelerator", "a100-80gb", "--count", "8",
+                   "--eval-every", "0", "--checkpoint-every", "1")  # fmt: skip
+    assert own["run_overheads"]["evaluation"] == 0 and own["run_overheads"]["checkpoint_every_h"] == 1
+    assert own["goodput"] > out["goodput"]
 
 
 def test_plan_infer_json_contract(cli: Cli) -> None:
@@ -116,6 +127,10 @@ def test_plan_compare_ranks_marks_and_draws(cli: Cli, tmp_path: Path) -> None:
         (["--params", "seven", "--accelerator", "h100-sxm", "--count", "8"], "Invalid value for '--params'"),
         (["--params", "7e9", "--accelerator", "h100-sxm", "--count", "8", "--measure", "peak"],
          "--measure 'peak' is not one of steady, run"),
+        (["--params", "7e9", "--accelerator", "h100-sxm", "--count", "8", "--checkpoint-every", "0"],
+         "--checkpoint-every must be above zero"),
+        (["--params", "7e9", "--accelerator", "h100-sxm", "--count", "8", "--eval-every", "-5"],
+         "must be zero or more"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_clear_error(cli: Cli, args: list[str], message: str) -> None:

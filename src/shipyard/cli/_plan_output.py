@@ -93,7 +93,7 @@ def print_training(plan: TrainingPlan) -> None:
                 "wall time",
                 f"{_number(d['wall_time_h'], 'h')} ({d['wall_time_h'] / 24:.3g} days, "
                 + (
-                    f"a whole run: goodput {d['goodput']:.1%} after interruptions)"
+                    f"a whole run: goodput {d['goodput']:.1%} after {plan.overheads.describe()})"
                     if d["measure"] == "run"
                     else "steady state: the training steps alone)"
                 ),

@@ -107,9 +107,20 @@ def train(
         str,
         typer.Option(
             help="What wall time, GPU-hours and cost predict: run (a whole run, with its expected "
-            "interruptions) or steady (the training steps alone, as a benchmark measures them)."
+            "interruptions, checkpoint writes and evaluations) or steady (the training steps alone, "
+            "as a benchmark measures them)."
         ),
     ] = "run",
+    eval_every: Annotated[
+        int, typer.Option(help="A whole run's steps between evaluations; 0 for none (Megatron-LM's default).")
+    ] = 1000,
+    eval_steps: Annotated[
+        float, typer.Option(help="Global batches each evaluation runs forward (Megatron-LM's default).")
+    ] = 100,
+    checkpoint_every: Annotated[
+        float | None,
+        typer.Option(help="Hours between checkpoints (default: the interval that loses least, Young's)."),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Memory per device, step time, tokens/s, MFU, wall time, GPU-hours, cost and energy of training."""
@@ -117,6 +128,9 @@ def train(
         workload, params, layers, hidden, heads, kv_heads, vocab, seq_len, global_batch_tokens, tokens,
         precision, optimizer, lora_rank, flash_attention,
     )  # fmt: skip
+    work = dataclasses.replace(
+        work, eval_every_steps=eval_every, eval_steps=eval_steps, checkpoint_every_h=checkpoint_every
+    )
     request = LayoutRequest(
         tp=tp,
         pp=pp,

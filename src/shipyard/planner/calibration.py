@@ -89,6 +89,9 @@ class Calibration:
     hours_lost_per_interruption: float = 0.25
     """Restart, reload and the work redone since the last checkpoint; Meta reports >90 % effective
     training time at 16k GPUs, which this and the rate above reproduce."""
+    checkpoint_write_gb_per_s_per_device: float = 0.122
+    """Storage bandwidth for checkpoint writes, per device: Llama 3's Tectonic sustained 2 TB/s
+    for 16,384 H100s (arXiv:2407.21783, section 3.3.1)."""
     runtime_reserve_gib: float = 1.0
     """Per device: CUDA/ROCm context, NCCL buffers, allocator slack."""
     host_runtime_reserve_gib: float = 0.42

@@ -20,6 +20,7 @@ from shipyard.planner.memory import (
     trainable_parameters,
     training_memory,
 )
+from shipyard.planner.run import NO_OVERHEADS, RunOverheads, run_overheads
 from shipyard.planner.workload import Cluster, Layout, LayoutRequest, TrainingWorkload
 
 Measure = Literal["steady", "run"]
@@ -61,9 +62,8 @@ class TrainingPlan:
     hardware_flops_per_token: float
     searched: bool
     """True when the search chose the layout (the user pinned none or only part of it)."""
-    goodput: float = 1.0
-    """Share of wall time spent making progress: interruptions (failed devices, restarts, work
-    redone since the last checkpoint) grow with the device count. 1 for a steady-state plan."""
+    overheads: RunOverheads = NO_OVERHEADS
+    """What a whole run spends beside its steps (none for a steady-state plan)."""
     measure: Measure = "run"
     """What the wall time, GPU-hours and cost predict: ``run``, a whole run with its expected
     interruptions; ``steady``, the training steps alone (what a benchmark measures)."""
@@ -72,6 +72,11 @@ class TrainingPlan:
     @property
     def fits(self) -> bool:
         return self.memory.fits
+
+    @property
+    def goodput(self) -> float:
+        """Share of wall time spent on training steps: 1 for a steady-state plan."""
+        return self.overheads.goodput
 
     @property
     def tokens_per_s(self) -> float:
@@ -151,6 +156,7 @@ class TrainingPlan:
             "tokens_assumed": self.workload.tokens is None,
             "wall_time_h": self.wall_time_h,
             "goodput": self.goodput,
+            "run_overheads": self.overheads.to_dict() if self.measure == "run" else None,
             "measure": self.measure,
             "gpu_hours": self.gpu_hours,
             "cost_usd": self.cost_usd,
@@ -352,6 +358,9 @@ def plan_training(
             hint="make --tp divide --heads and --count, and --pp divide --count/--tp",
         )
     model_flops, dense, attention = flops_per_token(workload, layout.recompute, layout.recompute_every)
+    # An evaluation batch runs the forward alone: 2N + 4*L*h*s of the step's hardware FLOPs.
+    m = workload.model
+    forward_share = (2 * m.params + 4 * m.layers * m.hidden * workload.seq_len) / (dense + attention)
     return TrainingPlan(
         workload=workload,
         cluster=cluster,
@@ -361,16 +370,12 @@ def plan_training(
         model_flops_per_token=model_flops,
         hardware_flops_per_token=dense + attention,
         searched=not request.pinned,
-        goodput=goodput(cluster.count, calibration) if measure == "run" else 1.0,
+        overheads=run_overheads(workload, cluster.count, forward_share, calibration)
+        if measure == "run"
+        else NO_OVERHEADS,
         measure=measure,
         assumptions=assumptions(workload, cluster, calibration),
     )
-
-
-def goodput(count: int, calibration: Calibration) -> float:
-    """1 - expected share of time lost to interruptions, which arrive per device-hour."""
-    lost = calibration.interruptions_per_device_hour * count * calibration.hours_lost_per_interruption
-    return 1 / (1 + lost)
 
 
 def _cluster_factor(accelerator: str, calibration: Calibration) -> str:
@@ -397,8 +402,18 @@ def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calib
         f"{spec.usable_memory_fraction:.0%} of {spec.memory_gib:g} GiB usable",
         f"energy: {calibration.training_power_fraction:.0%} of {spec.tdp_w:g} W TDP per device",
         f"interruptions: {calibration.interruptions_per_device_hour * 1e6:g} per million device-hours, "
-        f"{calibration.hours_lost_per_interruption * 60:g} min lost each: "
-        f"goodput {goodput(cluster.count, calibration):.1%}",
+        f"{calibration.hours_lost_per_interruption * 60:g} min lost each; checkpoints written at "
+        f"{calibration.checkpoint_write_gb_per_s_per_device:g} GB/s per device"
+        + (
+            f", every {workload.checkpoint_every_h:g} h"
+            if workload.checkpoint_every_h
+            else " at Young's interval"
+        )
+        + (
+            f"; an evaluation of {workload.eval_steps:g} batches every {workload.eval_every_steps} steps"
+            if workload.eval_every_steps
+            else "; no evaluation"
+        ),
     ]
     if workload.precision == "fp8":
         notes.append(

@@ -64,6 +64,12 @@ class TrainingWorkload:
     for its backward pass: fp32 norms, SwiGLU, the loss in chunks; see ``memory.py``)."""
     fused_norm: bool = True
     """``shipyard``: RMSNorm keeps only its input and inverse RMS (one kernel, on GPUs)."""
+    eval_every_steps: int = 1000
+    """Steps between evaluations (0: none); Megatron-LM's default ``--eval-interval``."""
+    eval_steps: float = 100
+    """Global batches each evaluation runs forward; Megatron-LM's default ``--eval-iters``."""
+    checkpoint_every_h: float | None = None
+    """Hours between checkpoints; ``None``: Young's interval, the one that loses least (``run.py``)."""
 
     def __post_init__(self) -> None:
         for flag, value in (("--seq-len", self.seq_len), ("--global-batch-tokens", self.global_batch_tokens)):
@@ -76,6 +82,14 @@ class TrainingWorkload:
             )
         if self.tokens is not None:
             positive("--tokens", self.tokens)
+        if self.checkpoint_every_h is not None:
+            positive("--checkpoint-every", self.checkpoint_every_h, at_most=1e6)
+        if not (0 <= self.eval_every_steps <= 1e9 and 0 <= self.eval_steps <= 1e9):
+            raise InvalidSpec(
+                f"--eval-every {self.eval_every_steps} and --eval-steps {self.eval_steps:g} must be "
+                "zero or more",
+                hint="give --eval-every 0 for a run that never evaluates",
+            )
 
     @property
     def sequences_per_step(self) -> int:

@@ -118,6 +118,9 @@ def job_workload(spec: JobSpec) -> TrainingWorkload:
         # Shipyard's LLaMA is counted tensor by tensor; a transformers model, as Megatron's blocks
         # (with what PEFT's adapters add), which its measured peaks match.
         activations="shipyard" if on_shipyard_llama(spec) else "megatron",
+        # The job's own evaluation cadence: eval_batches micro-batches every eval_interval steps.
+        eval_every_steps=t.eval_interval,
+        eval_steps=t.eval_batches * t.micro_batch_size * t.seq_len / t.global_batch_tokens,
     )
 
 
