@@ -217,6 +217,25 @@ def test_the_fluid_guided_policy_runs_the_job_the_makespan_waits_for_where_it_ga
     assert fluid_makespan(np.zeros((1, 2)), np.ones(1), np.ones(1), np.ones(2)) is None
 
 
+def test_a_gang_larger_than_any_node_is_valued_at_its_spread_throughput() -> None:
+    # The 8-device gang runs 3x faster on the a100s while it fits one node; their nodes hold 4,
+    # so it would spread and run at its spread figure, slower than on one node of t4s.
+    packed = {("g", 8, "a100"): 3.0, ("g", 8, "t4"): 1.0}
+    spread = {("g", 8, "a100"): 0.5}
+    jobs = [Job(id="g", job_type="g", devices=8, total_steps=100, arrival_s=0)]
+    capacity = {"a100": 8, "t4": 8}
+    known = Throughputs(packed=packed, spread=spread)
+    for policy in (shortest_remaining_perf, shortest_remaining_fluid):
+        inp = PolicyInput(jobs=jobs, capacity=capacity, throughputs=known, node_devices={"a100": 4, "t4": 8})
+        assert policy(inp) == {"g": {"t4": 1.0}}
+        assert inp.rate(jobs[0], "a100") == 0.5 and inp.rate(jobs[0], "t4") == 1.0
+        # Nodes of 8 a100s hold it whole: it goes there.
+        whole = PolicyInput(
+            jobs=jobs, capacity=capacity, throughputs=known, node_devices={"a100": 8, "t4": 8}
+        )
+        assert policy(whole) == {"g": {"a100": 1.0}}
+
+
 def test_idle_devices_are_backfilled_for_one_round_without_delaying_allocated_jobs() -> None:
     tp = throughputs(["a"])
     jobs = [

@@ -361,8 +361,12 @@ class Cycle:
         now_s: float,
     ) -> Decision:
         capacity: dict[str, int] = {}
+        node_devices: dict[str, int] = {}
         for node in nodes:
             capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
+            node_devices[node.accelerator_type] = max(
+                node_devices.get(node.accelerator_type, 0), node.devices
+            )
         jobs, too_small, narrowed = fit_device_memory(jobs, nodes)
         admission = admit(jobs, self.queues or Queues.unlimited(capacity))
         candidates = [j for j in admission.jobs if j.id not in admission.reclaimed]
@@ -382,6 +386,7 @@ class Cycle:
                 prices=self.prices,
                 now_s=now_s,
                 seed=self.seed,
+                node_devices=node_devices,
             )
             self._allocation, self._solved_for = self.policy(inp), job_set
         plan = run_cycle(

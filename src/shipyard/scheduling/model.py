@@ -96,6 +96,14 @@ class PolicyInput:
     """Dollars per device-hour by accelerator type."""
     now_s: float = 0.0
     seed: int = 0
+    node_devices: Mapping[str, int] = field(default_factory=dict)
+    """The most devices one node of each type holds: a larger gang must spread over nodes, and
+    runs at its spread throughput there. Absent: no gang is known to spread."""
+
+    def rate(self, job: Job, accelerator_type: str) -> float:
+        """The job's steps/s on that type as it will run there: spread when no node holds it."""
+        spread = job.devices > self.node_devices.get(accelerator_type, job.devices)
+        return self.throughputs.of(job, accelerator_type, spread=spread)
 
 
 Allocation = Mapping[str, Mapping[str, float]]

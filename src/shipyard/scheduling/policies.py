@@ -540,7 +540,7 @@ def _value_matrix(inp: PolicyInput, *, guided: bool) -> tuple[list[Job], list[st
     for i, job in enumerate(jobs):
         for k, name in enumerate(types):
             if job.allows(name) and inp.capacity[name] >= job.devices:
-                rates[i, k] = inp.throughputs.of(job, name)
+                rates[i, k] = inp.rate(job, name)
     best = rates.max(axis=1) if types else np.zeros(len(jobs))
     devices = np.array([j.devices for j in jobs], dtype=float)
     steps = np.array([j.remaining_steps for j in jobs], dtype=float)

@@ -149,6 +149,8 @@ def simulate(
         type_passes=_fastest_first(throughputs, capacity) if config.types_in_turn else None,
         ledger=TimeSinceSolve(credit_s=config.round_s / 2) if config.received_since_solve else None,
     )
+    # The scheduler sees the spread figures only where gangs spread over nodes do run slower.
+    seen = throughputs if config.spread_slowdown else Throughputs(packed=throughputs.packed)
     busy_device_s = 0.0
     cost = 0.0
     rounds = 0
@@ -165,7 +167,7 @@ def simulate(
             now = states[next_arrival].trace.arrival_s
             continue
         snapshot = [s.snapshot() for s in active]
-        plan = cycle.run(snapshot, nodes, throughputs, now_s=now).plan
+        plan = cycle.run(snapshot, nodes, seen, now_s=now).plan
         if on_round is not None:
             on_round(now, snapshot, plan)
         by_index = {str(s.index): s for s in active}
