@@ -413,3 +413,24 @@ def test_a_whole_run_is_never_faster_than_its_steady_state(
     run, steady = (plan_training(workload, cluster, measure=m) for m in ("run", "steady"))
     assert steady.tokens_per_s == run.tokens_per_s and steady.goodput == 1.0
     assert run.wall_time_h >= steady.wall_time_h and run.gpu_hours >= steady.gpu_hours
+
+
+def test_the_search_recomputes_only_the_blocks_memory_needs() -> None:
+    # Llama 3.1 405B on 8,192 H100s (TP8 PP16 DP64, Meta's layout): keeping every activation
+    # does not fit with an interleaved pipeline, recomputing every block costs a third more
+    # compute; one block in four recomputed fits, and wins.
+    workload = TrainingWorkload(model=LLAMA3_405B, seq_len=8192, global_batch_tokens=2**24)
+    cluster = cluster_of(lookup("h100-sxm"), 8192)
+    plan = plan_training(workload, cluster, LayoutRequest(tp=8, pp=16), measure="steady")
+    assert plan.fits and (plan.layout.recompute, plan.layout.recompute_every) == ("full", 4)
+    every_block = plan_training(
+        workload, cluster, LayoutRequest(tp=8, pp=16, recompute="full", interleave=plan.layout.interleave)
+    )
+    assert every_block.layout.recompute_every == 1 and every_block.step.total_s > plan.step.total_s
+    # Tensor-parallel all-reduces: four per layer, two more per recomputed layer (32 of 126).
+    same = dataclasses.replace(plan.layout, recompute_every=1)
+    from shipyard.planner.training import step_time
+
+    assert plan.step.tensor_parallel_s / step_time(
+        workload, cluster, same, CALIBRATION
+    ).tensor_parallel_s == (pytest.approx((4 + 2 * 32 / 126) / 6))

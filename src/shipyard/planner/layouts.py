@@ -65,6 +65,20 @@ def _interleaves(layers: int, pp: int, requested: int | None) -> list[int]:
     return [v for v in (1, 2, 4, 8) if pp * v <= layers]
 
 
+RECOMPUTE_EVERIES = (1, 2, 4, 8)
+"""Full recomputation of one block in this many, the others keeping everything (torchtitan's
+block-selective checkpointing, Megatron's ``--recompute-num-layers``): searched when the
+recomputation is."""
+
+
+def _recompute_everies(recompute: str, layers: int, request: LayoutRequest) -> list[int]:
+    if recompute != "full":
+        return [1]
+    if request.recompute is not None:
+        return [request.recompute_every]
+    return [e for e in RECOMPUTE_EVERIES if e == 1 or e < layers]
+
+
 def candidate_layouts(
     workload: TrainingWorkload, cluster: Cluster, request: LayoutRequest
 ) -> Iterator[Layout]:
@@ -101,16 +115,17 @@ def candidate_layouts(
             for zero, recompute, micro_batch, interleave in itertools.product(
                 zeros, recomputes, micro_batches, interleaves
             ):
-                yield Layout(
-                    tp=tp,
-                    pp=pp,
-                    dp=dp,
-                    zero=zero if dp > 1 else 0,
-                    recompute=recompute,
-                    micro_batch=micro_batch,
-                    sequence_parallel=tp > 1
-                    if request.sequence_parallel is None
-                    else request.sequence_parallel,
-                    interleave=interleave,
-                    recompute_every=request.recompute_every if recompute == "full" else 1,
-                )
+                for every in _recompute_everies(recompute, m.layers, request):
+                    yield Layout(
+                        tp=tp,
+                        pp=pp,
+                        dp=dp,
+                        zero=zero if dp > 1 else 0,
+                        recompute=recompute,
+                        micro_batch=micro_batch,
+                        sequence_parallel=tp > 1
+                        if request.sequence_parallel is None
+                        else request.sequence_parallel,
+                        interleave=interleave,
+                        recompute_every=every,
+                    )

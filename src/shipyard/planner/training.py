@@ -268,7 +268,9 @@ def step_time(
         bw = intra_bw if tp <= cluster.devices_per_node and intra_bw > 0 else inter_bw
         message = micro_tokens * m.hidden * ACTIVATION_BYTES_ON_WIRE
         all_reduce = 2 * (tp - 1) / tp * message / bw + latency
-        per_layer = 4 + (2 if layout.recompute == "full" else 0)
+        # Two all-reduces forward and two backward per layer, and two more in each recomputed forward.
+        recomputed = -(-m.layers // layout.recompute_every) / m.layers if layout.recompute == "full" else 0
+        per_layer = 4 + 2 * recomputed
         tensor_parallel = n_micro * (m.layers / pp) * per_layer * all_reduce
 
     bubble = (compute + tensor_parallel) * (pp - 1) / (layout.interleave * n_micro)
@@ -337,12 +339,23 @@ def plan_training(
     usable = cluster.accelerator.usable_memory_gib
     best: tuple[float, Layout, MemoryBreakdown, StepTime] | None = None
     smallest: tuple[float, Layout, MemoryBreakdown] | None = None
+    # Recomputing never beats keeping everything where that fits, and keeping more of a layout
+    # that did not fit cannot fit: such candidates are skipped (they come after, in that order).
+    fits_whole: set[tuple[int, ...]] = set()
+    too_big: set[tuple[int, ...]] = set()
     for layout in candidate_layouts(workload, cluster, request):
+        base = (layout.tp, layout.pp, layout.zero, layout.micro_batch, layout.interleave)
+        if layout.recompute == "full" and (base in fits_whole or base in too_big):
+            continue
         memory = training_memory(workload, layout, usable, calibration, cluster.accelerator.key)
         if not memory.fits:
+            if layout.recompute == "full":
+                too_big.add(base)
             if smallest is None or memory.total_gib < smallest[0]:
                 smallest = (memory.total_gib, layout, memory)
             continue
+        if layout.recompute == "none":
+            fits_whole.add(base)
         step = step_time(workload, cluster, layout, calibration)
         if best is None or step.total_s < best[0]:
             best = (step.total_s, layout, memory, step)
