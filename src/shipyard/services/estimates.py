@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
@@ -242,7 +243,10 @@ def _plans(
         memory_gib = min(d.memory_gib for d in found)
         row = catalog[accelerator_type]
         update: dict[str, Any] = {"usable_memory_fraction": 1.0}
+        planned = workload
         if accelerator_type == "cpu":
+            if spec.training.precision == "auto" and not _cpu_has_bf16_tiles(row):
+                planned = replace(workload, precision="fp32")  # as the runtime resolves it
             memory_gib /= devices
             # The catalog's CPU is all of its cores; each process computes with its threads only.
             cores = found[0].cores
@@ -251,8 +255,15 @@ def _plans(
                 update={k: v * share for k, v in row.tflops.model_dump().items() if v}
             )
         accelerator = row.model_copy(update={**update, "memory_gib": memory_gib})
-        plans.append(_plan_on(workload, spec, accelerator, devices, calibration))
+        plans.append(_plan_on(planned, spec, accelerator, devices, calibration))
     return plans
+
+
+def _cpu_has_bf16_tiles(cpu: AcceleratorSpec) -> bool:
+    """Whether ``precision: auto`` trains in bf16 on this CPU (``resolve_precision``): only with
+    AMX, the one unit whose bf16 peak is many times the fp32 one (1,024 against 64 FLOPs per
+    cycle; AVX512-BF16 gives 2x)."""
+    return (cpu.tflops.bf16 or 0) >= 4 * (cpu.tflops.fp32 or math.inf)
 
 
 METHOD_WORDS = {"full": "full fine-tuning", "lora": "lora", "qlora": "qlora"}

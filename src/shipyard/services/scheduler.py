@@ -48,11 +48,9 @@ def executor_node(scheduling_node_id: str) -> str:
 def _peaks(devices: list[Device]) -> dict[str, float]:
     peaks: dict[str, float] = {}
     for device in devices:
-        per_unit = (
-            device.peak_bf16_tflops / device.cores
-            if device.accelerator_type == "cpu"
-            else device.peak_bf16_tflops
-        )
+        # A CPU without bf16 units trains in fp32 (precision auto): its faster peak counts.
+        best = max(device.peak_bf16_tflops, device.peak_fp32_tflops)
+        per_unit = best / device.cores if device.accelerator_type == "cpu" else best
         peaks[device.accelerator_type] = max(per_unit, 1e-6)
     return peaks
 
