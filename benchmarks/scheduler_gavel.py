@@ -57,7 +57,7 @@ NOTEBOOK = {
     ("gavel_las_perf", "2.4"): 30.03,
 }
 """Average JCT (h) in Gavel's notebooks, as the issue quotes them."""
-DEFAULT = "shortest_remaining_perf"
+DEFAULT = "shortest_remaining_fluid"
 
 
 def anchor_runs(challengers: list[str]) -> list[tuple[str, str, str, float]]:

@@ -22,7 +22,7 @@ class Settings:
     """Time a job has to checkpoint after SIGTERM before it is killed."""
     round_s: float = 300.0
     """Least time a job keeps its devices before the scheduler may preempt it."""
-    policy: str = "shortest_remaining_perf"
+    policy: str = "shortest_remaining_fluid"
     """The scheduling policy the agent runs (`shipyard sim policies` lists them)."""
     audit_key: str | None = None
     """Key of the audit log's MACs; default: a key file made once in ``home``."""
@@ -59,7 +59,7 @@ class Settings:
             agent_idle_exit_s=float(environ.get("SHIPYARD_AGENT_IDLE_EXIT_S", "30")),
             cancel_grace_s=float(environ.get("SHIPYARD_CANCEL_GRACE_S", "60")),
             round_s=float(environ.get("SHIPYARD_ROUND_S", "300")),
-            policy=environ.get("SHIPYARD_POLICY", "shortest_remaining_perf"),
+            policy=environ.get("SHIPYARD_POLICY", "shortest_remaining_fluid"),
             audit_key=environ.get("SHIPYARD_AUDIT_KEY") or None,
             max_upload_bytes=int(float(environ.get("SHIPYARD_MAX_UPLOAD_MB", "2048")) * 2**20),
             executor=environ.get("SHIPYARD_EXECUTOR", "local"),

@@ -26,7 +26,8 @@ needs_data = pytest.mark.skipif(
 @pytest.mark.parametrize(
     ("policy", "mechanism"),
     [("fifo", "shipyard"), ("fifo_perf", "shipyard"), ("gavel_las_perf", "shipyard"),
-     ("shortest_remaining_perf", "shipyard"), ("gavel_fifo", "gavel"), ("gavel_las_perf", "gavel")],
+     ("shortest_remaining_perf", "shipyard"), ("shortest_remaining_fluid", "shipyard"), ("gavel_fifo", "gavel"),
+     ("gavel_las_perf", "gavel")],
 )  # fmt: skip
 def test_sim_run_json_contract(cli: Cli, policy: str, mechanism: str) -> None:
     args = ["--policy", policy, "--workload", "gavel", "--multi-gpu", "--rate", "0.5", "--seed", "0",
@@ -76,7 +77,7 @@ def test_a_run_of_gavels_simulator_replays(cli: Cli) -> None:
 
 def test_sim_policies_lists_the_default_first(cli: Cli) -> None:
     names = json.loads(cli.run("sim", "policies", "--json").stdout)
-    assert names[0] == "shortest_remaining_perf"
+    assert names[0] == "shortest_remaining_fluid"
     assert {"fifo", "fifo_perf", "gavel_las_perf", "min_makespan", "max_throughput_per_dollar"} <= set(names)
 
 

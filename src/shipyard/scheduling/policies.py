@@ -685,7 +685,7 @@ POLICIES: Mapping[str, Policy] = {
         Policy(name="shortest_remaining_fluid", allocate=shortest_remaining_fluid, every_round=True),
     )
 }
-DEFAULT_POLICY = "shortest_remaining_perf"
+DEFAULT_POLICY = "shortest_remaining_fluid"
 ALIASES = {"shipyard": DEFAULT_POLICY}
 """Former names that settings and scripts may still give."""
 
