@@ -153,7 +153,7 @@ def test_the_search_picks_a_fitting_layout_and_says_so() -> None:
         workload, cluster_of(lookup("a100-80gb"), 1024), LayoutRequest(tp=8, pp=16, zero=1, recompute="full")
     )
     assert not pinned.searched and pinned.step.total_s >= plan.step.total_s
-    assert 0 < plan.mfu < 1 and 0.95 < plan.goodput < 1
+    assert 0 < plan.mfu < 1 and 0.9 < plan.goodput < 1
     assert plan.wall_time_h == pytest.approx(300e9 / plan.tokens_per_s / 3600 / plan.goodput)
     assert plan.gpu_hours == pytest.approx(plan.wall_time_h * 1024)
     assert plan.cost_usd == pytest.approx(plan.gpu_hours * 1.8)
@@ -163,10 +163,23 @@ def test_interruptions_cost_more_on_bigger_clusters() -> None:
     from shipyard.planner.run import interruption_share
 
     # Llama 3: >90 % effective training time on 16,384 GPUs; a single node barely notices.
-    assert interruption_share(8, CALIBRATION) < 1e-3
-    assert interruption_share(2048, CALIBRATION) < interruption_share(16384, CALIBRATION) < 0.1
-    # By hand: 2.2e-5 interruptions per device-hour x 16,384 devices x 0.25 h lost each.
-    assert interruption_share(16384, CALIBRATION) == pytest.approx(2.2e-5 * 16384 * 0.25)
+    assert interruption_share(8, 1.0, CALIBRATION) < 1e-3
+    assert interruption_share(2048, 0.1, CALIBRATION) < interruption_share(16384, 0.1, CALIBRATION) < 0.1
+    # By hand: 2.2e-5 interruptions per device-hour x 16,384 devices x (13 min to restart + half
+    # of a 4-minute checkpoint interval redone).
+    assert interruption_share(16384, 0.066, CALIBRATION) == pytest.approx(2.2e-5 * 16384 * (0.217 + 0.033))
+
+
+@settings(max_examples=25, deadline=None)
+@given(count=st.sampled_from([8, 256, 4096, 16384]), factor=st.floats(0.2, 5.0))
+def test_no_checkpoint_interval_loses_less_than_youngs(count: int, factor: float) -> None:
+    from shipyard.planner.run import run_overheads
+
+    workload = TrainingWorkload(model=LLAMA_65B, seq_len=2048, global_batch_tokens=2**22)
+    young = run_overheads(workload, count, 1 / 3, CALIBRATION)
+    other = dataclasses.replace(workload, checkpoint_every_h=young.checkpoint_every_h * factor)
+    theirs = run_overheads(other, count, 1 / 3, CALIBRATION)
+    assert young.checkpoints + young.interruptions <= theirs.checkpoints + theirs.interruptions + 1e-12
 
 
 LLAMA3_405B = model_shape(405e9, layers=126, hidden=16384, heads=128, kv_heads=8, vocab=128256)

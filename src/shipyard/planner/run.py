@@ -2,11 +2,12 @@
 
 A benchmark measures the steps alone (``steady``); a run's GPU-hours also pay for
 
-- interruptions: failed devices and jobs, each costing a restart, a reload and the work redone
-  since the last checkpoint; they arrive per device-hour (Llama 3's log), so they grow with scale;
+- interruptions: failed devices and jobs, each costing a restart, a reload and the work done
+  since the last checkpoint again (half an interval on average); they arrive per device-hour
+  (Llama 3's log), so they grow with scale;
 - checkpoint writes: the training state leaves the devices for storage while the steps wait, at
-  the interval Young (1974) showed loses least, sqrt(2 x write time x mean time between
-  interruptions), unless the run gives its own;
+  the interval Young (1974) showed loses least between writing and redoing, sqrt(2 x write time
+  x mean time between interruptions), unless the run gives its own;
 - evaluation: forward passes over held-out batches every so many steps (Megatron-LM's defaults:
   100 batches every 1,000 steps).
 
@@ -70,9 +71,11 @@ def checkpoint_bytes(workload: TrainingWorkload) -> float:
     return trainable_parameters(workload) * per_parameter
 
 
-def interruption_share(count: int, calibration: Calibration) -> float:
-    """Hours lost to interruptions per hour of steps: they arrive per device-hour."""
-    return calibration.interruptions_per_device_hour * count * calibration.hours_lost_per_interruption
+def interruption_share(count: int, checkpoint_every_h: float, calibration: Calibration) -> float:
+    """Hours lost to interruptions per hour of steps: they arrive per device-hour, and each costs a
+    restart and, on average, half a checkpoint interval of work done again."""
+    lost_h = calibration.restart_hours_per_interruption + checkpoint_every_h / 2
+    return calibration.interruptions_per_device_hour * count * lost_h
 
 
 def run_overheads(
@@ -93,7 +96,7 @@ def run_overheads(
     if workload.eval_every_steps:
         evaluation = workload.eval_steps / workload.eval_every_steps * forward_share
     return RunOverheads(
-        interruptions=interruption_share(count, calibration),
+        interruptions=interruption_share(count, every_h, calibration),
         checkpoints=write_s / 3600 / every_h if every_h > 0 else 0.0,
         evaluation=evaluation,
         checkpoint_write_s=write_s,

@@ -415,7 +415,8 @@ def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calib
         f"{spec.usable_memory_fraction:.0%} of {spec.memory_gib:g} GiB usable",
         f"energy: {calibration.training_power_fraction:.0%} of {spec.tdp_w:g} W TDP per device",
         f"interruptions: {calibration.interruptions_per_device_hour * 1e6:g} per million device-hours, "
-        f"{calibration.hours_lost_per_interruption * 60:g} min lost each; checkpoints written at "
+        f"{calibration.restart_hours_per_interruption * 60:g} min to restart and half a checkpoint "
+        "interval redone each; checkpoints written at "
         f"{calibration.checkpoint_write_gb_per_s_per_device:g} GB/s per device"
         + (
             f", every {workload.checkpoint_every_h:g} h"
