@@ -64,7 +64,9 @@ def time_cycle(policy: str, devices: int, jobs: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--policies", default="shortest_remaining_fluid,shortest_remaining_perf,fifo_perf,gavel_las_perf")
+    parser.add_argument(
+        "--policies", default="shortest_remaining_fluid,shortest_remaining_perf,fifo_perf,gavel_las_perf"
+    )
     args = parser.parse_args()
     results = []
     for policy in args.policies.split(","):

@@ -26,8 +26,8 @@ needs_data = pytest.mark.skipif(
 @pytest.mark.parametrize(
     ("policy", "mechanism"),
     [("fifo", "shipyard"), ("fifo_perf", "shipyard"), ("gavel_las_perf", "shipyard"),
-     ("shortest_remaining_perf", "shipyard"), ("shortest_remaining_fluid", "shipyard"), ("gavel_fifo", "gavel"),
-     ("gavel_las_perf", "gavel")],
+     ("shortest_remaining_perf", "shipyard"), ("shortest_remaining_fluid", "shipyard"),
+     ("gavel_fifo", "gavel"), ("gavel_las_perf", "gavel")],
 )  # fmt: skip
 def test_sim_run_json_contract(cli: Cli, policy: str, mechanism: str) -> None:
     args = ["--policy", policy, "--workload", "gavel", "--multi-gpu", "--rate", "0.5", "--seed", "0",
