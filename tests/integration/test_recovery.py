@@ -104,7 +104,9 @@ def _stored_checkpoints(cli: Cli, job_id: str, timeout: float = 60) -> list[dict
 
 def test_a_hung_attempt_dumps_its_stacks_and_the_same_hang_twice_gives_up(cli: Cli, tmp_path: Path) -> None:
     cli.env["SHIPYARD_FAULTS"] = json.dumps({"hang_at_step": 3})  # every attempt hangs in step 3
-    restarts = {**QUICK, "startup_grace_s": 4.0, "hang_factor": 3.0}
+    # Grace enough for an attempt to start on a loaded 2-core machine: an attempt declared hung
+    # before its first step hangs at another step, and the job would try a third time.
+    restarts = {**QUICK, "startup_grace_s": 15.0, "hang_factor": 3.0}
     spec = write_spec(tmp_path, training={"steps": 8}, checkpoint={"interval": 2}, restarts=restarts)
     job = cli.json("jobs", "submit", str(spec))
     done = cli.wait_for(job["id"], _done, timeout=180)
