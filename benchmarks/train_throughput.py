@@ -120,7 +120,8 @@ def shipyard_runtime(args: argparse.Namespace) -> dict[str, float]:
         },
         "resources": {"accelerator": accelerator_type(args), "devices": 1},
     }
-    with tempfile.TemporaryDirectory() as home:
+    # The agent may still be storing the job's last artifacts when the job is reported done.
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as home:
         path = Path(home) / "bench.yaml"
         path.write_text(yaml.safe_dump(spec))
         env = {**os.environ, "SHIPYARD_HOME": home, "SHIPYARD_AGENT_IDLE_EXIT_S": "1"}
@@ -144,6 +145,7 @@ def shipyard_runtime(args: argparse.Namespace) -> dict[str, float]:
         "tokens_per_s": steady_tokens_per_s([r["step_time_s"] for r in train], args.batch_tokens),
         "mfu": statistics.median(r["mfu"] for r in train[WARMUP_STEPS:]),
         "peak_memory_gib": max(r["mem_gib"] for r in train),
+        "peak_live_memory_gib": max(r.get("mem_live_gib", r["mem_gib"]) for r in train),
         "planned_tokens_per_s": estimate.get("tokens_per_s", float("nan")),
         "planned_mfu": estimate.get("mfu", float("nan")),
         "planned_memory_gib": estimate.get("memory_gib_per_device", float("nan")),

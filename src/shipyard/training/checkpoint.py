@@ -164,6 +164,8 @@ class Checkpointer:
         return final
 
     def _staging_buffers(self) -> Any:
+        if self._stager is not None and _closed(self._stager):
+            self._stager = None
         if self._stager is None:
             from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
@@ -381,3 +383,11 @@ def _gather_rng(d: Dist) -> list[dict[str, Any]]:
     gathered: list[Any] = [None] * d.world_size
     dist.all_gather_object(gathered, state)
     return gathered
+
+
+def _closed(stager: Any) -> bool:
+    """Whether torch closed a stager it was given: ``async_save`` of some versions (2.11 among them)
+    closes even a caller's stager after one use, which empties its copy table (the next save then
+    fails on the first class it meets); later versions close only a stager of their own."""
+    table = getattr(getattr(stager, "_state_dict_stager", None), "_deepcopy_dispatch", None)
+    return table is not None and not table

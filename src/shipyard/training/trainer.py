@@ -369,7 +369,7 @@ class Trainer:
                     grad_norm=grad_norm,
                     tokens_per_s=tokens_per_s,
                     mfu=mfu,
-                    mem_gib=_memory_gib(d.device),
+                    **_memory_gib(d.device),
                     step_time_s=elapsed,
                     elapsed_s=time.perf_counter() - train_start,
                 )
@@ -459,8 +459,13 @@ def _whole(value: torch.Tensor) -> torch.Tensor:
     return value.full_tensor() if isinstance(value, DTensor) else value
 
 
-def _memory_gib(device: torch.device) -> float:
+def _memory_gib(device: torch.device) -> dict[str, float]:
+    """Peak memory: what the device had to hold (the caching allocator's reserve, what runs out
+    first) and, on a GPU, the live tensors within it."""
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
+        return {
+            "mem_gib": torch.cuda.max_memory_reserved(device) / 2**30,
+            "mem_live_gib": torch.cuda.max_memory_allocated(device) / 2**30,
+        }
     # ru_maxrss is KiB on Linux (bytes on macOS; close enough for a progress line there).
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    return {"mem_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
