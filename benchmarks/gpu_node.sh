@@ -13,7 +13,9 @@
 #  5. a sharded checkpoint's write speed against one torch.save;
 #  6. the chunked loss over a 128K vocabulary against F.cross_entropy;
 #  7. torchtitan on the same 1B shape, where it can be installed (the node may have no network);
-#  8. fine-tuning: a Shipyard job vs PEFT + Trainer, LoRA and full, bf16.
+#  8. fine-tuning: a Shipyard job vs PEFT + Trainer, LoRA and full, bf16;
+#  9. the share of peak each kernel of a transformer layer reaches (GEMMs by shape, attention,
+#     memory-bound kernels), and where a 125M-shaped step's time goes, beside the planner.
 # Every figure is also written to OUT_DIR.
 set -u
 py=${PYTHON:-.venv/bin/python}
@@ -56,3 +58,7 @@ fi
 timeout 120 "$py" benchmarks/finetune_throughput.py --device cuda --precision bf16 --hidden 1024 --layers 12 \
     --micro 16 --seq-len 256 --steps 20 --json >"$out/finetune.json" 2>"$out/finetune.log"
 cat "$out/finetune.json"
+
+run kernels 100 kernel_efficiency.py --device cuda --hiddens 768,2048,4096,8192 --tokens 2048,8192,32768 \
+    --seq-lens 1024,4096
+run step-profile-125m 100 step_profile.py --preset llama-125m --micro 16 --seq-len 1024 --steps 8
