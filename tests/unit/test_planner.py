@@ -223,6 +223,40 @@ def test_evaluation_costs_its_forward_passes() -> None:
     assert plan.goodput == pytest.approx(1 / (1 + o.interruptions + o.checkpoints + o.evaluation))
 
 
+def test_a_host_that_computes_pays_its_operator_dispatch_in_series() -> None:
+    from shipyard.planner.shapes import shape_of
+    from shipyard.planner.training import OPS_PER_BLOCK, OPS_PER_BLOCK_OPTIMIZER, OPS_PER_MICRO_BATCH
+    from shipyard.schemas.presets import PRESETS
+
+    tiny = shape_of(PRESETS["llama-tiny"].with_vocab(512))
+    workload = TrainingWorkload(model=tiny, seq_len=64, global_batch_tokens=2048, precision="fp32")
+    request = LayoutRequest(tp=1, pp=1, zero=0, recompute="none", micro_batch=4)
+    cpu = lookup("cpu")
+    derived = plan_training(workload, cluster_of(cpu, 1), request, measure="steady")
+    assert derived.step.host_s == 0  # the catalog's reference CPU has no measured dispatch cost
+    measured = cpu.model_copy(update={"op_overhead_us": 4.0, "gemm_efficiency": 1.1})
+    plan = plan_training(workload, cluster_of(measured, 1), request, measure="steady")
+    # By hand: 8 micro-batches x (2 blocks x 198 + 100) + 2 blocks x 14 = 3,996 operations of 4 us.
+    ops = 8 * (2 * OPS_PER_BLOCK + OPS_PER_MICRO_BATCH) + 2 * OPS_PER_BLOCK_OPTIMIZER
+    assert ops == 3996 and plan.step.host_s == pytest.approx(ops * 4e-6)
+    assert plan.step.total_s == pytest.approx(plan.step.compute_s + plan.step.optimizer_s + plan.step.host_s)
+    # A measured GEMM rate already holds what 256-token micro-batches cost: no GPU knee on top.
+    knee = 1 + CALIBRATION.micro_batch_tokens_half / 256
+    speedup = 1.1 / CALIBRATION.gemm("cpu") * knee
+    assert derived.step.compute_s / plan.step.compute_s == pytest.approx(speedup)
+
+
+def test_the_host_probe_measures_positive_rates() -> None:
+    from shipyard.hardware.probe import measure_host
+
+    rates = measure_host()
+    assert rates is not None  # torch is installed for the tests
+    # One thread of any x86 or Arm core of the last decade: 1-500 GFLOP/s, 1-200 GB/s, 0.1-500 us.
+    assert 1 < rates.gemm_gflops_per_thread < 500
+    assert 1 < rates.memory_gb_per_s_per_thread < 200
+    assert 0.1 < rates.op_overhead_us < 500
+
+
 def test_a_model_too_big_for_the_devices_does_not_fit_and_says_why() -> None:
     plan = plan_training(TrainingWorkload(model=GPT3), cluster_of(lookup("rtx-4090"), 8))
     assert not plan.fits

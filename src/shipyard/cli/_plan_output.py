@@ -83,6 +83,7 @@ def print_training(plan: TrainingPlan) -> None:
             ("  pipeline bubble", _number(step["pipeline_bubble_s"], "s")),
             ("  data parallel (exposed)", _number(step["data_parallel_exposed_s"], "s")),
             ("  optimizer", _number(step["optimizer_s"], "s")),
+            *([("  operator dispatch", _number(step["host_s"], "s"))] if step.get("host_s") else []),
             (
                 "tokens/s",
                 f"{_number(d['tokens_per_s'])} ({_number(d['tokens_per_s_per_device'])} per device)",

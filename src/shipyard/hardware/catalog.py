@@ -65,6 +65,14 @@ class AcceleratorSpec(_Row):
     network_gbit_per_s: PositiveFloat
     """Default scale-out bandwidth per device between nodes."""
     tdp_w: PositiveFloat
+    gemm_efficiency: float | None = Field(default=None, gt=0, le=2)
+    """The share of the peak above that this device's matrix multiplies sustain, where it was
+    measured (a host's CPU: its clock under load is not the nominal one); else the planner's
+    figure for the generation."""
+    op_overhead_us: float = Field(default=0.0, ge=0)
+    """Host time per tensor operation (dispatch and autograd bookkeeping) where the host itself
+    computes, so it is paid in series with the math: a CPU. A GPU's host queues kernels ahead of
+    the device instead."""
     price_usd: PositiveFloat | None = None
     price_usd_per_h: PositiveFloat | None = None
     source: str

@@ -113,9 +113,11 @@ class Calibration:
     def gemm(self, architecture: str) -> float:
         return self.gemm_efficiency.get(architecture, self.default_gemm_efficiency)
 
-    def compute_efficiency(self, accelerator: str, architecture: str) -> float:
-        """Large-GEMM efficiency on one accelerator type: its generation's, times the cluster's own."""
-        return self.gemm(architecture) * self.device_efficiency.get(accelerator, 1.0)
+    def compute_efficiency(self, accelerator: str, architecture: str, measured: float | None = None) -> float:
+        """Large-GEMM efficiency on one accelerator type: its generation's (or what was ``measured``
+        on the device itself), times the cluster's own."""
+        own = measured if measured is not None else self.gemm(architecture)
+        return own * self.device_efficiency.get(accelerator, 1.0)
 
     def bandwidth(self, architecture: str) -> float:
         return self.memory_bandwidth_efficiency.get(architecture, self.default_memory_bandwidth_efficiency)

@@ -29,6 +29,14 @@ MEASURES: tuple[Measure, ...] = ("steady", "run")
 ACTIVATION_BYTES_ON_WIRE = 2
 OPTIMIZER_BYTES_TOUCHED = 32
 """Per parameter per Adam step: read weight, gradient, master, m, v; write four of them back."""
+OPS_PER_BLOCK = 198
+OPS_PER_MICRO_BATCH = 100
+OPS_PER_BLOCK_OPTIMIZER = 14
+"""Host operations of Shipyard's LLaMA on a CPU, in units of one autograd operation on a tiny
+tensor (what ``hardware.probe`` times): a block's forward and backward, the embedding, final norm
+and loss of a micro-batch, and a block's share of the fused AdamW step
+(``benchmarks/cpu_overhead.py``: 770 us a block, 400 us a micro-batch and 53 us a block's
+optimizer step where one such operation took 3.9 us)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -39,6 +47,8 @@ class StepTime:
     data_parallel_s: float
     """Only what is not hidden behind the backward pass."""
     optimizer_s: float
+    host_s: float = 0.0
+    """Operator dispatch on a device whose host computes too (a CPU): in series with the math."""
 
     @property
     def total_s(self) -> float:
@@ -48,6 +58,7 @@ class StepTime:
             + self.pipeline_bubble_s
             + self.data_parallel_s
             + self.optimizer_s
+            + self.host_s
         )
 
 
@@ -146,6 +157,7 @@ class TrainingPlan:
                 "pipeline_bubble_s": self.step.pipeline_bubble_s,
                 "data_parallel_exposed_s": self.step.data_parallel_s,
                 "optimizer_s": self.step.optimizer_s,
+                "host_s": self.step.host_s,
             },
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_device": self.tokens_per_s_per_device,
@@ -242,9 +254,12 @@ def step_time(
     # Norms, activations functions and residual adds move O(h) bytes per token where the GEMMs do
     # O(h^2) FLOPs: their share grows with the device's FLOPs per byte and shrinks with h/tp.
     width_knee = calibration.elementwise_bytes_per_hidden * peak_16 / memory_bw
-    gemm = calibration.compute_efficiency(spec.key, spec.architecture)
+    gemm = calibration.compute_efficiency(spec.key, spec.architecture, spec.gemm_efficiency)
     gemm *= 1 / (1 + width_knee * tp / m.hidden)
-    gemm *= 1 / (1 + calibration.micro_batch_tokens_half / micro_tokens)
+    if spec.gemm_efficiency is None:
+        # A GPU fills its multiprocessors only with enough tokens; a measured figure (a CPU's,
+        # timed at a few hundred tokens) already holds what a small micro-batch costs.
+        gemm *= 1 / (1 + calibration.micro_batch_tokens_half / micro_tokens)
     dense_efficiency = gemm * (calibration.fp8_gemm_ratio if workload.precision == "fp8" else 1.0)
     if workload.flash_attention:
         attention_s = attention / (peak_16 * gemm * calibration.flash_attention_ratio)
@@ -287,12 +302,16 @@ def step_time(
     data_parallel = _data_parallel_s(workload, layout, calibration, compute, n_micro, bw) if dp > 1 else 0.0
     optimizer_shard = trainable_parameters(workload) / (tp * pp * (dp if layout.zero >= 1 else 1))
     optimizer = optimizer_shard * OPTIMIZER_BYTES_TOUCHED / memory_bw
+    blocks = m.layers / pp
+    host_ops = n_micro * (blocks * OPS_PER_BLOCK + OPS_PER_MICRO_BATCH) + blocks * OPS_PER_BLOCK_OPTIMIZER
     return StepTime(
         compute_s=compute,
         tensor_parallel_s=tensor_parallel,
         pipeline_bubble_s=bubble,
         data_parallel_s=data_parallel,
         optimizer_s=optimizer,
+        # The cluster's own factor (clocks, contention) slows a CPU's dispatch as much as its math.
+        host_s=host_ops * spec.op_overhead_us * 1e-6 / calibration.device_efficiency.get(spec.key, 1.0),
     )
 
 

@@ -27,6 +27,7 @@ from shipyard.errors import InvalidSpec, ShipyardError, Unschedulable
 from shipyard.executors.base import Request
 from shipyard.hardware import Device
 from shipyard.hardware.catalog import AcceleratorSpec, Catalog
+from shipyard.hardware.probe import measure_host
 from shipyard.planner.calibration import CALIBRATION, Calibration
 from shipyard.planner.shapes import shape_of
 from shipyard.planner.training import TrainingPlan, plan_training
@@ -250,13 +251,31 @@ def _plans(
             memory_gib /= devices
             # The catalog's CPU is all of its cores; each process computes with its threads only.
             cores = found[0].cores
-            share = Request.of(spec.resources).threads_per_process(cores) / cores if cores else 1.0
+            threads = Request.of(spec.resources).threads_per_process(cores) if cores else 0
+            share = threads / cores if cores else 1.0
             update["tflops"] = row.tflops.model_copy(
                 update={k: v * share for k, v in row.tflops.model_dump().items() if v}
             )
+            update |= _measured_on_this_host(row, planned.precision, threads or 1, cores or 1)
         accelerator = row.model_copy(update={**update, "memory_gib": memory_gib})
         plans.append(_plan_on(planned, spec, accelerator, devices, calibration))
     return plans
+
+
+def _measured_on_this_host(cpu: AcceleratorSpec, precision: str, threads: int, cores: int) -> dict[str, Any]:
+    """The host CPU as measured (``hardware.probe``) rather than derived: its GEMM rate against the
+    derived fp32 peak, its memory bandwidth for the job's threads, its cost per operation."""
+    rates = measure_host()
+    if rates is None:
+        return {}
+    measured: dict[str, Any] = {
+        "memory_bandwidth_gb_per_s": rates.memory_gb_per_s_per_thread * threads,
+        "op_overhead_us": rates.op_overhead_us,
+    }
+    peak_per_core = (cpu.tflops.fp32 or 0) / cores
+    if precision == "fp32" and peak_per_core:
+        measured["gemm_efficiency"] = rates.gemm_gflops_per_thread / 1000 / peak_per_core
+    return measured
 
 
 def _cpu_has_bf16_tiles(cpu: AcceleratorSpec) -> bool:
