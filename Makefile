@@ -13,6 +13,7 @@ quickstart: setup
 TEST_WORKERS ?= 2
 test: setup browser lint
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -m serial
 
 setup: $(STAMP)
 

@@ -20,10 +20,15 @@ SHIPYARD = [sys.executable, "-m", "shipyard.cli.main"]
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under ``pytest -n`` the Ray tests share one worker: two Ray heads on one machine would
-    contend for the head's fixed ports and the session folder."""
+    contend for the head's fixed ports and the session folder. A test that measures speed is
+    skipped there: the other workers' load would be measured too."""
+    parallel = "PYTEST_XDIST_WORKER" in os.environ
+    alone = pytest.mark.skip(reason="measures speed: runs alone (`make test` runs it after the parallel run)")
     for item in items:
         if item.get_closest_marker("ray"):
             item.add_marker(pytest.mark.xdist_group("ray"))
+        if parallel and item.get_closest_marker("serial"):
+            item.add_marker(alone)
 
 
 class Cli:

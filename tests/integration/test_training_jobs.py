@@ -282,3 +282,31 @@ def test_a_dataset_in_the_artifact_store_trains_like_a_local_one(cli: Cli, tmp_p
     cli.run("storage", "put", str(corpus), "datasets/code")
     [trained_on] = cli.json("models", "show", f"{version['name']}:{version['version']}")["dataset"]
     assert trained_on["digest"] == read and trained_on["current_digest"] not in (None, read)
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize(
+    ("preset", "micro_batch", "seq_len"),
+    [("llama-tiny", 4, 64), ("llama-12m", 8, 128)],
+    ids=["64 wide, bound by operator dispatch", "the quickstart's model, bound by its matrix multiplies"],
+)
+def test_a_cpu_job_runs_within_a_quarter_of_its_plan(
+    cli: Cli, tmp_path: Path, preset: str, micro_batch: int, seq_len: int
+) -> None:
+    # The estimate plans this host as its probe measured it (a linear layer's GEMM rate, memory
+    # bandwidth, cost of an operation); the job then runs alone on one thread of it. A ratio of
+    # speeds, not a time.
+    training = {
+        "micro_batch_size": micro_batch,
+        "seq_len": seq_len,
+        "global_batch_tokens": 2048,
+        "eval_interval": 0,
+    }
+    spec = write_spec(tmp_path, model={"preset": preset}, training=training, checkpoint={"interval": 0})
+    job = cli.json("jobs", "submit", str(spec), "--wait")
+    assert job["state"] == "succeeded", job
+    detail = cli.json("jobs", "show", job["id"])
+    planned = detail["estimate"]["by_accelerator"]["cpu"]["tokens_per_s"]
+    measured = detail["summary"]["tokens_per_s"]
+    print(f"{preset}: planned {planned:,.0f} tokens/s, measured {measured:,.0f}: {measured / planned:.2f}")
+    assert 0.75 < measured / planned < 1.25, (planned, measured)

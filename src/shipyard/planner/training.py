@@ -34,9 +34,10 @@ OPS_PER_MICRO_BATCH = 100
 OPS_PER_BLOCK_OPTIMIZER = 14
 """Host operations of Shipyard's LLaMA on a CPU, in units of one autograd operation on a tiny
 tensor (what ``hardware.probe`` times): a block's forward and backward, the embedding, final norm
-and loss of a micro-batch, and a block's share of the fused AdamW step
-(``benchmarks/cpu_overhead.py``: 770 us a block, 400 us a micro-batch and 53 us a block's
-optimizer step where one such operation took 3.9 us)."""
+and loss of a micro-batch, and a block's share of the fused AdamW step. Measured with
+``benchmarks/cpu_overhead.py`` on a 2-core EPYC VM, where one such operation took 3.9 us; over
+five runs a block cost 170-248 operations, a micro-batch -26-230 (the intercept of a noisy line),
+a block's optimizer step 11-17."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
