@@ -285,28 +285,18 @@ def test_a_dataset_in_the_artifact_store_trains_like_a_local_one(cli: Cli, tmp_p
 
 
 @pytest.mark.serial
-@pytest.mark.parametrize(
-    ("preset", "micro_batch", "seq_len"),
-    [("llama-tiny", 4, 64), ("llama-12m", 8, 128)],
-    ids=["64 wide, bound by operator dispatch", "the quickstart's model, bound by its matrix multiplies"],
-)
-def test_a_cpu_job_runs_within_a_quarter_of_its_plan(
-    cli: Cli, tmp_path: Path, preset: str, micro_batch: int, seq_len: int
-) -> None:
+def test_a_cpu_job_runs_within_a_quarter_of_its_plan(cli: Cli, tmp_path: Path) -> None:
     # The estimate plans this host as its probe measured it (a linear layer's GEMM rate, memory
-    # bandwidth, cost of an operation); the job then runs alone on one thread of it. A ratio of
-    # speeds, not a time.
-    training = {
-        "micro_batch_size": micro_batch,
-        "seq_len": seq_len,
-        "global_batch_tokens": 2048,
-        "eval_interval": 0,
-    }
-    spec = write_spec(tmp_path, model={"preset": preset}, training=training, checkpoint={"interval": 0})
+    # bandwidth, cost of an operation); the job then runs alone on one thread of it. The quickstart's
+    # model, bound by its matrix multiplies; a ratio of speeds, not a time. (A model 64 wide, bound
+    # by operator dispatch, is planned from a probe that moves by half between processes on a VM:
+    # docs/benchmarks.md.)
+    training = {"micro_batch_size": 8, "seq_len": 128, "global_batch_tokens": 2048, "eval_interval": 0}
+    spec = write_spec(tmp_path, model={"preset": "llama-12m"}, training=training, checkpoint={"interval": 0})
     job = cli.json("jobs", "submit", str(spec), "--wait")
     assert job["state"] == "succeeded", job
     detail = cli.json("jobs", "show", job["id"])
     planned = detail["estimate"]["by_accelerator"]["cpu"]["tokens_per_s"]
     measured = detail["summary"]["tokens_per_s"]
-    print(f"{preset}: planned {planned:,.0f} tokens/s, measured {measured:,.0f}: {measured / planned:.2f}")
+    print(f"planned {planned:,.0f} tokens/s, measured {measured:,.0f}: {measured / planned:.2f}")
     assert 0.75 < measured / planned < 1.25, (planned, measured)
