@@ -34,6 +34,7 @@ FITTED = (
     "network_efficiency",
     "link_efficiency",
     "dp_overlap",
+    "tp_overlap_hopper",
 )
 BOUNDS = {
     "ampere": (0.4, 0.9),
@@ -46,22 +47,38 @@ BOUNDS = {
     "network_efficiency": (0.2, 0.95),
     "link_efficiency": (0.3, 1.0),
     "dp_overlap": (0.0, 1.0),
+    "tp_overlap_hopper": (0.0, 1.0),
 }
 
 
+GENERATIONS = {"ampere": "gemm_efficiency", "hopper": "gemm_efficiency", "tp_overlap_hopper": "tp_overlap"}
+"""Fitted values that are one generation's entry of a per-generation table."""
+
+
+def _generation(name: str) -> str:
+    return name.rsplit("_", 1)[-1]
+
+
 def calibration_from(values: dict[str, float]) -> Calibration:
-    gemm = dict(CALIBRATION.gemm_efficiency)
-    gemm["ampere"] = values["ampere"]
-    gemm["hopper"] = values["hopper"]
-    scalars = {k: v for k, v in values.items() if k not in ("ampere", "hopper")}
-    return dataclasses.replace(CALIBRATION, gemm_efficiency=MappingProxyType(gemm), **scalars)
+    tables: dict[str, dict[str, float]] = {}
+    scalars: dict[str, float] = {}
+    for name, value in values.items():
+        if name in GENERATIONS:
+            table = GENERATIONS[name]
+            tables.setdefault(table, dict(getattr(CALIBRATION, table)))[_generation(name)] = value
+        else:
+            scalars[name] = value
+    frozen = {table: MappingProxyType(entries) for table, entries in tables.items()}
+    return dataclasses.replace(CALIBRATION, **frozen, **scalars)  # type: ignore[arg-type]
 
 
 def current() -> dict[str, float]:
-    values = {name: getattr(CALIBRATION, name) for name in FITTED if hasattr(CALIBRATION, name)}
-    values["ampere"] = CALIBRATION.gemm("ampere")
-    values["hopper"] = CALIBRATION.gemm("hopper")
-    return values
+    return {
+        name: getattr(CALIBRATION, GENERATIONS[name]).get(_generation(name), 0.0)
+        if name in GENERATIONS
+        else getattr(CALIBRATION, name)
+        for name in FITTED
+    }
 
 
 def fit(cases: list[Case], maxiter: int = 1500) -> dict[str, float]:

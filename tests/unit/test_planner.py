@@ -447,6 +447,37 @@ def test_more_overlap_never_slows_a_plan(params: float, nodes: int, device: str,
     less = _plan_step_s(params, nodes, device, dp_overlap=0.9 / factor)
     more = _plan_step_s(params, nodes, device, dp_overlap=0.9)
     assert more <= less * (1 + 1e-9)
+    generation = lookup(device).architecture
+    less = _plan_step_s(params, nodes, device, tp_overlap={generation: 0.9 / factor})
+    more = _plan_step_s(params, nodes, device, tp_overlap={generation: 0.9})
+    assert more <= less * (1 + 1e-9)
+
+
+def test_tensor_parallel_traffic_hides_under_the_gemms_with_sequence_parallelism() -> None:
+    # Llama 2 70B, TP8 within one H100 node, one 4,096-token sequence a micro-batch, 8 of them.
+    from shipyard.planner.training import step_time
+
+    workload = TrainingWorkload(model=model_shape(70e9, layers=80, hidden=8192, heads=64), seq_len=4096,
+                                global_batch_tokens=8 * 4096)  # fmt: skip
+    cluster = cluster_of(lookup("h100-sxm"), 8)
+    exposed = dataclasses.replace(CALIBRATION, tp_overlap={"hopper": 0.0})
+    half = dataclasses.replace(CALIBRATION, tp_overlap={"hopper": 0.5})
+    with_sp = layout(tp=8, sequence_parallel=True)
+    # By hand: an all-reduce of 4,096 x 8,192 bf16 activations (64 MiB) moves 2 x 7/8 of it over
+    # NVLink (450 GB/s x the link efficiency), plus one collective's latency; four a layer.
+    link = cluster.link_gb_per_s * 1e9 * CALIBRATION.link_efficiency
+    all_reduce = 2 * 7 / 8 * 4096 * 8192 * 2 / link + CALIBRATION.collective_latency_s
+    full = step_time(workload, cluster, with_sp, exposed).tensor_parallel_s
+    assert full == pytest.approx(8 * 80 * 4 * all_reduce)
+    assert step_time(workload, cluster, with_sp, half).tensor_parallel_s == pytest.approx(full / 2)
+    # Without sequence parallelism there are no chunks to overlap; on Ampere none was measured.
+    no_sp = layout(tp=8, sequence_parallel=False)
+    assert step_time(workload, cluster, no_sp, half).tensor_parallel_s == pytest.approx(full)
+    a100 = cluster_of(lookup("a100-80gb"), 8)
+    assert (
+        step_time(workload, a100, with_sp, half).tensor_parallel_s
+        == step_time(workload, a100, with_sp, exposed).tensor_parallel_s
+    )
 
 
 @settings(max_examples=25, deadline=None)

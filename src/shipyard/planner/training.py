@@ -288,6 +288,9 @@ def step_time(
         recomputed = -(-m.layers // layout.recompute_every) / m.layers if layout.recompute == "full" else 0
         per_layer = 4 + 2 * recomputed
         tensor_parallel = n_micro * (m.layers / pp) * per_layer * all_reduce
+        if layout.sequence_parallel:
+            hidden = calibration.tp_overlap.get(spec.architecture, 0.0) * tensor_parallel
+            tensor_parallel -= min(hidden, tokens_per_device * dense / (peak_dense * dense_efficiency))
 
     bubble = (compute + tensor_parallel) * (pp - 1) / (layout.interleave * n_micro)
     if pp > 1:
