@@ -433,7 +433,9 @@ def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calib
         f"{cluster.devices_per_node}; network {cluster.network} {cluster.network_gbit_per_s:g} Gbit/s "
         "per device; "
         f"collectives reach {calibration.link_efficiency:.0%} / {calibration.network_efficiency:.0%} of that",
-        f"data-parallel traffic hides behind {calibration.dp_overlap:.0%} of the backward pass",
+        f"data-parallel traffic hides behind {calibration.dp_overlap:.0%} of the backward pass; "
+        f"tensor-parallel traffic {calibration.tp_overlap.get(spec.architecture, 0.0):.0%} under the GEMMs "
+        "(with sequence parallelism)",
         f"memory: {calibration.runtime_reserve_gib:g} GiB per device reserved for the runtime; "
         f"{spec.usable_memory_fraction:.0%} of {spec.memory_gib:g} GiB usable",
         f"energy: {calibration.training_power_fraction:.0%} of {spec.tdp_w:g} W TDP per device",
