@@ -217,6 +217,24 @@ def test_the_fluid_guided_policy_runs_the_job_the_makespan_waits_for_where_it_ga
     assert fluid_makespan(np.zeros((1, 2)), np.ones(1), np.ones(1), np.ones(2)) is None
 
 
+def test_the_fluid_guided_policy_never_lets_the_job_that_sets_the_horizon_wait() -> None:
+    # Four jobs, one v100 and one k80. On their fastest types the work is 30 + 5 + 66.7 + 100 s
+    # over two devices, so "last" (100 s on the v100) alone sets the horizon of the known work.
+    # The fluid program ends the batch at 135 s and keeps "last" busy only 100 s of them (74 %):
+    # it may wait. Waiting shorter jobs out, round by round, is how a batch ends late; it runs.
+    speeds = {"a": 1.0, "b": 2.0, "c": 3.0, "last": 3.0}
+    steps = {"a": 30.0, "b": 10.0, "c": 200.0, "last": 300.0}
+    packed = {(j, 1, k): rate for j, v in speeds.items() for k, rate in (("v100", v), ("k80", 1.0))}
+    jobs = [Job(id=j, job_type=j, devices=1, total_steps=steps[j], arrival_s=0) for j in speeds]
+    inp = PolicyInput(jobs=jobs, capacity={"v100": 1, "k80": 1}, throughputs=Throughputs(packed=packed))
+    rates = np.array([[1.0, speeds[j]] for j in speeds])  # k80, v100
+    solved = fluid_makespan(rates, np.array(list(steps.values())), np.ones(4), np.ones(2))
+    assert solved is not None and solved[0] == pytest.approx(135)
+    assert solved[1][3].sum() == pytest.approx(100)
+    allocation = shortest_remaining_fluid(inp)
+    assert "last" in allocation and "c" in allocation  # "c" is busy 130 s of the 135: critical
+
+
 def test_a_gang_larger_than_any_node_is_valued_at_its_spread_throughput() -> None:
     # The 8-device gang runs 3x faster on the a100s while it fits one node; their nodes hold 4,
     # so it would spread and run at its spread figure, slower than on one node of t4s.
