@@ -271,7 +271,8 @@ def step_time(
         scores_per_token = m.heads / tp * workload.seq_len * m.layers / pp
         traffic = scores_per_token * calibration.score_bytes_per_element * passes / memory_bw
         attention_s = attention / (peak_16 * gemm) + traffic * tp * pp
-    compute = tokens_per_device * (dense / (peak_dense * dense_efficiency) + attention_s)
+    gemm_s = tokens_per_device * dense / (peak_dense * dense_efficiency)
+    compute = gemm_s + tokens_per_device * attention_s
     if workload.kind == "qlora":
         compute *= calibration.qlora_slowdown
 
@@ -290,7 +291,7 @@ def step_time(
         tensor_parallel = n_micro * (m.layers / pp) * per_layer * all_reduce
         if layout.sequence_parallel:
             hidden = calibration.tp_overlap.get(spec.architecture, 0.0) * tensor_parallel
-            tensor_parallel -= min(hidden, tokens_per_device * dense / (peak_dense * dense_efficiency))
+            tensor_parallel -= min(hidden, gemm_s)
 
     bubble = (compute + tensor_parallel) * (pp - 1) / (layout.interleave * n_micro)
     if pp > 1:
