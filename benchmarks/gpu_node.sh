@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The checks that need a GPU, in one run on a GPU node (the CI machine has none); about 7 minutes
+# The checks that need a GPU, in one run on a GPU node (the CI machine has none); about 9 minutes
 # on one H200, every part with its own time limit so that one that hangs takes no other with it:
 #
 #     benchmarks/gpu_node.sh [OUT_DIR]          # PYTHON=... to use another interpreter
@@ -15,7 +15,8 @@
 #  7. torchtitan on the same 1B shape, where it can be installed (the node may have no network);
 #  8. fine-tuning: a Shipyard job vs PEFT + Trainer, LoRA and full, bf16;
 #  9. the share of peak each kernel of a transformer layer reaches (GEMMs by shape, attention,
-#     memory-bound kernels), and where a 125M-shaped step's time goes, beside the planner.
+#     memory-bound kernels), and where a 125M-shaped step's time goes, beside the planner;
+# 10. the host's time to queue a step's kernels against the GPU's time to run them.
 # Every figure is also written to OUT_DIR.
 set -u
 py=${PYTHON:-.venv/bin/python}
@@ -62,3 +63,4 @@ cat "$out/finetune.json"
 run kernels 100 kernel_efficiency.py --device cuda --hiddens 768,2048,4096,8192 --tokens 2048,8192,32768 \
     --seq-lens 1024,4096
 run step-profile-125m 100 step_profile.py --preset llama-125m --micro 16 --seq-len 1024 --steps 8
+run host-dispatch 150 host_dispatch.py --presets llama-12m,llama-125m,llama-1b --micros 1,16

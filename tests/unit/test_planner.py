@@ -246,6 +246,37 @@ def test_a_host_that_computes_pays_its_operator_dispatch_in_series() -> None:
     assert derived.step.compute_s / plan.step.compute_s == pytest.approx(speedup)
 
 
+def test_a_gpu_host_queues_kernels_alongside_the_device_and_bounds_a_small_model_s_step() -> None:
+    from shipyard.hardware.catalog import AcceleratorSpec
+    from shipyard.planner.shapes import shape_of
+    from shipyard.planner.training import OPS_PER_QUEUED_BLOCK, TrainingPlan
+    from shipyard.schemas.presets import PRESETS
+
+    small = shape_of(PRESETS["llama-125m"].with_vocab(4096))
+    h200 = lookup("h200")
+
+    def plan(micro: int, spec: AcceleratorSpec = h200) -> TrainingPlan:
+        workload = TrainingWorkload(model=small, seq_len=1024, global_batch_tokens=4 * micro * 1024)
+        request = LayoutRequest(tp=1, pp=1, zero=0, recompute="none", micro_batch=micro)
+        return plan_training(workload, cluster_of(spec, 1), request, measure="steady")
+
+    # By hand: 4 micro-batches x 12 blocks x 449 operations of the reference host's 5.42 us = 116.8 ms.
+    one = plan(1)
+    assert one.step.host_overlaps
+    assert OPS_PER_QUEUED_BLOCK == 449
+    assert one.step.host_s == pytest.approx(4 * 12 * 449 * 5.42e-6) == pytest.approx(0.1168, rel=1e-3)
+    # One sequence a micro-batch: the GPU finishes first and waits for the host (measured on an H200:
+    # 30 ms a micro-batch against 5 ms of kernels); the step is the host's time, not the sum.
+    assert one.step.device_s < one.step.host_s and one.step.total_s == one.step.host_s
+    # Many sequences: the kernels outlast the queuing and the host costs nothing.
+    big = plan(64)
+    assert big.step.device_s > big.step.host_s and big.step.total_s == big.step.device_s
+    # A measured host replaces the reference one, and a faster host never slows a plan.
+    fast = plan(1, h200.model_copy(update={"op_overhead_us": 2.0}))
+    assert fast.step.host_s == pytest.approx(one.step.host_s * 2.0 / 5.42)
+    assert fast.step.total_s <= one.step.total_s
+
+
 def test_the_host_probe_measures_positive_rates() -> None:
     from shipyard.hardware.probe import measure_host
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.table import Table
 
 from shipyard.cli._output import console, fmt, table
@@ -20,6 +22,11 @@ def plan_title(work: TrainingWorkload | InferenceWorkload, workload: str) -> str
 
 def _fits(fits: bool, reason: str | None) -> str:
     return "[green]yes[/]" if fits else f"[red]no[/]: {reason}"
+
+
+def _host_label(step: dict[str, Any]) -> str:
+    """A GPU's host queues kernels during the step (the longer of the two counts); a CPU's is in series."""
+    return "  host queuing kernels (overlapped)" if step.get("host_overlaps") else "  operator dispatch"
 
 
 def _number(value: float | None, unit: str = "") -> str:
@@ -83,7 +90,7 @@ def print_training(plan: TrainingPlan) -> None:
             ("  pipeline bubble", _number(step["pipeline_bubble_s"], "s")),
             ("  data parallel (exposed)", _number(step["data_parallel_exposed_s"], "s")),
             ("  optimizer", _number(step["optimizer_s"], "s")),
-            *([("  operator dispatch", _number(step["host_s"], "s"))] if step.get("host_s") else []),
+            *([(_host_label(step), _number(step["host_s"], "s"))] if step.get("host_s") else []),
             (
                 "tokens/s",
                 f"{_number(d['tokens_per_s'])} ({_number(d['tokens_per_s_per_device'])} per device)",

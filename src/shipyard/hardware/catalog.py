@@ -70,9 +70,10 @@ class AcceleratorSpec(_Row):
     measured (a host's CPU: its clock under load is not the nominal one); else the planner's
     figure for the generation."""
     op_overhead_us: float = Field(default=0.0, ge=0)
-    """Host time per tensor operation (dispatch and autograd bookkeeping) where the host itself
-    computes, so it is paid in series with the math: a CPU. A GPU's host queues kernels ahead of
-    the device instead."""
+    """Host time per tensor operation (dispatch and autograd bookkeeping), as ``hardware.probe``
+    measures it. A CPU pays it in series with its math; a GPU's host pays it while the device runs
+    the kernels queued before. 0 where not measured: a CPU's plan then counts no dispatch, a GPU's
+    takes the planner's reference host."""
     price_usd: PositiveFloat | None = None
     price_usd_per_h: PositiveFloat | None = None
     source: str

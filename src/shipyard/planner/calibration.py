@@ -103,6 +103,10 @@ class Calibration:
     host_runtime_reserve_gib: float = 0.42
     """A process training on the CPU, before its model: the interpreter, torch, transformers and
     PEFT resident (measured: 0.40-0.43 GiB peak RSS fine-tuning models of a few M parameters)."""
+    gpu_host_op_us: float = 5.42
+    """Host time per eager operation (``hardware.probe``) of a GPU node whose host was not measured:
+    the Xeon of an H200 node, where Shipyard's compiled 125M-shaped model queues a step's kernels
+    slower than the GPU runs them (``benchmarks/host_dispatch.py``)."""
     collective_latency_s: float = 20e-6
     """Per collective call (launch plus one hop), NCCL tests on NVLink/InfiniBand."""
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from shipyard.errors import InvalidSpec
+from shipyard.hardware.catalog import AcceleratorSpec
 from shipyard.planner.calibration import CALIBRATION, Calibration
 from shipyard.planner.layouts import candidate_layouts, check_request
 from shipyard.planner.memory import (
@@ -38,6 +39,12 @@ and loss of a micro-batch, and a block's share of the fused AdamW step. Measured
 ``benchmarks/cpu_overhead.py`` on a 2-core EPYC VM, where one such operation took 3.9 us; over
 five runs a block cost 170-248 operations, a micro-batch -26-230 (the intercept of a noisy line),
 a block's optimizer step 11-17."""
+OPS_PER_QUEUED_BLOCK = 449
+"""Host time to queue one block's kernels on a GPU (forward, backward and its share of the fused
+AdamW step), in the same units: Shipyard compiles each block, and every compiled graph call, its
+guards and its kernel launches cost the host time while the GPU runs what was queued before. Fitted
+through the origin on ``benchmarks/host_dispatch.py`` on one H200 (Xeon host, 5.42 us an operation):
+2.2-2.5 ms a block at one sequence a step, for models of 6, 8, 12 and 22 blocks."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -49,18 +56,26 @@ class StepTime:
     """Only what is not hidden behind the backward pass."""
     optimizer_s: float
     host_s: float = 0.0
-    """Operator dispatch on a device whose host computes too (a CPU): in series with the math."""
+    """The host's time to dispatch the step's operators."""
+    host_overlaps: bool = False
+    """A GPU's host queues kernels while the device runs those queued before, so the step takes the
+    longer of the two; a CPU computes what it dispatches, so it pays both in series."""
 
     @property
-    def total_s(self) -> float:
+    def device_s(self) -> float:
         return (
             self.compute_s
             + self.tensor_parallel_s
             + self.pipeline_bubble_s
             + self.data_parallel_s
             + self.optimizer_s
-            + self.host_s
         )
+
+    @property
+    def total_s(self) -> float:
+        if self.host_overlaps:
+            return max(self.device_s, self.host_s)
+        return self.device_s + self.host_s
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,6 +174,7 @@ class TrainingPlan:
                 "data_parallel_exposed_s": self.step.data_parallel_s,
                 "optimizer_s": self.step.optimizer_s,
                 "host_s": self.step.host_s,
+                "host_overlaps": self.step.host_overlaps,
             },
             "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_device": self.tokens_per_s_per_device,
@@ -308,15 +324,22 @@ def step_time(
     optimizer_shard = trainable_parameters(workload) / (tp * pp * (dp if layout.zero >= 1 else 1))
     optimizer = optimizer_shard * OPTIMIZER_BYTES_TOUCHED / memory_bw
     blocks = m.layers / pp
-    host_ops = n_micro * (blocks * OPS_PER_BLOCK + OPS_PER_MICRO_BATCH) + blocks * OPS_PER_BLOCK_OPTIMIZER
+    host_computes = spec.architecture == "cpu"
+    if host_computes:
+        host_ops = n_micro * (blocks * OPS_PER_BLOCK + OPS_PER_MICRO_BATCH) + blocks * OPS_PER_BLOCK_OPTIMIZER
+        # The cluster's own factor (clocks, contention) slows a CPU's dispatch as much as its math.
+        host_s = host_ops * spec.op_overhead_us * 1e-6 / calibration.device_efficiency.get(spec.key, 1.0)
+    else:
+        op_us = spec.op_overhead_us or calibration.gpu_host_op_us
+        host_s = n_micro * blocks * OPS_PER_QUEUED_BLOCK * op_us * 1e-6
     return StepTime(
         compute_s=compute,
         tensor_parallel_s=tensor_parallel,
         pipeline_bubble_s=bubble,
         data_parallel_s=data_parallel,
         optimizer_s=optimizer,
-        # The cluster's own factor (clocks, contention) slows a CPU's dispatch as much as its math.
-        host_s=host_ops * spec.op_overhead_us * 1e-6 / calibration.device_efficiency.get(spec.key, 1.0),
+        host_s=host_s,
+        host_overlaps=not host_computes,
     )
 
 
@@ -420,6 +443,19 @@ def _cluster_factor(accelerator: str, calibration: Calibration) -> str:
     return "" if factor is None else f", x{factor:.2f} as this cluster measured {accelerator}"
 
 
+def _host_note(spec: AcceleratorSpec, calibration: Calibration) -> str:
+    if spec.architecture == "cpu":
+        if not spec.op_overhead_us:
+            return "operator dispatch not counted: this CPU's cost per operation was not measured"
+        return f"the host dispatches each operator in {spec.op_overhead_us:.3g} us, in series with the math"
+    measured = "as measured" if spec.op_overhead_us else "a reference Xeon's"
+    op_us = spec.op_overhead_us or calibration.gpu_host_op_us
+    return (
+        f"the host queues a block's kernels in {OPS_PER_QUEUED_BLOCK * op_us / 1000:.2g} ms a micro-batch "
+        f"({measured} {op_us:.3g} us an operation); a step takes the longer of host and device"
+    )
+
+
 def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calibration) -> tuple[str, ...]:
     spec = cluster.accelerator
     m = workload.model
@@ -437,6 +473,7 @@ def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calib
         f"data-parallel traffic hides behind {calibration.dp_overlap:.0%} of the backward pass; "
         f"tensor-parallel traffic {calibration.tp_overlap.get(spec.architecture, 0.0):.0%} under the GEMMs "
         "(with sequence parallelism)",
+        _host_note(spec, calibration),
         f"memory: {calibration.runtime_reserve_gib:g} GiB per device reserved for the runtime; "
         f"{spec.usable_memory_fraction:.0%} of {spec.memory_gib:g} GiB usable",
         f"energy: {calibration.training_power_fraction:.0%} of {spec.tdp_w:g} W TDP per device",
