@@ -237,9 +237,12 @@ def _flash_attention(row: dict[str, str]) -> bool:
 
 
 def _as_described(spec: AcceleratorSpec, hardware: str) -> AcceleratorSpec:
-    """The catalog row with the memory size and bandwidth the run's hardware text states, when it
-    states other ones (torchtitan's H100 variant: 96 GB of HBM2e at 2.4 TB/s)."""
+    """The catalog row with the memory size, bandwidth and power limit the run's hardware text
+    states, when it states other ones (torchtitan's H100 variant: 96 GB of HBM2e at 2.4 TB/s, 500 W)."""
     update: dict[str, float] = {}
+    limit = re.search(r"(\d+)\s*W cap", hardware)
+    if limit:
+        update["power_limit_w"] = float(limit.group(1))
     memory = re.search(r"(\d+)\s*GB\b", hardware)
     if memory and abs(float(memory.group(1)) - spec.memory_gib) > 1:
         update["memory_gib"] = float(memory.group(1))

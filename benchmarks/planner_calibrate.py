@@ -25,7 +25,6 @@ from shipyard.planner.training import plan_training
 
 FITTED = (
     "ampere",
-    "hopper",
     "fp8_gemm_ratio",
     "elementwise_bytes_per_hidden",
     "micro_batch_tokens_half",
@@ -38,7 +37,6 @@ FITTED = (
 )
 BOUNDS = {
     "ampere": (0.4, 0.9),
-    "hopper": (0.3, 0.9),
     "fp8_gemm_ratio": (0.3, 1.0),
     "elementwise_bytes_per_hidden": (0.0, 20.0),
     "micro_batch_tokens_half": (0.0, 4000.0),
@@ -51,7 +49,7 @@ BOUNDS = {
 }
 
 
-GENERATIONS = {"ampere": "gemm_efficiency", "hopper": "gemm_efficiency", "tp_overlap_hopper": "tp_overlap"}
+GENERATIONS = {"ampere": "gemm_efficiency", "tp_overlap_hopper": "tp_overlap"}
 """Fitted values that are one generation's entry of a per-generation table."""
 
 
@@ -81,7 +79,13 @@ def current() -> dict[str, float]:
     }
 
 
-def fit(cases: list[Case], maxiter: int = 1500) -> dict[str, float]:
+RESTARTS = 3
+"""Nelder-Mead runs a fit's iterations are split into, each from the last one's best with a fresh
+simplex: the capped loss is flat in places, where one simplex shrinks onto a point that is not a
+minimum (Gao and Han 2012 on restarts)."""
+
+
+def fit(cases: list[Case], maxiter: int = 1500, restarts: int = RESTARTS) -> dict[str, float]:
     """The shared constants that minimize the robust loss over ``cases``, from the shipped ones."""
 
     def loss(x: list[float]) -> float:
@@ -102,11 +106,16 @@ def fit(cases: list[Case], maxiter: int = 1500) -> dict[str, float]:
             total += min(error, 0.25)
         return total / len(cases)
 
-    start = [current()[name] for name in FITTED]
-    result = minimize(
-        loss, start, method="Nelder-Mead", options={"maxiter": maxiter, "xatol": 1e-3, "fatol": 1e-5}
-    )
-    return dict(zip(FITTED, result.x, strict=True))
+    best = [current()[name] for name in FITTED]
+    for _ in range(restarts):
+        result = minimize(
+            loss,
+            best,
+            method="Nelder-Mead",
+            options={"maxiter": maxiter // restarts, "xatol": 1e-3, "fatol": 1e-5},
+        )
+        best = list(result.x)
+    return dict(zip(FITTED, best, strict=True))
 
 
 def main() -> None:

@@ -340,9 +340,11 @@ def test_a_user_hardware_file_overrides_and_extends(tmp_path: Path) -> None:
     new_row = {**h100, "key": "h100-nvl", "name": "NVIDIA H100 NVL", "memory_gib": 94, "match": []}
     import yaml
 
-    extra.write_text(yaml.safe_dump([{"key": "h100-sxm", "price_usd_per_h": 1.25}, new_row]))
+    override = {"key": "h100-sxm", "price_usd_per_h": 1.25, "power_limit_w": 500}
+    extra.write_text(yaml.safe_dump([override, new_row]))
     rows = load_catalog(extra)
     assert rows["h100-sxm"].price_usd_per_h == 1.25 and rows["h100-sxm"].tdp_w == 700
+    assert rows["h100-sxm"].board_w == 500
     assert rows["h100-nvl"].memory_gib == 94
     extra.write_text(yaml.safe_dump([{"key": "tpu-v9", "memory_gib": 1}]))
     with pytest.raises(InvalidSpec, match=r"row 'tpu-v9': .*name"):
@@ -482,6 +484,45 @@ def test_more_overlap_never_slows_a_plan(params: float, nodes: int, device: str,
     less = _plan_step_s(params, nodes, device, tp_overlap={generation: 0.9 / factor})
     more = _plan_step_s(params, nodes, device, tp_overlap={generation: 0.9})
     assert more <= less * (1 + 1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(**MONOTONE_CASES)
+def test_a_lower_power_limit_never_speeds_a_plan(
+    params: float, nodes: int, device: str, factor: float
+) -> None:
+    spec = lookup(device)
+    workload = TrainingWorkload(model=model_shape(params), global_batch_tokens=2**22)
+
+    def step_s(watts: float) -> float:
+        capped = spec.model_copy(update={"power_limit_w": watts})
+        cluster = cluster_of(capped, nodes * spec.devices_per_node)
+        return plan_training(workload, cluster, LayoutRequest()).step.total_s
+
+    assert step_s(spec.tdp_w / factor) >= step_s(spec.tdp_w) * (1 - 1e-9)
+
+
+def test_a_power_limit_slows_the_clocks_by_its_cube_root_and_caps_the_energy() -> None:
+    # Meta's H100s run at 500 W of their 700 W: clocks at (500/700)^(1/3) = 89.4 %.
+    h100 = lookup("h100-sxm")
+    capped = h100.model_copy(update={"power_limit_w": 500.0})
+    assert CALIBRATION.power_clock(capped) == pytest.approx(0.8939, abs=1e-4)
+    assert CALIBRATION.power_clock(h100) == 1.0
+    # A limit above the TDP changes nothing: the board never draws more than its TDP anyway.
+    assert CALIBRATION.power_clock(h100.model_copy(update={"power_limit_w": 900.0})) == 1.0
+    workload = TrainingWorkload(model=model_shape(1e9), seq_len=4096, global_batch_tokens=8 * 4096)
+    request = LayoutRequest(tp=1, pp=1, zero=0, recompute="none", micro_batch=8)
+    full, slow = (
+        plan_training(workload, cluster_of(spec, 1), request, measure="steady") for spec in (h100, capped)
+    )
+    # The math slows with the clock; the memory-bound share of a layer (norms, activations) and the
+    # optimizer's memory traffic do not, so compute slows by less than 1/0.894.
+    assert full.step.compute_s < slow.step.compute_s < full.step.compute_s / 0.8939
+    assert slow.step.optimizer_s == full.step.optimizer_s
+    # MFU stays against the nominal peak; energy counts 80 % of 500 W, not of 700 W.
+    assert slow.peak_tflops == full.peak_tflops and slow.mfu < full.mfu
+    assert slow.energy_kwh() / slow.gpu_hours == pytest.approx(0.8 * 500 / 1000)
+    assert any("power limit 500 W" in note for note in slow.assumptions)
 
 
 def test_tensor_parallel_traffic_hides_under_the_gemms_with_sequence_parallelism() -> None:

@@ -65,6 +65,9 @@ class AcceleratorSpec(_Row):
     network_gbit_per_s: PositiveFloat
     """Default scale-out bandwidth per device between nodes."""
     tdp_w: PositiveFloat
+    power_limit_w: PositiveFloat | None = None
+    """The board power limit a cluster runs this type at, where below its TDP (``nvidia-smi -pl``;
+    Meta's H100s at 500 W, Llama 2's production A100s at 350 W): the clocks fall with it."""
     gemm_efficiency: float | None = Field(default=None, gt=0, le=2)
     """The share of the peak above that this device's matrix multiplies sustain, where it was
     measured (a host's CPU: its clock under load is not the nominal one); else the planner's
@@ -77,6 +80,11 @@ class AcceleratorSpec(_Row):
     price_usd: PositiveFloat | None = None
     price_usd_per_h: PositiveFloat | None = None
     source: str
+
+    @property
+    def board_w(self) -> float:
+        """The most power a device draws: its TDP, or the lower limit it runs at."""
+        return min(self.tdp_w, self.power_limit_w or self.tdp_w)
 
     @property
     def bf16_tflops(self) -> float:

@@ -68,7 +68,7 @@ class InferencePlan:
         return hourly * self.cluster.count / (self.decode_tokens_per_s * 3600) * 1e6
 
     def kwh_per_million_tokens(self, calibration: Calibration = CALIBRATION) -> float:
-        watts = self.cluster.accelerator.tdp_w * calibration.inference_power_fraction * self.cluster.count
+        watts = self.cluster.accelerator.board_w * calibration.inference_power_fraction * self.cluster.count
         return watts / self.decode_tokens_per_s * 1e6 / 3.6e6
 
     def to_dict(self) -> dict[str, Any]:
@@ -151,6 +151,7 @@ def plan_inference(
 
     compute_precision = "int8" if workload.precision == "int8" and spec.tflops.int8 else "bf16"
     peak = (spec.peak_tflops(compute_precision) or spec.bf16_tflops) * 1e12  # type: ignore[arg-type]
+    peak *= calibration.power_clock(spec)
     efficiency = calibration.gemm(spec.architecture)
     bandwidth = spec.memory_bandwidth_gb_per_s * 1e9 * calibration.bandwidth(spec.architecture)
     link = cluster.link_gb_per_s if tp <= cluster.devices_per_node else cluster.network_gbit_per_s / 8

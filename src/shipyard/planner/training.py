@@ -144,7 +144,7 @@ class TrainingPlan:
         return None if hourly is None else self.gpu_hours * hourly
 
     def energy_kwh(self, calibration: Calibration = CALIBRATION) -> float:
-        watts = self.cluster.accelerator.tdp_w * calibration.training_power_fraction
+        watts = self.cluster.accelerator.board_w * calibration.training_power_fraction
         return self.gpu_hours * watts / 1000
 
     def not_fitting_reason(self) -> str | None:
@@ -265,8 +265,9 @@ def step_time(
     tokens_per_device = workload.global_batch_tokens / cluster.count
 
     _, dense, attention = flops_per_token(workload, layout.recompute, layout.recompute_every)
-    peak_16 = _peak(cluster, "bf16" if workload.precision != "fp32" else "fp32") * 1e12
-    peak_dense = _peak(cluster, workload.precision) * 1e12
+    clock = calibration.power_clock(spec)
+    peak_16 = _peak(cluster, "bf16" if workload.precision != "fp32" else "fp32") * 1e12 * clock
+    peak_dense = _peak(cluster, workload.precision) * 1e12 * clock
     memory_bw = spec.memory_bandwidth_gb_per_s * 1e9 * calibration.bandwidth(spec.architecture)
     # Norms, activations functions and residual adds move O(h) bytes per token where the GEMMs do
     # O(h^2) FLOPs: their share grows with the device's FLOPs per byte and shrinks with h/tp.
@@ -476,7 +477,9 @@ def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calib
         _host_note(spec, calibration),
         f"memory: {calibration.runtime_reserve_gib:g} GiB per device reserved for the runtime; "
         f"{spec.usable_memory_fraction:.0%} of {spec.memory_gib:g} GiB usable",
-        f"energy: {calibration.training_power_fraction:.0%} of {spec.tdp_w:g} W TDP per device",
+        f"energy: {calibration.training_power_fraction:.0%} of {spec.board_w:g} W "
+        + ("TDP" if spec.board_w == spec.tdp_w else "power limit")
+        + " per device",
         f"interruptions: {calibration.interruptions_per_device_hour * 1e6:g} per million device-hours, "
         f"{calibration.restart_hours_per_interruption * 60:g} min to restart and half a checkpoint "
         "interval redone each; checkpoints written at "
@@ -492,6 +495,11 @@ def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calib
             else "; no evaluation"
         ),
     ]
+    if spec.board_w < spec.tdp_w:
+        notes.append(
+            f"power limit {spec.board_w:g} W of {spec.tdp_w:g} W TDP: clocks at "
+            f"{calibration.power_clock(spec):.0%} (power goes as the clock cubed)"
+        )
     if workload.precision == "fp8":
         notes.append(
             f"fp8 matmuls reach {calibration.fp8_gemm_ratio:.0%} of the bf16 efficiency; attention stays bf16"
