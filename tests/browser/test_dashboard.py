@@ -215,6 +215,8 @@ def test_a_model_version_is_promoted_and_compared(site: Server, admin_page: Any)
     for name in ("nodes", "storage", "planner"):
         page.goto(f"{site.url}/{name}")
         checked(page, name)
+        if name == "nodes":  # the host's measured cost of an operation, which estimates plan with
+            assert "an operation, as it measured itself" in (page.text_content("section.node") or "")
     page.goto(f"{site.url}/planner?params_b=70&tokens_b=100&devices=8")
     assert page.locator("li.unfit").count() > 0  # 70B on 8 devices does not fit every type: greyed out
     assert "needs" in (page.text_content("tr.unfit") or "")  # and says why

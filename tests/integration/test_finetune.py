@@ -233,6 +233,7 @@ def test_bad_fine_tuning_input_is_refused_at_submit(
 def test_the_planned_memory_of_full_and_lora_fine_tuning_is_within_15_percent_of_the_peak(
     tmp_path: Path, datasets: dict[str, Path]
 ) -> None:
+    from shipyard.executors.base import NodeInventory
     from shipyard.hardware import Device
     from shipyard.hardware.catalog import catalog
     from shipyard.schemas.jobspec import validate_job_spec
@@ -246,12 +247,13 @@ def test_the_planned_memory_of_full_and_lora_fine_tuning_is_within_15_percent_of
         accelerator_type="cpu", index=0, name="cpu", vendor="cpu", memory_gib=20.0,
         peak_bf16_tflops=1.0, peak_fp32_tflops=1.0, cores=2,
     )  # fmt: skip
+    here = [NodeInventory(id="here", devices=(cpu,))]
     for method in ("full", "lora"):
         spec = finetune_spec(base, datasets["instruction"], "instruction", method=method)
         spec["training"].update(steps=3, micro_batch_size=4, seq_len=128, global_batch_tokens=512)
         run = run_runtime(tmp_path / method, tmp_path / "cache", spec)
         measured = max(m["mem_gib"] for m in metrics(run, "train"))
-        planned = estimate_job(validate_job_spec(spec), [cpu], catalog())["memory_gib_per_device"]
+        planned = estimate_job(validate_job_spec(spec), here, catalog())["memory_gib_per_device"]
         assert planned == pytest.approx(measured, rel=0.15), (method, planned, measured)
 
 

@@ -52,6 +52,8 @@ def test_a_head_started_here_is_listed_with_its_devices(cli: Cli, tmp_path: Path
         [node] = cli.json("nodes")
         assert node["id"] == "here" and node["up"] and node["labels"]["rack"] == "r1"
         assert node["capacity"]["cpu"] >= 1
+        # The node measured its host as it joined; the cluster's estimates plan that host with it.
+        assert node["host_op_us"] > 0 and "its host dispatches an operation in" in started.stdout
     finally:
         subprocess.run([str(Path(sys.executable).with_name("ray")), "stop", "--force"], capture_output=True,
                        check=False)  # fmt: skip

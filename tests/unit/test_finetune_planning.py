@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from shipyard.errors import Unschedulable
+from shipyard.executors.base import NodeInventory
 from shipyard.hardware import Device
 from shipyard.hardware.catalog import catalog
 from shipyard.schemas.jobspec import validate_job_spec
@@ -47,11 +48,12 @@ def test_full_fine_tuning_that_fits_nowhere_names_the_methods_that_would(tmp_pat
         accelerator_type="rtx-4090", index=0, name="NVIDIA GeForce RTX 4090", vendor="nvidia",
         memory_gib=rtx.memory_gib, peak_bf16_tflops=rtx.bf16_tflops, peak_fp32_tflops=82.6,
     )  # fmt: skip
+    node = [NodeInventory(id="node", devices=(gpu,))]
     with pytest.raises(Unschedulable) as refused:
-        estimate_job(_spec(tmp_path, "full", "rtx-4090"), [gpu], catalog())  # type: ignore[arg-type]
+        estimate_job(_spec(tmp_path, "full", "rtx-4090"), node, catalog())  # type: ignore[arg-type]
     message, hint = refused.value.message, refused.value.hint or ""
     assert message.startswith("full fine-tuning of 7.6 B parameters needs")
     assert "lora fits in" in hint and "on rtx-4090" in hint and "qlora fits in" in hint
-    lora = estimate_job(_spec(tmp_path, "lora", "rtx-4090"), [gpu], catalog())  # type: ignore[arg-type]
-    qlora = estimate_job(_spec(tmp_path, "qlora", "rtx-4090"), [gpu], catalog())  # type: ignore[arg-type]
+    lora = estimate_job(_spec(tmp_path, "lora", "rtx-4090"), node, catalog())  # type: ignore[arg-type]
+    qlora = estimate_job(_spec(tmp_path, "qlora", "rtx-4090"), node, catalog())  # type: ignore[arg-type]
     assert qlora["memory_gib_per_device"] < lora["memory_gib_per_device"] < rtx.memory_gib

@@ -155,7 +155,7 @@ def test_calibrate_fits_the_cluster_and_later_plans_use_it(ctx: ServiceContext) 
     fresh = validate_job_spec(spec_dict(name="fresh", training={"micro_batch_size": 8}))
     estimate = jobs.get(ctx, jobs.submit(ctx, fresh).id).estimate
     assert estimate["device_efficiency"] == pytest.approx(0.5)
-    catalog_only = estimate_job(fresh, ctx.devices(), hardware_catalog(ctx.settings))
+    catalog_only = estimate_job(fresh, ctx.executor.nodes(), hardware_catalog(ctx.settings))
     assert 0.5 - 1e-9 <= estimate["tokens_per_s"] / catalog_only["tokens_per_s"] < 0.55
     # A run measured just as its calibrated plan said confirms the factor: the planned figure
     # is taken back to the catalog's efficiency before it is compared.

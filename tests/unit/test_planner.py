@@ -240,6 +240,9 @@ def test_a_host_that_computes_pays_its_operator_dispatch_in_series() -> None:
     ops = 8 * (2 * OPS_PER_BLOCK + OPS_PER_MICRO_BATCH) + 2 * OPS_PER_BLOCK_OPTIMIZER
     assert ops == 3996 and plan.step.host_s == pytest.approx(ops * 4e-6)
     assert plan.step.total_s == pytest.approx(plan.step.compute_s + plan.step.optimizer_s + plan.step.host_s)
+    # The plan says which efficiency it took: the one measured, not the generation's.
+    assert "GEMM efficiency measured on this cpu: 110% of peak" in plan.assumptions
+    assert any(note.startswith("large-GEMM efficiency on cpu: 60%") for note in derived.assumptions)
     # A measured GEMM rate already holds what 256-token micro-batches cost: no GPU knee on top.
     knee = 1 + CALIBRATION.micro_batch_tokens_half / 256
     speedup = 1.1 / CALIBRATION.gemm("cpu") * knee

@@ -65,7 +65,8 @@ def start(
         return
     joined = cluster.start_node(ad, joining)
     kinds = ", ".join(f"{k}: {v}" for k, v in ad.inventory().capacity().items())
-    typer.echo(f"node {ad.node} joined the cluster at {joined} ({kinds})")
+    measured = f"; its host dispatches an operation in {ad.host.op_overhead_us:.2g} us" if ad.host else ""
+    typer.echo(f"node {ad.node} joined the cluster at {joined} ({kinds}{measured})")
     if head:
         typer.echo(f"other machines: shipyard node start --address {joined}")
         typer.echo(f"the server: SHIPYARD_EXECUTOR=ray SHIPYARD_RAY_ADDRESS={joined} shipyard server")
@@ -83,11 +84,12 @@ def nodes(json_out: JsonOpt = False) -> None:
     rows_or_json(
         found,
         json_out,
-        ["node", "health", "devices (used/all)", "labels", "jobs"],
+        ["node", "health", "devices (used/all)", "host op", "labels", "jobs"],
         lambda n: (
             n.id,
             ("cordoned: " + "; ".join(n.problems)) if n.problems else "up" if n.up else "DOWN",
             ", ".join(f"{k} {n.used.get(k, 0)}/{v}" for k, v in sorted(n.capacity.items())),
+            "-" if n.host_op_us is None else f"{n.host_op_us:.2g} us",
             ",".join(f"{k}={v}" for k, v in sorted(n.labels.items()) if k != "hostname") or "-",
             ",".join(n.jobs) or "-",
         ),

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from shipyard.hardware.discovery import Device
+from shipyard.hardware.probe import HostRates
 from shipyard.schemas.jobspec import ResourcesSection
 from shipyard.schemas.launch import TorchDevice
 
@@ -31,6 +32,9 @@ class NodeInventory:
     in_use: Mapping[str, int] = field(default_factory=dict)
     """Devices per type (cores for ``cpu``) the executor sees taken by anyone, where it can see
     that (a cluster shared with other consumers); empty where only its own attempts take them."""
+    host: HostRates | None = None
+    """What the node's own CPU measured as it joined (``hardware.probe``): its GEMM rate, memory
+    bandwidth and cost of an operation, which a job's estimate plans that node's host with."""
 
     @property
     def cpu(self) -> Device:

@@ -19,6 +19,7 @@ from shipyard.errors import InvalidSpec
 from shipyard.executors.base import NodeInventory
 from shipyard.hardware import Device
 from shipyard.hardware.catalog import catalog, unknown_key_hint
+from shipyard.hardware.probe import HostRates
 
 NAMESPACE = "shipyard"
 """The Ray namespace of Shipyard's actors and placement groups, and its key-value prefix."""
@@ -57,6 +58,8 @@ class Advertisement:
     emulated: bool = False
     env: Mapping[str, str] = field(default_factory=dict)
     """Environment of the node's training processes (``NCCL_SOCKET_IFNAME``, ``NCCL_IB_HCA``)."""
+    host: HostRates | None = None
+    """This node's CPU as measured where it starts (``None`` from a node that did not measure it)."""
 
     def check(self) -> None:
         """Refuse a node whose accelerators the catalog does not know: the scheduler could not
@@ -72,7 +75,9 @@ class Advertisement:
                 )
 
     def inventory(self, *, up: bool = True) -> NodeInventory:
-        return NodeInventory(id=self.node, devices=self.devices, labels=dict(self.labels), up=up)
+        return NodeInventory(
+            id=self.node, devices=self.devices, labels=dict(self.labels), up=up, host=self.host
+        )
 
     def resources(self) -> dict[str, float]:
         """The Ray resources the node starts with (``ray start --resources``)."""
@@ -104,7 +109,8 @@ class Advertisement:
         devices = tuple(
             Device(**{**d, "nvlink_peers": tuple(d.get("nvlink_peers", ()))}) for d in record.pop("devices")
         )
-        return cls(devices=devices, **record)
+        host = record.pop("host", None)
+        return cls(devices=devices, host=HostRates(**host) if host else None, **record)
 
 
 def parse_labels(pairs: Sequence[str]) -> dict[str, str]:

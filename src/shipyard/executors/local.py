@@ -19,6 +19,7 @@ from pathlib import Path
 
 from shipyard.executors.base import AttemptHandle, Busy, NodeInventory, Placement, Request, Unplaceable
 from shipyard.hardware.discovery import Device
+from shipyard.hardware.probe import measure_host
 from shipyard.schemas.launch import TorchDevice
 
 NODE_NAME_ENV = "SHIPYARD_NODE_NAME"
@@ -76,7 +77,7 @@ class LocalExecutor:
     def node(self) -> NodeInventory:
         devices = list(self._devices() if callable(self._devices) else self._devices)
         name = self._name or os.environ.get(NODE_NAME_ENV) or socket.gethostname()
-        return NodeInventory(id=name, devices=tuple(devices), labels=_labels(devices))
+        return NodeInventory(id=name, devices=tuple(devices), labels=_labels(devices), host=measure_host())
 
     @property
     def devices(self) -> tuple[Device, ...]:

@@ -444,6 +444,17 @@ def _cluster_factor(accelerator: str, calibration: Calibration) -> str:
     return "" if factor is None else f", x{factor:.2f} as this cluster measured {accelerator}"
 
 
+def _gemm_note(spec: AcceleratorSpec, calibration: Calibration) -> str:
+    factor = _cluster_factor(spec.key, calibration)
+    if spec.gemm_efficiency is not None:  # a CPU's, as the host's probe measured it
+        return f"GEMM efficiency measured on this {spec.key}: {spec.gemm_efficiency:.0%} of peak{factor}"
+    return (
+        f"large-GEMM efficiency on {spec.architecture}: {calibration.gemm(spec.architecture):.0%} of dense "
+        f"peak{factor}; lower for narrow layers on devices with many FLOPs per byte of memory bandwidth, "
+        "and for small micro-batches"
+    )
+
+
 def _host_note(spec: AcceleratorSpec, calibration: Calibration) -> str:
     if spec.architecture == "cpu":
         if not spec.op_overhead_us:
@@ -463,10 +474,7 @@ def assumptions(workload: TrainingWorkload, cluster: Cluster, calibration: Calib
     notes = [
         f"model FLOPs per token = {'4' if workload.kind in ('lora', 'qlora') else '6'}N + 12*L*h*s "
         "(recomputation counts in HFU, not MFU)",
-        f"large-GEMM efficiency on {spec.architecture}: {calibration.gemm(spec.architecture):.0%} "
-        f"of dense peak{_cluster_factor(spec.key, calibration)}; "
-        "lower for narrow layers on devices with many FLOPs per byte of memory bandwidth, and for small "
-        "micro-batches",
+        _gemm_note(spec, calibration),
         f"links: {cluster.link} {cluster.link_gb_per_s:g} GB/s per direction inside a node of "
         f"{cluster.devices_per_node}; network {cluster.network} {cluster.network_gbit_per_s:g} Gbit/s "
         "per device; "

@@ -128,6 +128,9 @@ class NodeView(_View):
     jobs: list[str]
     problems: list[str] = []
     """Why it is cordoned, as its agent last saw it (low disk, a failing GPU); empty: fit."""
+    host_op_us: float | None = None
+    """What one tensor operation cost its host when it joined (``hardware.probe``): how fast it
+    queues a GPU's kernels, which the estimates plan it with; null where it did not measure."""
 
 
 class LogChunkView(_View):

@@ -22,6 +22,7 @@ from shipyard.domain import JobState
 from shipyard.errors import DependencyMissing, ExecutorError
 from shipyard.executors.cluster_nodes import NAMESPACE, Advertisement, kv_key
 from shipyard.hardware import discover
+from shipyard.hardware.probe import measure_host
 from shipyard.schemas.views import NodeView
 from shipyard.services.context import ServiceContext
 from shipyard.services.submitted_jobs import aware
@@ -56,6 +57,7 @@ def advertisement(ctx: ServiceContext, joining: Joining) -> Advertisement:
         labels=dict(joining.labels),
         scratch=str(scratch.resolve()),
         env=dict(joining.env),
+        host=measure_host(),
     )
     ad.check()
     return ad
@@ -162,6 +164,7 @@ def list_nodes(ctx: ServiceContext) -> list[NodeView]:
                 labels=dict(node.labels),
                 jobs=sorted(jobs),
                 problems=problems.get(node.id) or [],
+                host_op_us=node.host.op_overhead_us if node.host else None,
             )
         )
     return views

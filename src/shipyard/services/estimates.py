@@ -24,10 +24,9 @@ from shipyard.db import Attempt, Job, Metric, ShapeMeasurement
 from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason
 from shipyard.errors import InvalidSpec, ShipyardError, Unschedulable
-from shipyard.executors.base import Request
-from shipyard.hardware import Device
+from shipyard.executors.base import NodeInventory, Request
 from shipyard.hardware.catalog import AcceleratorSpec, Catalog
-from shipyard.hardware.probe import measure_host
+from shipyard.hardware.probe import HostRates
 from shipyard.planner.calibration import CALIBRATION, Calibration
 from shipyard.planner.shapes import shape_of
 from shipyard.planner.training import TrainingPlan, plan_training
@@ -192,17 +191,18 @@ _memo: dict[Hashable, dict[str, Any]] = {}
 
 
 def estimate_job(
-    spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog, calibration: Calibration = CALIBRATION
+    spec: JobSpec, nodes: Sequence[NodeInventory], catalog: Catalog, calibration: Calibration = CALIBRATION
 ) -> dict[str, Any]:
-    """The fastest fitting accelerator type among those the job may use on this node, planned
-    with ``calibration`` (this cluster's: :func:`shipyard.services.calibrate.cluster_calibration`).
+    """The fastest fitting accelerator type among those the job may use on these nodes, planned
+    with ``calibration`` (this cluster's: :func:`shipyard.services.calibrate.cluster_calibration`)
+    and with the hosts the nodes measured.
 
     Raises ``Unschedulable`` with the memory needed and the largest memory here when none fits.
     Remembered per shape of job (a queue fills with copies of one spec, each asking again); the
     dict returned is shared, not to be changed.
     """
     if spec.model.path:  # the config.json behind a path can change: read it each time
-        return _estimate(spec, node_devices, catalog, calibration)
+        return _estimate(spec, nodes, catalog, calibration)
     accelerators = tuple(spec.resources.accelerator)
     key = (
         spec.model,
@@ -211,13 +211,13 @@ def estimate_job(
         spec.resources.devices,
         spec.resources.cpus_per_device,
         accelerators,
-        tuple(node_devices),
+        tuple((node.devices, node.host) for node in nodes),
         tuple(catalog.get(a) for a in accelerators),
         tuple(sorted(calibration.device_efficiency.items())),
     )
     found = _memo.get(key)
     if found is None:
-        found = _estimate(spec, node_devices, catalog, calibration)
+        found = _estimate(spec, nodes, catalog, calibration)
         if len(_memo) >= _MEMO_SIZE:
             _memo.clear()
         _memo[key] = found
@@ -227,15 +227,16 @@ def estimate_job(
 def _plans(
     workload: TrainingWorkload,
     spec: JobSpec,
-    node_devices: Sequence[Device],
+    nodes: Sequence[NodeInventory],
     catalog: Catalog,
     calibration: Calibration = CALIBRATION,
 ) -> list[TrainingPlan]:
-    """The job planned on each accelerator type it may use that this node has."""
+    """The job planned on each accelerator type it may use that the nodes have."""
     devices = spec.resources.devices
     plans: list[TrainingPlan] = []
     for accelerator_type in spec.resources.accelerator:
-        found = [d for d in node_devices if d.accelerator_type == accelerator_type]
+        having = [node for node in nodes if accelerator_type in node.capacity()]
+        found = [d for node in having for d in node.devices if d.accelerator_type == accelerator_type]
         if not found or accelerator_type not in catalog:
             continue
         if workload.kind == "qlora" and catalog[accelerator_type].vendor != QLORA_VENDOR:
@@ -244,6 +245,9 @@ def _plans(
         memory_gib = min(d.memory_gib for d in found)
         row = catalog[accelerator_type]
         update: dict[str, Any] = {"usable_memory_fraction": 1.0}
+        host = _slowest_host(having)
+        if host is not None:  # the host that queues a GPU's kernels, or computes on the CPU
+            update["op_overhead_us"] = host.op_overhead_us
         planned = workload
         if accelerator_type == "cpu":
             if spec.training.precision == "auto" and not _cpu_has_bf16_tiles(row):
@@ -256,22 +260,26 @@ def _plans(
             update["tflops"] = row.tflops.model_copy(
                 update={k: v * share for k, v in row.tflops.model_dump().items() if v}
             )
-            update |= _measured_on_this_host(row, planned.precision, threads or 1, cores or 1)
+            if host is not None:
+                update |= _measured_cpu(host, row, planned.precision, threads or 1, cores or 1)
         accelerator = row.model_copy(update={**update, "memory_gib": memory_gib})
         plans.append(_plan_on(planned, spec, accelerator, devices, calibration))
     return plans
 
 
-def _measured_on_this_host(cpu: AcceleratorSpec, precision: str, threads: int, cores: int) -> dict[str, Any]:
-    """The host CPU as measured (``hardware.probe``) rather than derived: its GEMM rate against the
-    derived fp32 peak, its memory bandwidth for the job's threads, its cost per operation."""
-    rates = measure_host()
-    if rates is None:
-        return {}
-    measured: dict[str, Any] = {
-        "memory_bandwidth_gb_per_s": rates.memory_gb_per_s_per_thread * threads,
-        "op_overhead_us": rates.op_overhead_us,
-    }
+def _slowest_host(nodes: Sequence[NodeInventory]) -> HostRates | None:
+    """The host an estimate for these nodes plans with: the slowest to dispatch an operation, so
+    that it holds on whichever of them the job lands (``None`` where none measured its host)."""
+    measured = [node.host for node in nodes if node.host is not None]
+    return max(measured, key=lambda rates: rates.op_overhead_us, default=None)
+
+
+def _measured_cpu(
+    rates: HostRates, cpu: AcceleratorSpec, precision: str, threads: int, cores: int
+) -> dict[str, Any]:
+    """A node's CPU as measured (``hardware.probe``) rather than derived: its GEMM rate against the
+    derived fp32 peak and its memory bandwidth, for the job's threads."""
+    measured: dict[str, Any] = {"memory_bandwidth_gb_per_s": rates.memory_gb_per_s_per_thread * threads}
     peak_per_core = (cpu.tflops.fp32 or 0) / cores
     if precision == "fp32" and peak_per_core:
         measured["gemm_efficiency"] = rates.gemm_gflops_per_thread / 1000 / peak_per_core
@@ -289,15 +297,15 @@ METHOD_WORDS = {"full": "full fine-tuning", "lora": "lora", "qlora": "qlora"}
 
 
 def _estimate(
-    spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog, calibration: Calibration
+    spec: JobSpec, nodes: Sequence[NodeInventory], catalog: Catalog, calibration: Calibration
 ) -> dict[str, Any]:
     workload = job_workload(spec)
-    plans = _plans(workload, spec, node_devices, catalog, calibration)
+    plans = _plans(workload, spec, nodes, catalog, calibration)
     if not plans:
         return {}
     fitting = [p for p in plans if p.fits]
     if not fitting:
-        raise _fits_nowhere(spec, workload, plans, node_devices, catalog)
+        raise _fits_nowhere(spec, workload, plans, nodes, catalog)
     best = min(fitting, key=lambda p: p.step.total_s)
     return {
         "accelerator": best.cluster.accelerator.key,
@@ -357,7 +365,7 @@ def _fits_nowhere(
     spec: JobSpec,
     workload: TrainingWorkload,
     plans: list[TrainingPlan],
-    node_devices: Sequence[Device],
+    nodes: Sequence[NodeInventory],
     catalog: Catalog,
 ) -> Unschedulable:
     devices = spec.resources.devices
@@ -374,7 +382,7 @@ def _fits_nowhere(
         "weights with training.parallelism: fsdp over more resources.devices, or pick a smaller "
         "model; `shipyard plan train` shows what fits where"
     )
-    lighter = _lighter_methods(spec, node_devices, catalog)
+    lighter = _lighter_methods(spec, nodes, catalog)
     if lighter:
         hint = f"{', '.join(lighter)} (finetune.method); or {hint}"
     return Unschedulable(
@@ -410,7 +418,7 @@ def describe_layout(layout: dict[str, Any]) -> str:
     )
 
 
-def _lighter_methods(spec: JobSpec, node_devices: Sequence[Device], catalog: Catalog) -> list[str]:
+def _lighter_methods(spec: JobSpec, nodes: Sequence[NodeInventory], catalog: Catalog) -> list[str]:
     """What the fine-tuning methods lighter than the job's would need: "lora fits in 19.3 GiB on
     rtx-4090" where one of the job's accelerator types here holds it, else the memory it needs."""
     if spec.method not in ("full", "lora"):
@@ -421,7 +429,7 @@ def _lighter_methods(spec: JobSpec, node_devices: Sequence[Device], catalog: Cat
         finetune = (spec.finetune or FinetuneSection()).model_copy(update={"method": method})
         variant = spec.model_copy(update={"finetune": finetune})
         workload = job_workload(variant)
-        plans = _plans(workload, variant, node_devices, catalog)
+        plans = _plans(workload, variant, nodes, catalog)
         fitting = sorted((p for p in plans if p.fits), key=lambda p: p.memory.total_gib)
         if fitting:
             p = fitting[0]

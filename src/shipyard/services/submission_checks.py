@@ -89,7 +89,7 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
                 "list an accelerator type they have in resources.accelerator",
             )
         spec.training.grad_accum_steps(request.devices * request.nodes)
-        planned = estimate_job(local, ctx.devices(), catalog, cluster_calibration(session))
+        planned = estimate_job(local, ctx.executor.nodes(), catalog, cluster_calibration(session))
         estimate = with_measurements(session, local, planned)
         checkpoint = _resume_point(ctx, session, spec, resume, resume_from)
         if checkpoint is not None:
