@@ -70,3 +70,13 @@ def test_memory_far_above_the_plan_on_a_cpu_is_the_process_peak() -> None:
     assert why.startswith("measured memory is 2.5x the plan (25.00 against 10.00 GiB): on the CPU")
     [why] = explain(PLAN, run(40_000.0, 0.40, memory_gib=25.0))
     assert "caching allocator" in why
+
+
+def test_a_step_planned_as_its_host_s_says_so() -> None:
+    # A small model on a GPU: the plan's step is the host queuing kernels at 5.4 us an operation,
+    # and the run reached a third of the planned MFU (a host slower than its node measured).
+    host_bound = {**PLAN, "host_bound": True, "host_op_us": 5.42}
+    [why] = explain(host_bound, run(12_000.0, 0.12))
+    assert "the planned step was its host's, queuing kernels at 5.4 us an operation (0.3x)" in why
+    [plain] = explain(PLAN, run(12_000.0, 0.12))
+    assert "host" not in plain

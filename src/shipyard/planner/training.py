@@ -331,8 +331,7 @@ def step_time(
         # The cluster's own factor (clocks, contention) slows a CPU's dispatch as much as its math.
         host_s = host_ops * spec.op_overhead_us * 1e-6 / calibration.device_efficiency.get(spec.key, 1.0)
     else:
-        op_us = spec.op_overhead_us or calibration.gpu_host_op_us
-        host_s = n_micro * blocks * OPS_PER_QUEUED_BLOCK * op_us * 1e-6
+        host_s = n_micro * blocks * OPS_PER_QUEUED_BLOCK * host_op_us(spec, calibration) * 1e-6
     return StepTime(
         compute_s=compute,
         tensor_parallel_s=tensor_parallel,
@@ -439,6 +438,14 @@ def plan_training(
     )
 
 
+def host_op_us(spec: AcceleratorSpec, calibration: Calibration = CALIBRATION) -> float:
+    """The host's cost of an operation a plan takes: as measured, else for a GPU the reference
+    Xeon's (a CPU not measured counts no dispatch)."""
+    if spec.op_overhead_us or spec.architecture == "cpu":
+        return spec.op_overhead_us
+    return calibration.gpu_host_op_us
+
+
 def _cluster_factor(accelerator: str, calibration: Calibration) -> str:
     factor = calibration.device_efficiency.get(accelerator)
     return "" if factor is None else f", x{factor:.2f} as this cluster measured {accelerator}"
@@ -461,7 +468,7 @@ def _host_note(spec: AcceleratorSpec, calibration: Calibration) -> str:
             return "operator dispatch not counted: this CPU's cost per operation was not measured"
         return f"the host dispatches each operator in {spec.op_overhead_us:.3g} us, in series with the math"
     measured = "as measured" if spec.op_overhead_us else "a reference Xeon's"
-    op_us = spec.op_overhead_us or calibration.gpu_host_op_us
+    op_us = host_op_us(spec, calibration)
     return (
         f"the host queues a block's kernels in {OPS_PER_QUEUED_BLOCK * op_us / 1000:.2g} ms a micro-batch "
         f"({measured} {op_us:.3g} us an operation); a step takes the longer of host and device"

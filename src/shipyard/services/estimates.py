@@ -29,7 +29,7 @@ from shipyard.hardware.catalog import AcceleratorSpec, Catalog
 from shipyard.hardware.probe import HostRates
 from shipyard.planner.calibration import CALIBRATION, Calibration
 from shipyard.planner.shapes import shape_of
-from shipyard.planner.training import TrainingPlan, plan_training
+from shipyard.planner.training import TrainingPlan, host_op_us, plan_training
 from shipyard.planner.workload import LayoutRequest, Recompute, TrainingWorkload, cluster_of
 from shipyard.schemas.documents import describe_error, read_document_file
 from shipyard.schemas.jobspec import (
@@ -332,6 +332,9 @@ def _figures(plan: TrainingPlan, calibration: Calibration) -> dict[str, Any]:
         "flops_per_token": plan.model_flops_per_token,
         # This cluster's factor on the type's efficiency the figures were planned with.
         "device_efficiency": calibration.device_efficiency.get(plan.cluster.accelerator.key, 1.0),
+        # The host the plan took (its node's, as measured), and whether the step was its time.
+        "host_op_us": host_op_us(plan.cluster.accelerator, calibration),
+        "host_bound": plan.step.host_overlaps and plan.step.host_s > plan.step.device_s,
     }
 
 

@@ -54,7 +54,7 @@ def _throughput(plan: dict[str, Any], m: Measured) -> str | None:
     run_peak = got * m.flops_per_token / (m.mfu * m.world_size) / 1e12
     factors = [
         (run_peak / peak, _peak_words(peak, run_peak, m)),
-        (m.mfu / mfu, _efficiency_words(mfu, m.mfu, m.others_on_node)),
+        (m.mfu / mfu, _efficiency_words(plan, m.mfu, m.others_on_node)),
         (fpt / m.flops_per_token, f"FLOPs per token: the planner counted {fpt / 1e6:,.1f} M, "
                                   f"the runtime {m.flops_per_token / 1e6:,.1f} M"),
     ]  # fmt: skip
@@ -73,12 +73,16 @@ def _peak_words(planned: float, run: float, m: Measured) -> str:
     )
 
 
-def _efficiency_words(planned_mfu: float, measured_mfu: float, others_on_node: int) -> str:
+def _efficiency_words(plan: dict[str, Any], measured_mfu: float, others_on_node: int) -> str:
+    planned_mfu = plan["mfu"]
     words = (
         f"efficiency: the planner assumed {planned_mfu:.1%} of peak (MFU), the run reached {measured_mfu:.1%}"
     )
     if others_on_node and measured_mfu < planned_mfu:
         words += f", with {others_on_node} other job{'s' if others_on_node > 1 else ''} on the node"
+    if plan.get("host_bound"):  # the plan's step was the host queuing kernels, not the device
+        op_us = plan["host_op_us"]
+        words += f"; the planned step was its host's, queuing kernels at {op_us:.2g} us an operation"
     return words
 
 
