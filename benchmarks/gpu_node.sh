@@ -15,7 +15,8 @@
 #  7. torchtitan on the same 1B shape, where it can be installed (the node may have no network);
 #  8. fine-tuning: a Shipyard job vs PEFT + Trainer, LoRA and full, bf16;
 #  9. the share of peak each kernel of a transformer layer reaches (GEMMs by shape, attention,
-#     memory-bound kernels), and where a 125M-shaped step's time goes, beside the planner;
+#     memory-bound kernels; every product of OpenXLA's 256-4096 grid, with its fitted fixed cost:
+#     keep kernels.json in benchmarks/data/), and where a 125M-shaped step's time goes;
 # 10. the host's time to queue a step's kernels against the GPU's time to run them.
 # Every figure is also written to OUT_DIR.
 set -u
@@ -60,7 +61,7 @@ timeout 120 "$py" benchmarks/finetune_throughput.py --device cuda --precision bf
     --micro 16 --seq-len 256 --steps 20 --json >"$out/finetune.json" 2>"$out/finetune.log"
 cat "$out/finetune.json"
 
-run kernels 100 kernel_efficiency.py --device cuda --hiddens 768,2048,4096,8192 --tokens 2048,8192,32768 \
-    --seq-lens 1024,4096
+run kernels 130 kernel_efficiency.py --device cuda --hiddens 768,2048,4096,8192 --tokens 2048,8192,32768 \
+    --seq-lens 1024,4096 --grid 256,512,1024,2048,4096
 run step-profile-125m 100 step_profile.py --preset llama-125m --micro 16 --seq-len 1024 --steps 8
 run host-dispatch 150 host_dispatch.py --presets llama-12m,llama-125m,llama-1b --micros 1,16

@@ -4,17 +4,20 @@ memory-bound element-wise work (norms, activations, residual adds, the optimizer
 planner prices a step from these shares; this measures them on the device in front of it.
 
     .venv/bin/python benchmarks/kernel_efficiency.py [--device cpu|cuda] [--precision bf16|fp32]
-        [--hiddens 768,2048,4096] [--tokens 1024,16384] [--json]
+        [--hiddens 768,2048,4096] [--tokens 1024,16384] [--grid 256,512,1024,2048,4096] [--json]
 
 Peaks are what ``shipyard devices`` reports (the catalog's dense peak for a GPU, the derived one
 for a CPU). Each figure is the median of ``--reps`` timed runs after warm-ups (CUDA events on a
 GPU). A projection of width h to n over t tokens is a (t x h) @ (h x n) product, 2*t*h*n FLOPs;
 its backward is two more products of the same size, so the forward's share stands for all three.
+``--grid`` also times every product over a grid of sizes and fits the two figures that explain
+most of a device's table: its large-product efficiency and a fixed cost a product.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -89,6 +92,43 @@ def gemm_rows(
                 )
                 del a, b
     return rows
+
+
+def grid_rows(
+    sizes: list[int], device: torch.device, dtype: torch.dtype, peak: float, reps: int
+) -> list[dict[str, Any]]:
+    """Every (m x k) @ (k x n) product with m, n and k from ``sizes``: the grid OpenXLA's GPU cost
+    model tabulates for each device (m, n, k from 256 to 4096), so the two can be set side by side."""
+    rows = []
+    for m, n, k in itertools.product(sizes, repeat=3):
+        a = torch.randn(m, k, device=device, dtype=dtype)
+        b = torch.randn(k, n, device=device, dtype=dtype)
+        seconds = timed(lambda a=a, b=b: a @ b, device, reps)
+        rows.append(
+            {"m": m, "n": n, "k": k, "seconds": seconds, "share_of_peak": 2 * m * n * k / seconds / peak}
+        )
+        del a, b
+    return rows
+
+
+def fit_fixed_cost(rows: list[dict[str, Any]], peak: float) -> dict[str, float]:
+    """The large-product efficiency e and the fixed cost t0 of ``seconds = FLOPs / (peak * e) + t0``,
+    by least squares on the relative error (linear in 1/e and t0, so a 2 x 2 solve)."""
+    # Each row asks (flops / t) * slope + (1 / t) * t0 = 1, slope = 1 / (peak * e).
+    xs = [(2 * r["m"] * r["n"] * r["k"] / r["seconds"], 1 / r["seconds"]) for r in rows]
+    sxx = sum(x * x for x, _ in xs)
+    sxy = sum(x * y for x, y in xs)
+    syy = sum(y * y for _, y in xs)
+    sx, sy = sum(x for x, _ in xs), sum(y for _, y in xs)
+    det = sxx * syy - sxy * sxy
+    slope, t0 = (sx * syy - sy * sxy) / det, (sxx * sy - sxy * sx) / det
+    errors = sorted(abs(x * slope + y * t0 - 1) for x, y in xs)
+    return {
+        "large_product_efficiency": 1 / (peak * slope),
+        "fixed_cost_us": t0 * 1e6,
+        "mdape": statistics.median(errors),
+        "worst": errors[-1],
+    }
 
 
 def attention_rows(
@@ -180,6 +220,12 @@ def main() -> None:
     parser.add_argument("--seq-lens", type=ints, default=[1024, 4096])
     parser.add_argument("--vocab", type=int, default=32000)
     parser.add_argument("--optimizer-params", type=int, default=50_000_000)
+    parser.add_argument(
+        "--grid",
+        type=ints,
+        default=[],
+        help="also time every product with m, n, k from these sizes and fit its fixed cost",
+    )
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -206,6 +252,9 @@ def main() -> None:
         "attention": attention_rows(args, device, dtype, peak / 1e12),
         "elementwise": elementwise_rows(args, device, dtype, bandwidth),
     }
+    if args.grid:
+        grid = grid_rows(args.grid, device, dtype, peak, args.reps)
+        figures["grid"] = {"products": grid, "fit": fit_fixed_cost(grid, peak)}
     if args.json:
         print(json.dumps(figures, indent=2))
         return
@@ -224,6 +273,11 @@ def main() -> None:
     print("memory-bound kernels")
     for r in figures["elementwise"]:
         print(f"  {r['kernel']:<22} {r['gb_per_s']:>8.0f} GB/s  {r['share_of_bandwidth']:.1%}")
+    if args.grid:
+        fit = figures["grid"]["fit"]
+        print(f"products over m, n, k in {args.grid}: seconds = FLOPs / (peak x e) + t0 with ", end="")
+        print(f"e {fit['large_product_efficiency']:.3f}, t0 {fit['fixed_cost_us']:.1f} us ", end="")
+        print(f"(median error {fit['mdape']:.1%}, worst {fit['worst']:.1%})")
 
 
 if __name__ == "__main__":
