@@ -326,12 +326,13 @@ def step_time(
     optimizer = optimizer_shard * OPTIMIZER_BYTES_TOUCHED / memory_bw
     blocks = m.layers / pp
     host_computes = spec.architecture == "cpu"
+    op_s = host_op_us(spec, calibration) * 1e-6
     if host_computes:
         host_ops = n_micro * (blocks * OPS_PER_BLOCK + OPS_PER_MICRO_BATCH) + blocks * OPS_PER_BLOCK_OPTIMIZER
         # The cluster's own factor (clocks, contention) slows a CPU's dispatch as much as its math.
-        host_s = host_ops * spec.op_overhead_us * 1e-6 / calibration.device_efficiency.get(spec.key, 1.0)
+        host_s = host_ops * op_s / calibration.device_efficiency.get(spec.key, 1.0)
     else:
-        host_s = n_micro * blocks * OPS_PER_QUEUED_BLOCK * host_op_us(spec, calibration) * 1e-6
+        host_s = n_micro * blocks * OPS_PER_QUEUED_BLOCK * op_s
     return StepTime(
         compute_s=compute,
         tensor_parallel_s=tensor_parallel,
