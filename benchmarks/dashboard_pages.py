@@ -121,7 +121,11 @@ def free_port() -> int:
 
 def timed_pages(url: str, pages: list[str], rounds: int) -> dict[str, dict[str, float]]:
     with httpx.Client(base_url=url, timeout=60) as browser:
-        answer = browser.post("/login", data={"username": "admin", "password": PASSWORD, "next": "/"})
+        form = browser.get("/login").text  # the login form carries its CSRF token
+        csrf = form.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        answer = browser.post(
+            "/login", data={"username": "admin", "password": PASSWORD, "next": "/", "csrf": csrf}
+        )
         assert answer.status_code == 303, answer.text
         results = {}
         for page in pages:

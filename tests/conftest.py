@@ -190,13 +190,17 @@ class Server:
             "SHIPYARD_INIT_ADMIN": f"admin:{admin_password}",
             **(env or {}),
         }
-        self.process = subprocess.Popen(
-            [*SHIPYARD, "server", "--port", str(self.port), *(args or [])],
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        # Into a file, not a pipe nobody reads: a server that logs more than a pipe holds would
+        # block on its next line (a run of logged errors once hung every request).
+        self.log = home.parent / f"server-{self.port}.log"
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                [*SHIPYARD, "server", "--port", str(self.port), *(args or [])],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 60) -> None:
@@ -205,9 +209,7 @@ class Server:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise AssertionError(
-                    f"server exited: {self.process.stdout.read() if self.process.stdout else ''}"
-                )
+                raise AssertionError(f"server exited: {self.log.read_text()}")
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
                     return
@@ -222,8 +224,6 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        if self.process.stdout:
-            self.process.stdout.close()
         Cli(self.home).stop_agent()
 
 
@@ -278,7 +278,11 @@ def seed_model_version(server: Server, name: str, project: str, owner: str) -> i
     ctx = open_context(Settings(home=server.home, db_url=server.env["SHIPYARD_DB_URL"]))
     try:
         with ctx.db.transaction() as session:
-            latest = session.scalar(select(func.max(ModelVersion.version)).where(ModelVersion.name == name))
+            latest = session.scalar(
+                select(func.max(ModelVersion.version)).where(
+                    ModelVersion.project == project, ModelVersion.name == name
+                )
+            )
             version = (latest or 0) + 1
             session.add(
                 ModelVersion(name=name, version=version, project=project, job_id=job_id,

@@ -9,6 +9,7 @@ that says what to do. Boundaries translate: the CLI prints ``Error:``/``Hint:`` 
     ├── NotFound               a job, model or file that was named does not exist
     ├── Unauthenticated        no valid credentials: wrong password, bad/expired/revoked token
     ├── Throttled              too many failed attempts: try again after ``retry_after_s``
+    │   └── Overloaded         the server is busy with others' work: try again after ``retry_after_s``
     ├── Forbidden              authenticated, but the role does not allow the action
     ├── Conflict               the resource is in a state that forbids the request
     ├── PayloadTooLarge        an upload is larger than the server accepts
@@ -34,6 +35,7 @@ __all__ = [
     "IntegrityError",
     "InvalidSpec",
     "NotFound",
+    "Overloaded",
     "PayloadTooLarge",
     "ShipyardError",
     "StorageError",
@@ -132,6 +134,14 @@ class Throttled(ShipyardError):
     def __init__(self, message: str, *, retry_after_s: float, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.retry_after_s = retry_after_s
+
+
+class Overloaded(Throttled):
+    """Raised when a bounded resource of the server (password hashing, uploads, streams) is
+    taken: no one caller's flood takes the service from the others."""
+
+    code = "overloaded"
+    http_status = 503
 
 
 class Forbidden(ShipyardError):

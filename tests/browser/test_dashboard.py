@@ -317,3 +317,47 @@ def test_offline_api_docs_and_no_asset_from_elsewhere(site: Server, admin_page: 
     for path in ("/", "/jobs", "/planner"):
         page.goto(f"{site.url}{path}")
     assert foreign == [], foreign
+
+
+def test_another_site_cannot_sign_a_browser_in_as_its_attacker(site: Server, browser: Any) -> None:
+    """Login CSRF: a page elsewhere posts the attacker's own name and password to /login from the
+    victim's browser (which has seen the login form before). The browser stays signed out: the
+    form's token rode in a SameSite=Strict cookie the cross-site post does not carry, and the
+    post's Origin names the other site."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    trap = (
+        f'<!doctype html><form id="f" method="post" action="{site.url}/login">'
+        f'<input name="username" value="otto"><input name="password" value="{PASSWORD}">'
+        '<input name="next" value="/jobs"><input name="csrf" value=""></form>'
+        "<script>document.getElementById('f').submit()</script>"
+    ).encode()
+
+    class Attacker(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(trap)))
+            self.end_headers()
+            self.wfile.write(trap)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    elsewhere = HTTPServer(("127.0.0.2", 0), Attacker)  # another site: another host
+    threading.Thread(target=elsewhere.serve_forever, daemon=True).start()
+    context = browser.new_context()
+    try:
+        victim = context.new_page()
+        victim.goto(f"{site.url}/login")  # the victim has a login form's cookie already
+        with victim.expect_navigation(url=f"{site.url}/login"):
+            victim.goto(f"http://127.0.0.2:{elsewhere.server_address[1]}/")
+        assert "came from another site" in (victim.text_content("[role=alert]") or "")
+        assert not [c for c in context.cookies() if c["name"] == "shipyard_session"]
+        victim.goto(f"{site.url}/jobs")
+        assert "/login" in victim.url  # still nobody's session
+    finally:
+        context.close()
+        elsewhere.shutdown()
+        elsewhere.server_close()

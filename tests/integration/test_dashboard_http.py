@@ -27,11 +27,15 @@ pytestmark = pytest.mark.integration
 PASSWORD = "a long enough passphrase"
 
 
+def login_csrf(browser: httpx.Client) -> str:
+    """The CSRF token of the login form, as a browser gets it (with its pre-session cookie)."""
+    return browser.get("/login").text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+
+
 def browser_session(server: Server, user: str = "admin", password: str | None = None) -> httpx.Client:
     browser = httpx.Client(base_url=server.url, follow_redirects=False)
-    answer = browser.post(
-        "/login", data={"username": user, "password": password or server.admin_password, "next": "/jobs"}
-    )
+    form = {"username": user, "password": password or server.admin_password, "next": "/jobs"}
+    answer = browser.post("/login", data={**form, "csrf": login_csrf(browser)})
     assert answer.status_code == 303 and answer.headers["location"] == "/jobs"
     return browser
 
@@ -92,15 +96,37 @@ def seed_history(server: Server, jobs: int, points: int) -> list[str]:
 def test_a_session_cookie_is_httponly_strict_and_sends_nobody_elsewhere(server: Server) -> None:
     with httpx.Client(base_url=server.url, follow_redirects=False) as browser:
         assert browser.get("/jobs").headers["location"] == "/login?next=/jobs"
-        answer = browser.post(
-            "/login",
-            data={"username": "admin", "password": server.admin_password, "next": "//evil.example/x"},
-        )
+        form = {"username": "admin", "password": server.admin_password, "next": "//evil.example/x"}
+        answer = browser.post("/login", data={**form, "csrf": login_csrf(browser)})
         assert answer.headers["location"] == "/"  # never to another site
-        cookie = answer.headers["set-cookie"].lower()
+        cookie = next(
+            c for c in answer.headers.get_list("set-cookie") if c.startswith("shipyard_session=")
+        ).lower()
         assert "httponly" in cookie and "samesite=strict" in cookie and "path=/" in cookie
-        wrong = browser.post("/login", data={"username": "admin", "password": "not it", "next": "/"})
+        wrong = browser.post(
+            "/login",
+            data={"username": "admin", "password": "not it", "next": "/", "csrf": login_csrf(browser)},
+        )
         assert wrong.status_code == 401 and "invalid user name or password" in wrong.text
+
+
+def test_a_sign_in_takes_this_sites_form_only_and_no_api_token_is_a_sign_in_link(server: Server) -> None:
+    form = {"username": "admin", "password": server.admin_password, "next": "/"}
+    with httpx.Client(base_url=server.url, follow_redirects=False) as browser:
+        forged = browser.post("/login", data={**form, "csrf": "0" * 64})  # no login form was shown
+        assert forged.status_code == 403 and "shipyard_session" not in forged.headers.get("set-cookie", "")
+        token = login_csrf(browser)
+        elsewhere = browser.post(
+            "/login", data={**form, "csrf": token}, headers={"Origin": "http://evil.example"}
+        )
+        assert elsewhere.status_code == 403 and "came from another site" in elsewhere.text
+        assert browser.post("/login", data={**form, "csrf": token}).status_code == 303  # the real form
+    with Client.login(server.url, "admin", server.admin_password)[0] as root:
+        named = root.issue_token("dashboard sign-in link", ["read", "write", "admin"])
+    with httpx.Client(base_url=server.url, follow_redirects=False) as browser:
+        answer = browser.get("/login/link", params={"token": named.token})
+        assert answer.status_code == 401
+        assert not any(c.name == "shipyard_session" for c in browser.cookies.jar)
 
 
 def test_an_expired_session_goes_back_to_the_login_form(server: Server) -> None:

@@ -1,7 +1,11 @@
-"""Every route of the API × every role × own or foreign resource, against the exact allowed set.
+"""Every route of the API × every role × the scopes of the caller's token, against the exact
+allowed set.
 
 The table below is the authorization contract. A route the server serves that has no row here
-fails the test, so no new route can ship without deciding who may call it.
+fails the test, so no new route can ship without deciding who may call it. Each route needs the
+``read`` scope (GET) or the ``write`` scope (anything else); a token without it is refused
+whatever its holder's role, and an admin's token without the ``admin`` scope is no admin's.
+A thing the caller may not see is answered 404, exactly as one that does not exist.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import pytest
 import yaml
 
 from shipyard.client import Client
+from shipyard.errors import Forbidden
 from shipyard.schemas.queues import ClusterQueueSpec
 from tests.builders import spec_dict
 from tests.conftest import Server, seed_finished_job, seed_model_version
@@ -34,6 +39,12 @@ AUTHENTICATED = frozenset(ROLES) - {"anonymous"}
 PROJECT_READ = frozenset({"viewer", "member", "maintainer", "owner", "admin"})
 PROJECT_WRITE = frozenset({"member", "maintainer", "owner", "admin"})
 EVERYONE = frozenset(ROLES)
+SCOPED = {"member": (["read"], ["write"]), "admin": (["read"], ["write"], ["read", "write"])}
+"""Tokens with fewer scopes than their holder may have, by the role whose holder mints them."""
+OUTSIDER = frozenset({"outsider"})
+"""Who may not know a project's jobs and models exist: answered 404 for them."""
+NOT_THEIRS = AUTHENTICATED - {"admin"}
+"""Who may not know another user's token exists."""
 
 
 @dataclass
@@ -80,8 +91,9 @@ class World:
         return name
 
     def fresh_token(self) -> str:
+        """A token of dave's, who is none of the callers."""
         with self.as_("admin") as root:
-            return root.issue_token(f"t{next(self.counter)}", ["read"]).id
+            return root.issue_token(f"t{next(self.counter)}", ["read"], user="dave").id
 
 
 Request = Callable[[World], tuple[str, dict[str, Any]]]
@@ -199,7 +211,34 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
     ("GET", "/api/v1/audit/verify"): (frozenset({"admin"}), lambda w: ("/api/v1/audit/verify", {})),
 }
 
+HIDDEN: dict[tuple[str, str], frozenset[str]] = {
+    **{
+        key: OUTSIDER
+        for key in MATRIX
+        if key[1].startswith(("/api/v1/jobs/{job_id}", "/api/v1/models/{name}"))
+    },
+    ("DELETE", "/api/v1/tokens/{token_id}"): NOT_THEIRS,
+}
+"""Rows whose object some callers may not know exists: 404 for them, as for a missing one."""
 DOCUMENTATION = {"/openapi.json", "/docs"}
+UNSCOPED = {("GET", "/healthz"), ("GET", "/metrics"), ("POST", "/api/v1/auth/token")}
+"""What needs no token, so no scope."""
+
+
+def expected(caller: str, method: str, template: str) -> str:
+    """The answer a caller (a role, or ``ROLE:SCOPE+SCOPE`` for a token of fewer scopes) gets."""
+    role, _, scoped = caller.partition(":")
+    scopes = set(scoped.split("+")) if scoped else {"read", "write", "admin"}
+    allowed, _ = MATRIX[(method, template)]
+    if role == "admin" and "admin" not in scopes:
+        role = "outsider"  # a role in no project, and no admin without the scope
+    if role == "anonymous" and role not in allowed:
+        return "401"
+    if (method, template) not in UNSCOPED and ("read" if method == "GET" else "write") not in scopes:
+        return "403"
+    if role in allowed:
+        return "2xx"
+    return "404" if role in HIDDEN.get((method, template), ()) else "403"
 
 
 @pytest.fixture
@@ -216,7 +255,9 @@ def world(tmp_path: Path, db_url: str) -> Iterator[World]:
         for role in AUTHENTICATED:
             name, password = ("admin", server.admin_password) if role == "admin" else (role, PASSWORD)
             client, issued = Client.login(server.url, name, password)
-            client.close()
+            with client:
+                for scopes in SCOPED.get(role, ()):
+                    tokens[f"{role}:{'+'.join(scopes)}"] = client.issue_token("scoped", scopes).token
             tokens[role] = issued.token
         yield World(server, tokens, itertools.count())
     finally:
@@ -234,13 +275,36 @@ def test_every_route_and_role_gets_exactly_the_allowed_answer(world: World) -> N
     missing = served_routes(world.server.url) - set(MATRIX) - {("GET", p) for p in DOCUMENTATION}
     assert not missing, f"routes without an authorization row: {sorted(missing)}"
     wrong = []
-    for (method, template), (allowed, make) in MATRIX.items():
-        for role in ROLES:
-            path, kwargs = make(world)
-            headers = {"Authorization": f"Bearer {world.tokens[role]}"} if world.tokens[role] else {}
-            status = httpx.request(method, world.server.url + path, headers=headers, **kwargs).status_code
-            expected = "2xx" if role in allowed else ("401" if role == "anonymous" else "403")
-            got = "2xx" if 200 <= status < 300 else str(status)
-            if got != expected:
-                wrong.append(f"{role:>10} {method} {template}: expected {expected}, got {status}")
+    with httpx.Client(base_url=world.server.url, timeout=60) as http:
+        for method, template in MATRIX:
+            _, make = MATRIX[(method, template)]
+            for caller, token in world.tokens.items():
+                path, kwargs = make(world)
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                status = http.request(method, path, headers=headers, **kwargs).status_code
+                want = expected(caller, method, template)
+                got = "2xx" if 200 <= status < 300 else str(status)
+                if got != want:
+                    wrong.append(f"{caller:>18} {method} {template}: expected {want}, got {status}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_a_token_mints_nothing_worth_more_than_itself(world: World) -> None:
+    """A leaked ``read, write`` token of an admin does not become an admin's token, nor a
+    ``write`` token a reader's; a token asked for without scopes gets the caller's own."""
+    with Client(world.server.url, world.tokens["admin:read+write"]) as ci:
+        assert not ci.whoami().admin
+        with pytest.raises(Forbidden, match="cannot issue a token with admin"):
+            ci.issue_token("escalate", ["read", "write", "admin"])
+        minted = ci.issue_token("same", None)
+        with Client(world.server.url, minted.token) as again:
+            assert sorted(again.whoami().scopes) == ["read", "write"]
+        with pytest.raises(Forbidden):  # nor for another user: managing users is an admin's
+            ci.issue_token("theirs", ["read"], user="member")
+    with Client(world.server.url, world.tokens["member:write"]) as writer:
+        with pytest.raises(Forbidden, match="cannot issue a token with read"):
+            writer.issue_token("reader", ["read"])
+        assert writer.issue_token("writer", ["write"]).token.startswith("shy_")
+    root = Client(world.server.url, world.tokens["admin"])
+    with root, Client(world.server.url, root.issue_token("full", None).token) as full:
+        assert full.whoami().admin and sorted(full.whoami().scopes) == ["admin", "read", "write"]

@@ -70,3 +70,57 @@ def test_timestamps_come_back_timezone_aware(tmp_path: Path) -> None:
         job = session.get(Job, "j-1")
         assert job is not None and job.submitted_at == submitted and job.submitted_at.tzinfo is not None
     db.close()
+
+
+def test_model_names_become_per_project_and_existing_versions_keep_their_numbers(
+    db_url: str, tmp_path: Path
+) -> None:
+    """A database from before (one numbering of each name across projects, as the registry kept
+    it) upgraded in place: every version keeps its project, name, number and stage, and from
+    then on each project numbers its own model."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import create_engine
+
+    from shipyard import registry
+    from shipyard.db import Artifact, ModelVersion
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    engine = create_engine(db_url)
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0013")
+    from sqlalchemy.orm import Session
+
+    with Session(engine) as session, session.begin():
+        for n, project in enumerate(("a", "b"), start=1):
+            job = Job(id=f"j-{project}", name="shared", project=project, queue="q", priority=0,
+                      state="succeeded", spec={}, devices=1, accelerator_types=["cpu"],
+                      run_dir="/tmp/j")  # fmt: skip
+            session.add(job)
+            session.flush()
+            export = Artifact(job_id=job.id, kind="export", path=f"/tmp/{project}", step=1, size_bytes=1)
+            session.add(export)
+            session.flush()
+            stage = "production" if project == "a" else "none"
+            session.add(ModelVersion(name="shared", version=n, project=project, job_id=job.id,
+                                     artifact_id=export.id, step=1, metrics={}, stage=stage))  # fmt: skip
+    engine.dispose()
+
+    db = open_database(db_url, tmp_path)
+    with db.transaction() as session:
+        kept = {(v.project, v.name, v.version, v.stage) for v in session.query(ModelVersion)}
+        assert kept == {("a", "shared", 1, "production"), ("b", "shared", 2, "none")}
+        b_job, a_job = session.get(Job, "j-b"), session.get(Job, "j-a")
+        assert b_job is not None and a_job is not None
+        export = session.query(Artifact).filter_by(job_id="j-b").one()
+        newer = registry.add(session, b_job, export, "shared", {})
+        assert (newer.project, newer.version) == ("b", 3)  # b numbers its own model
+        assert registry.move(session, newer, "production") == "none"
+        session.add(ModelVersion(name="shared", version=1, project="b", job_id="j-b",
+                                 artifact_id=export.id, step=1, metrics={}))  # fmt: skip
+    with db.transaction() as session:  # promoting b's model never touched a's
+        assert registry.find(session, "a", "shared", "1").stage == "production"
+        assert [v.version for v in registry.versions(session, "shared", None, "b")] == [3, 2, 1]
+    db.close()

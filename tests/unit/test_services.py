@@ -232,7 +232,7 @@ def test_a_finished_jobs_export_is_published_only_for_those_who_may(
         owners["max"],
         4,
     )
-    with pytest.raises(Conflict, match="already vision-lm:1"):
+    with pytest.raises(Conflict, match="already vision/vision-lm:1"):
         models.register(as_("mia"), owners["max"], "vision-lm")
     queued = jobs.submit(ctx, validate_job_spec(spec_dict(project="vision")))
     with pytest.raises(Conflict, match="left no export to register"):
@@ -374,3 +374,52 @@ def test_jobs_list_and_queue_give_a_waiting_job_the_same_reason(tmp_path: Path) 
     listed, queued = reasons()
     assert listed == queued and "quota" in queued
     ctx.close()
+
+
+def test_model_names_are_their_projects_and_others_answer_as_if_missing(
+    ctx: ServiceContext, tmp_path: Path
+) -> None:
+    """Two projects' models of one name are two models: publishing and promoting one never
+    touches the other, a spec's ``model.version`` means its own project's, and a model of a
+    project the caller cannot see is answered exactly like one that does not exist."""
+    from shipyard.db import Job
+    from shipyard.schemas.launch import AttemptResult
+    from shipyard.services import accounts, model_sources, models, rbac
+
+    export = tmp_path / "export"
+    export.mkdir()
+    (export / "config.json").write_text("{}")
+    finished = AttemptResult(status="completed", step=2, export_dir=str(export), summary={})
+    for project in ("a", "b", "a"):  # the local user publishes as each job finishes
+        view = jobs.submit(ctx, validate_job_spec(spec_dict(name="shared", project=project)))
+        with ctx.db.transaction() as session:
+            job = session.get(Job, view.id)
+            assert job is not None
+            job.state = "succeeded"
+            outputs.register_outputs(ctx, session, job, finished)
+    labels = sorted((v.project, v.name, v.version) for v in models.list_versions(ctx))
+    assert labels == [("a", "shared", 1), ("a", "shared", 2), ("b", "shared", 1)]
+    models.promote(ctx, "a/shared:1", "production")
+    models.promote(ctx, "b/shared:1", "production")  # b's production never archives a's
+    assert {(v.project, v.version): v.stage for v in models.list_versions(ctx)}[("a", 1)] == "production"
+    with pytest.raises(Conflict, match="several projects you can see: a, b"):
+        models.lineage(ctx, "shared:1")
+
+    spec = validate_job_spec(spec_dict(name="tuned", project="b") | {"model": {"version": "shared"}})
+    with ctx.db.read() as session:
+        assert model_sources.pinned(ctx, session, spec).model.version == "b/shared:1"
+
+    for user, project, role in (("bea", "b", "maintainer"), ("ann", "a", "viewer")):
+        accounts.create_user(ctx, user, "a long enough passphrase")
+        rbac.grant(ctx, project, user, role)
+    bea = ctx.acting_as(audit.Actor(name="bea", source="test"))
+    assert models.lineage(bea, "shared:1").model == "b/shared:1"  # the one project she sees
+    answers = []
+    for ref in ("a/shared:1", "a/ghost:1"):  # a's model and no model at all
+        with pytest.raises(NotFound) as missing:
+            models.promote(bea, ref, "archived")
+        answers.append((missing.value.message.replace(ref, "REF"), missing.value.hint))
+    assert answers[0] == answers[1]
+    ann = ctx.acting_as(audit.Actor(name="ann", source="test"))
+    with pytest.raises(Forbidden):  # a viewer sees a's model, and may not promote it
+        models.promote(ann, "a/shared:1", "archived")

@@ -6,16 +6,20 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Query, Request, Security
 from fastapi import Path as PathParam
+from fastapi.security import SecurityScopes
 from starlette.concurrency import run_in_threadpool
 
+from shipyard.api.limits import PerUser
 from shipyard.api.metrics import Metrics
 from shipyard.errors import Forbidden, InvalidSpec, Unauthenticated
-from shipyard.schemas.documents import PATTERN_WORDS
+from shipyard.schemas.documents import PATTERN_WORDS, shown
 from shipyard.schemas.queues import QUEUE_NAME_PATTERN
 from shipyard.services import accounts
 from shipyard.services import jobs as job_service
@@ -38,6 +42,11 @@ QueuePath = Annotated[str, PathParam(pattern=QUEUE_NAME_PATTERN)]
 ProjectQuery = Annotated[str | None, Query(max_length=64)]
 
 
+UPLOADS_PER_USER = 2
+STREAMS_PER_USER = 8
+"""Uploads and log streams one user may have open at once on a server process."""
+
+
 @dataclass(frozen=True, slots=True)
 class Platform:
     """What the app serves, made when it starts (``app.state.platform``)."""
@@ -46,6 +55,8 @@ class Platform:
     """As nobody in particular: each request acts through ``ctx.acting_as(caller)``."""
     writer: SubmissionWriter
     metrics: Metrics
+    uploads: PerUser = field(default_factory=lambda: PerUser(UPLOADS_PER_USER, "uploads"))
+    streams: PerUser = field(default_factory=lambda: PerUser(STREAMS_PER_USER, "log streams"))
 
 
 async def platform(request: Request) -> Platform:
@@ -78,11 +89,33 @@ def csrf_token(session_token: str) -> str:
 
 
 def csrf_matches(session_token: str, sent: str | None) -> bool:
-    return sent is not None and hmac.compare_digest(csrf_token(session_token), sent)
+    return bool(session_token) and sent is not None and hmac.compare_digest(csrf_token(session_token), sent)
 
 
-async def authenticated(request: Request, token: str) -> ServiceContext:
-    """The platform acting as the holder of ``token`` (a bearer token or a session's)."""
+def same_origin(request: Request) -> bool:
+    """Whether a browser's request comes from this site's own pages: its ``Origin`` (which
+    browsers send on every cross-site POST) names this host, or it has none (no browser sent it,
+    so no ambient cookie rode along uninvited). ``Origin: null`` (sandboxed frames, file pages)
+    is another site."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    host = request.headers.get("host", "")
+    return urlsplit(origin).netloc.lower() == host.lower() != ""
+
+
+def refuse_other_origins(request: Request) -> None:
+    if not same_origin(request):
+        raise Forbidden(
+            f"this request came from another site ({shown(request.headers.get('origin'))}); this site "
+            "takes forms from its own pages only",
+            hint="use the dashboard's own pages, or a bearer token from a script",
+        )
+
+
+async def authenticated(request: Request, token: str, needs: Iterable[str] = ()) -> ServiceContext:
+    """The platform acting as the holder of ``token`` (a bearer token or a session's), which
+    must hold every scope in ``needs``."""
     # In the event loop, not a worker thread: a token read a moment ago is checked without
     # the database; only a token to read goes to a thread (one hop fewer on each request).
     ctx = _platform_of(request).ctx
@@ -90,30 +123,50 @@ async def authenticated(request: Request, token: str) -> ServiceContext:
     actor = accounts.authenticate_cached(ctx, token, source)
     if actor is None:
         actor = await run_in_threadpool(accounts.authenticate, ctx, token, source)
-    if request.method not in SAFE_METHODS and "write" not in actor.scopes:
-        raise Unauthenticated("this token is read-only", hint="use a token with the write scope")
+    missing = sorted(set(needs) - actor.scopes)
+    if missing:
+        raise Forbidden(
+            f"this token's scopes ({', '.join(sorted(actor.scopes))}) do not include "
+            f"{' and '.join(missing)}, which {request.method} {request.url.path} needs",
+            hint=f"use a token issued with the {' and '.join(missing)} scope",
+        )
+    request.state.credential = token  # long-lived answers check it again while they last
     return ctx.acting_as(actor)
 
 
-async def caller(request: Request) -> ServiceContext:
+async def caller(request: Request, security_scopes: SecurityScopes) -> ServiceContext:
     """The platform acting as the bearer of the request's token, or as the dashboard's session
-    (whose requests that change anything must carry the session's CSRF token)."""
+    (whose requests that change anything must carry the session's CSRF token). The route
+    declares the scopes the token must hold (``Reader``, ``Writer``)."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() == "bearer" and token:
-        return await authenticated(request, token.strip())
+        return await authenticated(request, token.strip(), security_scopes.scopes)
     session = request.cookies.get(SESSION_COOKIE)
     if session is None:
         raise Unauthenticated("this request needs a bearer token", hint="POST /api/v1/auth/token first")
+    if request.method not in SAFE_METHODS:
+        refuse_other_origins(request)
     if request.method not in SAFE_METHODS and not csrf_matches(session, request.headers.get(CSRF_HEADER)):
         raise Forbidden(
             f"this request has no valid {CSRF_HEADER} header for its session",
             hint="send the token the dashboard's pages carry, or use a bearer token",
         )
-    return await authenticated(request, session)
+    return await authenticated(request, session, security_scopes.scopes)
 
 
-Caller = Annotated[ServiceContext, Depends(caller)]
+async def still_authenticated(request: Request) -> None:
+    """Check again the credential a request came with (a long answer does, as it goes on):
+    ``Unauthenticated`` once it is revoked or expired, or its user disabled."""
+    await authenticated(request, request.state.credential)
+
+
+READ, WRITE = "read", "write"
+Reader = Annotated[ServiceContext, Security(caller, scopes=[READ])]
+"""The caller of a route that only reads: its token must hold ``read``."""
+Writer = Annotated[ServiceContext, Security(caller, scopes=[WRITE])]
+"""The caller of a route that changes something: its token must hold ``write``. Cluster-wide
+changes need ``admin`` too, which a token's holder is only with it (``Actor.is_admin``)."""
 Served = Annotated[Platform, Depends(platform)]
 
 

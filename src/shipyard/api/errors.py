@@ -19,7 +19,7 @@ from shipyard.schemas.documents import PATTERN_WORDS
 
 log = logging.getLogger("shipyard.api")
 PROBLEM = "application/problem+json"
-PROBLEM_STATUSES = (400, 401, 403, 404, 409, 413, 422, 429, 507)
+PROBLEM_STATUSES = (400, 401, 403, 404, 408, 409, 413, 422, 429, 503, 507)
 
 
 class Problem(BaseModel):
@@ -52,6 +52,13 @@ def _in_words(error: Any) -> str:
     return f"must be {PATTERN_WORDS[pattern]}" if pattern in PATTERN_WORDS else str(error["msg"])
 
 
+def in_words(exc: RequestValidationError) -> str:
+    """Each field a request got wrong, and what it must be."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {_in_words(e)}" for e in exc.errors()
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ShipyardError)
     async def known(_: Request, exc: ShipyardError) -> JSONResponse:
@@ -61,10 +68,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        fields = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {_in_words(e)}" for e in exc.errors()
-        )
-        return problem(422, "invalid_request", f"the request is invalid: {fields}", "fix the fields named")
+        detail = f"the request is invalid: {in_words(exc)}"
+        return problem(422, "invalid_request", detail, "fix the fields named")
 
     @app.exception_handler(StarletteHTTPException)
     async def http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -18,6 +18,8 @@ class Permission(StrEnum):
     JOB_SUBMIT = "job.submit"
     JOB_CANCEL_OWN = "job.cancel.own"
     JOB_CANCEL_ANY = "job.cancel.any"
+    JOB_CHECKPOINTS = "job.checkpoints"
+    """Read a job's checkpoints (its weights): resume another job from them."""
     MODEL_READ = "model.read"
     MODEL_DOWNLOAD = "model.download"
     MODEL_PUBLISH = "model.publish"
@@ -40,7 +42,14 @@ class Permission(StrEnum):
 P = Permission
 ROLES = ("viewer", "member", "maintainer", "owner")
 _VIEWER = frozenset({P.JOB_READ, P.JOB_LOGS, P.MODEL_READ, P.DATASET_READ})
-_MEMBER = _VIEWER | {P.JOB_SUBMIT, P.JOB_CANCEL_OWN, P.MODEL_DOWNLOAD, P.ARTIFACT_READ, P.ARTIFACT_WRITE}
+_MEMBER = _VIEWER | {
+    P.JOB_SUBMIT,
+    P.JOB_CANCEL_OWN,
+    P.JOB_CHECKPOINTS,
+    P.MODEL_DOWNLOAD,
+    P.ARTIFACT_READ,
+    P.ARTIFACT_WRITE,
+}
 _MAINTAINER = _MEMBER | {P.JOB_CANCEL_ANY, P.MODEL_PUBLISH, P.MODEL_PROMOTE, P.ARTIFACT_DELETE}
 _OWNER = _MAINTAINER | {P.MODEL_DELETE, P.PROJECT_ROLES}
 

@@ -3,13 +3,14 @@ SHIPYARD_URL or ``shipyard login`` when there is one) and ``shipyard generate`` 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
 from shipyard.cli._output import JsonOpt, console, print_json, table
 from shipyard.cli._remote import either
-from shipyard.errors import InvalidSpec, NotFound
+from shipyard.errors import Conflict, InvalidSpec, NotFound
 from shipyard.services import models as model_service
 from shipyard.services.context import open_context
 
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from shipyard.client import Client
     from shipyard.schemas.views import ModelComparisonView
 
+T = TypeVar("T")
+REF = "[PROJECT/]NAME[:VERSION] (no version: the newest; no project: the one of yours that has it)"
 sub_app = typer.Typer(help="Registered model versions.", no_args_is_help=True)
 
 
@@ -35,7 +38,7 @@ def list_(
         ["model", "version", "stage", "job", "step", "eval loss", "size", "created", "path"],
         [
             (
-                v.name,
+                f"{v.project}/{v.name}",
                 v.version,
                 v.stage,
                 v.job_id,
@@ -52,31 +55,41 @@ def list_(
 
 @sub_app.command()
 def promote(
-    version: Annotated[str, typer.Argument(help="NAME:VERSION")],
+    version: Annotated[str, typer.Argument(help=REF)],
     stage: Annotated[str, typer.Argument(help="none, staging, production or archived")],
 ) -> None:
-    """Move a version to a stage (the version in production before is archived)."""
+    """Move a version to a stage (the version of that model in production before is archived)."""
     moved = either(
-        lambda c: c.promote_model(*_numbered(c, version), stage),
+        lambda c: _remote(c, version, lambda name, number, project: c.promote_model(
+            name, number, stage, project=project
+        )),
         lambda ctx: model_service.promote(ctx, version, stage),
-    )
-    typer.echo(f"{moved.name}:{moved.version} is now {moved.stage}")
+    )  # fmt: skip
+    typer.echo(f"{moved.project}/{moved.name}:{moved.version} is now {moved.stage}")
 
 
 @sub_app.command()
-def delete(version: Annotated[str, typer.Argument(help="NAME:VERSION")]) -> None:
+def delete(version: Annotated[str, typer.Argument(help=REF)]) -> None:
     """Forget a version (refused while it is in production; its files stay with its job)."""
-    either(lambda c: c.delete_model(*_numbered(c, version)), lambda ctx: model_service.delete(ctx, version))
+    either(
+        lambda c: _remote(c, version, lambda name, number, project: c.delete_model(
+            name, number, project=project
+        )),
+        lambda ctx: model_service.delete(ctx, version),
+    )  # fmt: skip
     typer.echo(f"deleted {version}")
 
 
 @sub_app.command()
-def show(version: Annotated[str, typer.Argument(help="NAME:VERSION")], json_out: JsonOpt = False) -> None:
+def show(version: Annotated[str, typer.Argument(help=REF)], json_out: JsonOpt = False) -> None:
     """Where a version comes from: job, attempts, dataset and its digest, base model, checkpoint
     step, measured metrics beside the planner's estimate."""
     found = either(
-        lambda c: c.model_lineage(*_numbered(c, version)), lambda ctx: model_service.lineage(ctx, version)
-    )
+        lambda c: _remote(c, version, lambda name, number, project: c.model_lineage(
+            name, number, project=project
+        )),
+        lambda ctx: model_service.lineage(ctx, version),
+    )  # fmt: skip
     if json_out:
         print_json(found)
         return
@@ -85,8 +98,8 @@ def show(version: Annotated[str, typer.Argument(help="NAME:VERSION")], json_out:
 
 @sub_app.command()
 def compare(
-    first: Annotated[str, typer.Argument(help="NAME:VERSION")],
-    second: Annotated[str, typer.Argument(help="NAME:VERSION")],
+    first: Annotated[str, typer.Argument(help=REF)],
+    second: Annotated[str, typer.Argument(help=REF)],
     json_out: JsonOpt = False,
 ) -> None:
     """Two versions side by side: only the fields that differ."""
@@ -114,31 +127,44 @@ def register_version(
     if json_out:
         print_json(published)
     else:
-        typer.echo(f"{published.name}:{published.version} published from job {published.job_id}")
+        typer.echo(
+            f"{published.project}/{published.name}:{published.version} published from job {published.job_id}"
+        )
 
 
-def _numbered(remote: Client, ref: str) -> tuple[str, int]:
-    """``NAME:VERSION`` -> (name, version); ``NAME`` alone is its newest version."""
-    name, _, number = ref.partition(":")
-    if number:
-        if not number.isdigit():
-            raise InvalidSpec(f"{ref!r} is not NAME:VERSION", hint="e.g. quickstart:2")
-        return name, int(number)
-    versions = [v.version for v in remote.list_models(name)]
+def _numbered(remote: Client, ref: str) -> tuple[str, int, str | None]:
+    """``[PROJECT/]NAME[:VERSION]`` -> (name, version, project); no version: the newest. A name
+    without a project is the server's to resolve, except for the newest version, read here."""
+    wanted = model_service.ModelRef.parse(ref)
+    if wanted.version:
+        if not wanted.version.isdigit():
+            raise InvalidSpec(f"{ref!r} is not [PROJECT/]NAME:VERSION", hint="e.g. research/quickstart:2")
+        return wanted.name, int(wanted.version), wanted.project
+    versions = remote.list_models(wanted.name, wanted.project)
+    projects = sorted({v.project for v in versions})
     if not versions:
-        raise NotFound(f"no model named {name!r}", hint="`shipyard models list` shows them")
-    return name, max(versions)
+        raise NotFound(f"no model named {ref!r}", hint="`shipyard models list` shows them")
+    if len(projects) > 1:
+        raise Conflict(
+            f"model {wanted.name!r} is a model of several projects you can see: {', '.join(projects)}",
+            hint=f"name the project, e.g. {projects[0]}/{wanted.name}",
+        )
+    return wanted.name, max(v.version for v in versions), projects[0]
+
+
+def _remote(remote: Client, ref: str, call: Callable[[str, int, str | None], T]) -> T:
+    return call(*_numbered(remote, ref))
 
 
 def _compare_remote(remote: Client, first: str, second: str) -> ModelComparisonView:
-    (name, a), (other, b) = _numbered(remote, first), _numbered(remote, second)
-    if name != other:
+    (name, a, project), (other, b, other_project) = _numbered(remote, first), _numbered(remote, second)
+    if (name, project) != (other, other_project):
         raise InvalidSpec("the server compares versions of one model", hint=f"e.g. {name}:{a} {name}:{b}")
-    return remote.compare_models(name, a, b)
+    return remote.compare_models(name, a, b, project=project)
 
 
 def generate(
-    model: Annotated[str, typer.Argument(help="NAME (newest version), NAME:VERSION, or a model folder.")],
+    model: Annotated[str, typer.Argument(help=f"{REF}, or a model folder.")],
     prompt: Annotated[str, typer.Option("--prompt", "-p", help="Text to complete.")],
     max_new_tokens: Annotated[int, typer.Option(help="Tokens to sample at most.")] = 64,
     temperature: Annotated[float, typer.Option(help="0 for greedy decoding.")] = 0.8,

@@ -51,7 +51,7 @@ def quickstart(
     detail = job_service.get(ctx, view.id)
     version = next(v for v in model_service.list_versions(ctx, spec.name) if v.job_id == view.id)
     sample = model_service.generate(
-        ctx, f"{version.name}:{version.version}", PROMPT, max_new_tokens=80, temperature=0.7
+        ctx, f"{version.project}/{version.name}:{version.version}", PROMPT, max_new_tokens=80, temperature=0.7
     )
 
     console.rule("[bold]Sample")
@@ -74,7 +74,7 @@ def quickstart(
             ("tokens/s (median)", "", s.get("tokens_per_s")),
             ("MFU (median)", "", f"{s.get('mfu', 0):.2%}"),
             ("wall time", "", duration(s.get("wall_s"))),
-            ("model version", "", f"{version.name}:{version.version}  ({version.path})"),
+            ("model version", "", f"{version.project}/{version.name}:{version.version}  ({version.path})"),
         ],
     )
     console.print(

@@ -10,7 +10,10 @@ from typing import Annotated
 import typer
 
 from shipyard.cli._remote import save_credentials
+from shipyard.domain.paths import PRIVATE_UMASK
 from shipyard.errors import DependencyMissing, InvalidSpec
+
+TRUSTED_PROXIES_ENV = "SHIPYARD_TRUSTED_PROXIES"
 
 
 def server(
@@ -32,6 +35,13 @@ def server(
             "(agents run elsewhere against the same database).",
         ),
     ] = False,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Address (or CIDR) of a reverse proxy whose X-Forwarded-For names the client; "
+            f"repeat for several (or {TRUSTED_PROXIES_ENV}=A,B). Default: none, the TCP peer is the client.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the REST API under /api/v1, over SHIPYARD_DB_URL or the embedded database of
     SHIPYARD_HOME. The OpenAPI document is /openapi.json, browsable at /docs.
@@ -44,6 +54,9 @@ def server(
         import uvicorn
     except ImportError:  # pragma: no cover - uvicorn is a core dependency
         raise DependencyMissing("uvicorn is not installed", hint="pip install 'shipyard'") from None
+    from shipyard.api.protocol import TimedHttpProtocol
+
+    os.umask(PRIVATE_UMASK)  # the database, run folders and stored blobs: this user's alone
     listener = _tcp_listener(host, port)  # a taken port is an Error: now, not uvicorn's trace
     admin = init_admin or os.environ.get("SHIPYARD_INIT_ADMIN")
     if admin:
@@ -58,8 +71,19 @@ def server(
         from shipyard.api.app import NO_AGENT_ENV
 
         os.environ[NO_AGENT_ENV] = "1"  # read by the app in this process and in each worker
+    proxies = trusted_proxy or [p for p in os.environ.get(TRUSTED_PROXIES_ENV, "").split(",") if p.strip()]
     config = uvicorn.Config(
-        "shipyard.api.main:app", host=host, port=port, workers=workers, log_level="warning", access_log=False
+        "shipyard.api.main:app",
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+        access_log=False,
+        http=TimedHttpProtocol,  # headers and bodies sent too slowly end the connection
+        # The client's address (the login throttle's, the audit log's) is the TCP peer, unless
+        # the peer is a proxy the admin named: only then is its X-Forwarded-For believed.
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=[p.strip() for p in proxies] or None,
     )
     if workers == 1:
         uvicorn.Server(config).run(sockets=[listener])
@@ -107,7 +131,7 @@ def ui(
             webbrowser.open(url)
 
     threading.Thread(target=announce, daemon=True).start()
-    server(host="127.0.0.1", port=port, init_admin=None, workers=1, no_agent=False)
+    server(host="127.0.0.1", port=port, init_admin=None, workers=1, no_agent=False, trusted_proxy=None)
 
 
 def _tcp_listener(host: str, port: int) -> socket.socket:

@@ -196,24 +196,36 @@ class Client:
     def cluster_nodes(self) -> list[NodeView]:
         return self._list(NodeView, "/api/v1/nodes/status")
 
-    def list_models(self, name: str | None = None) -> list[ModelVersionView]:
-        return self._list(ModelVersionView, "/api/v1/models", params={"name": name} if name else {})
+    def list_models(self, name: str | None = None, project: str | None = None) -> list[ModelVersionView]:
+        params = {k: v for k, v in (("name", name), ("project", project)) if v}
+        return self._list(ModelVersionView, "/api/v1/models", params=params)
 
     def register_model(self, job_id: str, name: str) -> ModelVersionView:
-        """Publish a finished job's export as the next version of model ``name``."""
+        """Publish a finished job's export as the next version of model ``name`` of its project."""
         body = {"job_id": job_id}
         return self._get(ModelVersionView, "POST", f"/api/v1/models/{name}/versions", json=body)
 
-    def promote_model(self, name: str, version: int, stage: str) -> ModelVersionView:
+    def promote_model(
+        self, name: str, version: int, stage: str, *, project: str | None = None
+    ) -> ModelVersionView:
+        """``project``: the model's, needed only when several projects you see have ``name``."""
         path = f"/api/v1/models/{name}/versions/{version}/stage"
-        return self._get(ModelVersionView, "POST", path, json={"stage": stage})
+        return self._get(ModelVersionView, "POST", path, json={"stage": stage}, params=_project(project))
 
     def download_model_file(
-        self, name: str, version: int, file: str, out: Path, *, force: bool = False
+        self,
+        name: str,
+        version: int,
+        file: str,
+        out: Path,
+        *,
+        force: bool = False,
+        project: str | None = None,
     ) -> int:
         """Stream one file of a model version to ``out`` (written atomically; an existing file
         only with ``force``); returns its size."""
-        return self._download(f"/api/v1/models/{name}/versions/{version}/files/{file}", out, force=force)
+        path = f"/api/v1/models/{name}/versions/{version}/files/{file}"
+        return self._download(path, out, _project(project), force=force)
 
     def list_datasets(self, project: str | None = None) -> list[DatasetView]:
         """Stored datasets jobs trained on, with who read which content and the models made."""
@@ -300,15 +312,16 @@ class Client:
             staged.unlink(missing_ok=True)
         return out.stat().st_size
 
-    def model_lineage(self, name: str, version: int) -> ModelLineageView:
-        return self._get(ModelLineageView, "GET", f"/api/v1/models/{name}/versions/{version}/lineage")
+    def model_lineage(self, name: str, version: int, *, project: str | None = None) -> ModelLineageView:
+        path = f"/api/v1/models/{name}/versions/{version}/lineage"
+        return self._get(ModelLineageView, "GET", path, params=_project(project))
 
-    def compare_models(self, name: str, a: int, b: int) -> ModelComparisonView:
+    def compare_models(self, name: str, a: int, b: int, *, project: str | None = None) -> ModelComparisonView:
         path = f"/api/v1/models/{name}/compare"
-        return self._get(ModelComparisonView, "GET", path, params={"a": a, "b": b})
+        return self._get(ModelComparisonView, "GET", path, params={"a": a, "b": b, **_project(project)})
 
-    def delete_model(self, name: str, version: int) -> None:
-        self._call("DELETE", f"/api/v1/models/{name}/versions/{version}")
+    def delete_model(self, name: str, version: int, *, project: str | None = None) -> None:
+        self._call("DELETE", f"/api/v1/models/{name}/versions/{version}", params=_project(project))
 
     def audit(self, since: str | None = None, limit: int = 1000) -> list[AuditRecordView]:
         params: dict[str, Any] = {"limit": limit, **({"since": since} if since else {})}
@@ -345,14 +358,18 @@ def _error(response: httpx.Response) -> errors.ShipyardError:
     except ValueError:
         body = {}
     detail = body.get("detail") or f"HTTP {response.status_code}"
-    if response.status_code == 429:
+    if response.status_code in (429, 503):
         wait = response.headers.get("retry-after", "")
         retry_after_s = float(wait) if wait.isdigit() else 1.0
-        error: errors.ShipyardError = errors.Throttled(
-            str(detail), retry_after_s=retry_after_s, hint=body.get("hint")
-        )
+        waits = errors.Overloaded if response.status_code == 503 else errors.Throttled
+        error: errors.ShipyardError = waits(str(detail), retry_after_s=retry_after_s, hint=body.get("hint"))
     else:
         cls = _BY_CODE.get(body.get("code", ""), errors.ShipyardError)
         error = cls(str(detail), hint=body.get("hint"))
     error.http_status = response.status_code
     return error
+
+
+def _project(project: str | None) -> dict[str, str]:
+    """The query naming a model's project, when one is named."""
+    return {"project": project} if project else {}

@@ -22,6 +22,7 @@ from types import FrameType
 
 from shipyard.daemon.leader import Leadership
 from shipyard.daemon.supervisor import AGENT_LOCK
+from shipyard.domain.paths import PRIVATE_UMASK
 from shipyard.services import agent
 from shipyard.services.context import ServiceContext, local_actor, open_context
 from shipyard.services.outputs import commit_outputs
@@ -120,4 +121,5 @@ def run(settings: Settings) -> int:
 
 
 def main() -> int:
+    os.umask(PRIVATE_UMASK)  # run folders, checkpoints and stored blobs: this user's alone
     return run(Settings.from_env())

@@ -7,6 +7,7 @@ the agent starting together do not race.
 from __future__ import annotations
 
 import fcntl
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -73,6 +74,9 @@ def open_database(url: str, lock_dir: Path) -> Database:
     with open(lock_dir / ".migrate.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         upgrade(engine)
+    if url.startswith("sqlite:///") and engine.url.database and os.path.isfile(engine.url.database):
+        # Its owner's alone (SQLite gives the -wal and -shm files the database file's mode).
+        os.chmod(engine.url.database, 0o600)
     autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
     return Database(
         engine,

@@ -219,7 +219,10 @@ class DeviceCalibration(Base):
 
 class ModelVersion(Base):
     __tablename__ = "model_versions"
-    __table_args__ = (UniqueConstraint("name", "version"),)
+    __table_args__ = (
+        UniqueConstraint("project", "name", "version", name="uq_model_versions_project_name_version"),
+    )
+    """A model's name is its project's: ``research/shared`` and ``vision/shared`` are two models."""
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     name: Mapped[str] = mapped_column(String(64), index=True)
@@ -278,6 +281,20 @@ class Token(Base):
     expires_at: Mapped[datetime | None]
     revoked_at: Mapped[datetime | None]
     last_used_at: Mapped[datetime | None]
+
+
+class SignInLink(Base):
+    """A one-time, short-lived credential that starts a dashboard session (``shipyard ui``):
+    its own kind, so no API token can pass for one. Only the SHA-256 of its secret is kept."""
+
+    __tablename__ = "sign_in_links"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    user: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"))
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime]
+    used_at: Mapped[datetime | None]
 
 
 class ProjectRole(Base):

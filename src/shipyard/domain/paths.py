@@ -46,3 +46,16 @@ def refuse_overwrite(path: Path, *, force: bool, flag: str = "--force") -> None:
         raise Conflict(
             f"{path} exists; nothing was written", hint=f"give another path, or {flag} to replace it"
         )
+
+
+PRIVATE_UMASK = 0o077
+"""What the server and the agent create (databases, run folders, checkpoints, stored blobs) is
+their user's alone: another account on the machine reads none of it."""
+
+
+def make_private(folder: Path) -> None:
+    """Make ``folder`` (and its parents) if missing; readable, writable and searchable only by
+    its owner, whatever mode an earlier version left it with."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if folder.stat().st_mode & 0o077 and folder.stat().st_uid == os.getuid():
+        folder.chmod(0o700)

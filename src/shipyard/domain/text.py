@@ -22,6 +22,12 @@ def has_control_character(text: str) -> bool:
     return not text.isprintable() and any(map(_is_control, text))
 
 
+def composed(text: str) -> str:
+    """``text`` in Unicode normal form C: what a name must already be, so that two names never
+    print alike (``café`` composed and ``cafe`` with a combining accent are one name or none)."""
+    return unicodedata.normalize("NFC", text)
+
+
 def printable(text: str) -> str:
     """``text`` with each control character written as its escape (``\\x1b``), safe to print."""
     if not has_control_character(text):

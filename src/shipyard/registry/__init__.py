@@ -1,5 +1,6 @@
-"""The model registry: versions of a named model, each the export of one finished job, with a
-stage. Numbering and the stage rules live here; who may publish, promote or delete, and the audit
+"""The model registry: versions of a project's named model, each the export of one finished job,
+with a stage. A name is its project's: ``research/shared`` and ``vision/shared`` are two models.
+Numbering and the stage rules live here; who may publish, promote or delete, and the audit
 records of it, are the service layer's (``services/models.py``)."""
 
 from __future__ import annotations
@@ -16,48 +17,75 @@ from shipyard.schemas.views import ModelVersionView
 STAGES = ("none", "staging", "production", "archived")
 
 
-def versions(session: Session, name: str | None, projects: Collection[str] | None) -> list[ModelVersion]:
-    """Every version, newest first per name; only of ``projects`` unless None (all)."""
-    query = select(ModelVersion).order_by(ModelVersion.name, ModelVersion.version.desc())
+def versions(
+    session: Session, name: str | None, projects: Collection[str] | None, project: str | None = None
+) -> list[ModelVersion]:
+    """Every version, by project and name, newest first; only of ``projects`` unless None (all),
+    and only of ``project`` and ``name`` when given."""
+    query = select(ModelVersion).order_by(
+        ModelVersion.project, ModelVersion.name, ModelVersion.version.desc()
+    )
     if projects is not None:
         query = query.where(ModelVersion.project.in_(list(projects)))
+    if project:
+        query = query.where(ModelVersion.project == project)
     if name:
         query = query.where(ModelVersion.name == name)
     return list(session.scalars(query))
 
 
-def find(session: Session, name: str, version: str) -> ModelVersion:
-    """Version ``version`` of ``name`` (empty: the newest)."""
-    query = select(ModelVersion).where(ModelVersion.name == name)
+def projects_with(session: Session, name: str, projects: Collection[str] | None) -> list[str]:
+    """The projects (of ``projects``, or all) that have a model called ``name``."""
+    query = select(ModelVersion.project).where(ModelVersion.name == name).distinct()
+    if projects is not None:
+        query = query.where(ModelVersion.project.in_(list(projects)))
+    return sorted(session.scalars(query))
+
+
+def find(session: Session, project: str, name: str, version: str) -> ModelVersion:
+    """Version ``version`` of ``project``'s model ``name`` (empty: the newest)."""
+    query = select(ModelVersion).where(ModelVersion.project == project, ModelVersion.name == name)
     if version:
         if not version.isdigit():
             raise InvalidSpec(
                 f"model version {version!r} is not a number",
-                hint="write NAME:VERSION, e.g. quickstart:1",
+                hint="write [PROJECT/]NAME:VERSION, e.g. research/quickstart:1",
             )
         query = query.where(ModelVersion.version == int(version))
     found = session.scalars(query.order_by(ModelVersion.version.desc()).limit(1)).first()
     if found is None:
-        raise NotFound(
-            f"no model version {name}{':' + version if version else ''}",
-            hint="`shipyard models list` shows the registered models; or give a model folder",
-        )
+        raise missing(name, version, project)
     return found
 
 
-def version_of(session: Session, name: str, export: Artifact) -> int | None:
-    """The version of ``name`` that ``export`` already is, if any."""
+def missing(name: str, version: str = "", project: str | None = None) -> NotFound:
+    """The answer for a model that does not exist, or that the caller may not see: the same."""
+    where = f"{project}/" if project else ""
+    return NotFound(
+        f"no model version {where}{name}{':' + version if version else ''}",
+        hint="`shipyard models list` shows the registered models; or give a model folder",
+    )
+
+
+def version_of(session: Session, project: str, name: str, export: Artifact) -> int | None:
+    """The version of ``project``'s ``name`` that ``export`` already is, if any."""
     return session.scalar(
-        select(ModelVersion.version).where(ModelVersion.name == name, ModelVersion.artifact_id == export.id)
+        select(ModelVersion.version).where(
+            ModelVersion.project == project, ModelVersion.name == name, ModelVersion.artifact_id == export.id
+        )
     )
 
 
 def add(session: Session, job: Job, export: Artifact, name: str, metrics: dict[str, float]) -> ModelVersion:
-    """The next version of ``name``, made from ``export``."""
-    latest = session.scalar(select(func.max(ModelVersion.version)).where(ModelVersion.name == name)) or 0
+    """The next version of the job's project's model ``name``, made from ``export``."""
+    latest = session.scalar(
+        select(func.max(ModelVersion.version)).where(
+            ModelVersion.project == job.project, ModelVersion.name == name
+        )
+    )
     version = ModelVersion(
         name=name,
-        version=latest + 1,
+        version=(latest or 0) + 1,
         project=job.project,
         job_id=job.id,
         artifact_id=export.id,
@@ -70,17 +98,27 @@ def add(session: Session, job: Job, export: Artifact, name: str, metrics: dict[s
 
 
 def move(session: Session, version: ModelVersion, stage: str) -> str:
-    """Put ``version`` in ``stage``; returns the stage it left. One version of a name is in
-    production at a time: the one there before goes to archived."""
+    """Put ``version`` in ``stage``; returns the stage it left. One version of a project's model
+    is in production at a time: the one there before goes to archived (another project's model
+    of the same name is another model, and never moves)."""
     if stage not in STAGES:
         raise InvalidSpec(f"unknown stage {stage!r}", hint=f"use one of: {', '.join(STAGES)}")
     if stage == "production":
         for other in session.scalars(
-            select(ModelVersion).where(ModelVersion.name == version.name, ModelVersion.stage == "production")
+            select(ModelVersion).where(
+                ModelVersion.project == version.project,
+                ModelVersion.name == version.name,
+                ModelVersion.stage == "production",
+            )
         ):
             other.stage = "archived"
     previous, version.stage = version.stage, stage
     return previous
+
+
+def label(version: ModelVersion) -> str:
+    """``PROJECT/NAME:VERSION``: how a version is named wherever it is shown or recorded."""
+    return f"{version.project}/{version.name}:{version.version}"
 
 
 def view(version: ModelVersion) -> ModelVersionView:

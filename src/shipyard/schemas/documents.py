@@ -29,22 +29,37 @@ PATTERN_WORDS = {DNS_LABEL: DNS_LABEL_HINT.removeprefix("use ")}
 """What a name pattern asks for, in words (modules that define a pattern add theirs)."""
 
 
+MAX_WRITTEN = 20_000
+"""Most values a YAML document may write out (aliases not expanded): what bounds the time it
+takes to read, at PyYAML's 60,000 values a second or so (a 300 KB flow list took 3 s of a
+server's CPU before it was refused; a spec with 1,000 data paths writes about 1,100)."""
+
+
 class _TooDeep(Exception):
+    pass
+
+
+class _TooMany(Exception):
     pass
 
 
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader, reading ``3e-4`` and ``1e9`` as numbers as YAML 1.2 does (PyYAML
     follows YAML 1.1, where a float needs a dot and ``lr: 3e-4`` would be a string), and
-    stopping at ``MAX_DEPTH`` while it composes (it recurses once per level)."""
+    stopping while it composes at ``MAX_DEPTH`` (it recurses once per level) or at
+    ``MAX_WRITTEN`` values written out, which bounds the time it takes."""
 
     _depth = 0
+    _nodes = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
+        self._nodes += 1
         try:
             if self._depth > MAX_DEPTH + 1:
                 raise _TooDeep
+            if self._nodes > MAX_WRITTEN:
+                raise _TooMany
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -119,6 +134,11 @@ def _load_bounded(text: str, source: str) -> Any:
             node = loader.get_single_node()
         except _TooDeep:
             raise _too_deep(source) from None
+        except _TooMany:
+            raise PayloadTooLarge(
+                f"{source} writes out more than {MAX_WRITTEN:,} values",
+                hint="a document holds settings, not data: point it at data files instead of inlining them",
+            ) from None
         if node is None:
             return None
         _check_graph(node, source)

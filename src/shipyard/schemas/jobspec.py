@@ -68,9 +68,14 @@ class _Section(BaseModel):
 
 STORE_SCHEME = "store:"
 """A data or model path ``store:NAME`` names an artifact of the job's project in the artifact store."""
-MODEL_REF_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?(:[0-9]{1,9})?$"
-"""``NAME[:VERSION]`` of a registered model (names are job names: DNS labels)."""
-PATTERN_WORDS[MODEL_REF_PATTERN] = "NAME or NAME:VERSION of a registered model (`shipyard models list`)"
+MODEL_REF_PATTERN = (
+    r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?/)?[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?(:[0-9]{1,9})?$"
+)
+"""``[PROJECT/]NAME[:VERSION]`` of a registered model (projects and names are DNS labels)."""
+PATTERN_WORDS[MODEL_REF_PATTERN] = (
+    "[PROJECT/]NAME[:VERSION] of a registered model, the job's project's when none is named "
+    "(`shipyard models list`)"
+)
 
 
 class ModelSection(_Section):
@@ -81,8 +86,9 @@ class ModelSection(_Section):
     Gemma, Phi, ...) to fine-tune, with its own tokenizer; or ``store:NAME``, such a folder in the
     project's artifact store (fetched, verified, into the node's cache). See ``finetune``."""
     version: Annotated[str, Field(pattern=MODEL_REF_PATTERN)] | None = None
-    """A registered model version to fine-tune further, ``NAME:VERSION`` (``NAME`` alone: its newest,
-    pinned at submit). A version of adapters is read through its merged export."""
+    """A registered model version to fine-tune further, ``[PROJECT/]NAME:VERSION`` (``NAME`` alone:
+    its newest, pinned at submit; no project: the job's own). A version of adapters is read
+    through its merged export."""
 
     @field_validator("preset")
     @classmethod

@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
+import os
 import secrets
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -22,9 +28,17 @@ from sqlalchemy.orm import Session
 
 from shipyard import audit
 from shipyard.auth import Permission
-from shipyard.db import LoginThrottle, Token, User
-from shipyard.domain.text import has_control_character
-from shipyard.errors import Conflict, InvalidSpec, NotFound, Throttled, Unauthenticated
+from shipyard.db import LoginThrottle, SignInLink, Token, User, rows_changed
+from shipyard.domain.text import composed, has_control_character
+from shipyard.errors import (
+    Conflict,
+    Forbidden,
+    InvalidSpec,
+    NotFound,
+    Overloaded,
+    Throttled,
+    Unauthenticated,
+)
 from shipyard.schemas.requests import DEFAULT_TOKEN_DAYS, MAX_TOKEN_DAYS, MIN_PASSWORD, SCOPES, USER_NAME
 from shipyard.schemas.views import IssuedTokenView, TokenView, UserView
 from shipyard.services import rbac
@@ -35,6 +49,11 @@ FREE_FAILURES = 5
 """Failed logins of one name from one address allowed before that pair must wait."""
 LOCK_S = 30.0
 MAX_LOCK_S = 900.0
+FREE_FAILURES_PER_ADDRESS = 20
+"""Failed logins from one address, over all names, before that address must wait: a guesser
+that tries a new name each time is slowed down too."""
+ANY_NAME = "*"
+"""The throttle row of an address over every name (no user name holds a ``*``)."""
 FORGET_FAILURES_AFTER = timedelta(days=1)
 """A pair's failures are forgotten a day after the last one."""
 BAD_CREDENTIALS = "invalid user name or password"
@@ -45,6 +64,41 @@ enough to find the tokens nobody uses any more."""
 
 _hasher = PasswordHasher()  # argon2id with the library's current recommended parameters
 _DUMMY_HASH = _hasher.hash("an account that does not exist")
+HASH_SLOTS = max(1, min(4, os.cpu_count() or 1))
+HASH_QUEUE = 4 * HASH_SLOTS
+"""Password hashes computed at once in a process, and logins that may wait for one: each takes
+64 MiB and a core for about 0.1 s, and 16 at once took a server from 401 to 1,358 MiB. Past
+the queue a login is answered 503 at once (``Overloaded``)."""
+
+
+class HashSlots:
+    """At most ``slots`` hashes at a time, at most ``queue`` callers waiting for one; the rest
+    are refused at once rather than queued without end."""
+
+    def __init__(self, slots: int, queue: int) -> None:
+        self._running = threading.Semaphore(slots)
+        self._lock = threading.Lock()
+        self._admitted, self._limit = 0, slots + queue
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        with self._lock:
+            if self._admitted >= self._limit:
+                raise Overloaded(
+                    "the server is checking too many passwords at once",
+                    retry_after_s=1.0,
+                    hint="try again in a moment",
+                )
+            self._admitted += 1
+        try:
+            with self._running:
+                yield
+        finally:
+            with self._lock:
+                self._admitted -= 1
+
+
+HASHING = HashSlots(HASH_SLOTS, HASH_QUEUE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,40 +200,72 @@ def _check_login(ctx: ServiceContext, name: str, password: str) -> None:
     """Return when the password is right; else raise (the failure is committed and audited)."""
     now = ctx.clock.now()
     who = audit.Actor(name=name, source=ctx.actor.source)
-    key = (name, ctx.actor.source[:128])
-    with ctx.db.transaction() as session:
-        throttle = session.get(LoginThrottle, key, with_for_update=True)
-        if throttle is not None and throttle.blocked_until is not None and throttle.blocked_until > now:
-            wait = (throttle.blocked_until - now).total_seconds()
-            audit.append(session, ctx.audit_key, who, "auth.login", f"user/{name}", outcome="throttled")
-            failure: Exception = Throttled(
-                f"too many failed logins for {name!r} from this address: try again in {wait:.0f} s",
-                retry_after_s=wait,
-                hint="wait, then check the user name and password; other addresses are not affected",
-            )
-        else:
-            user = session.get(User, name)
-            stored = user.password_hash if user is not None and not user.disabled else None
+    source = ctx.actor.source[:128]
+    pair, address = (name, source), (ANY_NAME, source)
+    with ctx.db.read() as session:
+        wait = max(_blocked_for(session.get(LoginThrottle, key), now) for key in (pair, address))
+        user = session.get(User, name)
+        stored = user.password_hash if user is not None and not user.disabled else None
+    if wait > 0:
+        _audit_login(ctx, who, "throttled")
+        raise _throttled(wait)
+    try:
+        with HASHING.slot():
             # The same argon2 work whether or not the user exists: no timing oracle.
-            if _verify(stored or _DUMMY_HASH, password) and user is not None and stored is not None:
-                if throttle is not None:
-                    session.delete(throttle)
-                if _hasher.check_needs_rehash(stored):
-                    user.password_hash = _hasher.hash(password)
-                return
-            failures = _count_failure(session, throttle, key, now)
-            audit.append(
-                session, ctx.audit_key, who, "auth.login", f"user/{name}", outcome="failure",
-                detail={"failures_from_address": failures},
-            )  # fmt: skip
-            failure = Unauthenticated(BAD_CREDENTIALS, hint="check the user name and password")
-    raise failure
+            right = _verify(stored or _DUMMY_HASH, password) and stored is not None
+            rehashed = _hasher.hash(password) if right and _hasher.check_needs_rehash(stored or "") else None
+    except Overloaded:
+        _audit_login(ctx, who, "throttled", {"reason": "busy"})
+        raise
+    with ctx.db.transaction() as session:
+        if right:
+            session.execute(delete(LoginThrottle).where(*_pair_is(name, source)))
+            if rehashed is not None:
+                session.execute(update(User).where(User.name == name).values(password_hash=rehashed))
+            return
+        failures = _count_failure(session, pair, now, FREE_FAILURES)
+        _count_failure(session, address, now, FREE_FAILURES_PER_ADDRESS)
+        audit.append(
+            session, ctx.audit_key, who, "auth.login", f"user/{name}", outcome="failure",
+            detail={"failures_from_address": failures},
+        )  # fmt: skip
+    raise Unauthenticated(BAD_CREDENTIALS, hint="check the user name and password")
 
 
-def _count_failure(
-    session: Session, throttle: LoginThrottle | None, key: tuple[str, str], now: datetime
-) -> int:
-    """One more failure of (name, address); past the free ones the pair waits, doubling."""
+def _blocked_for(throttle: LoginThrottle | None, now: datetime) -> float:
+    if throttle is None or throttle.blocked_until is None:
+        return 0.0
+    return max(0.0, (throttle.blocked_until - now).total_seconds())
+
+
+def _throttled(wait_s: float) -> Throttled:
+    """The same answer, to the byte, whichever name is asked for: the wait is rounded up to whole
+    lock periods, and no name is repeated."""
+    rounded = LOCK_S * math.ceil(wait_s / LOCK_S)
+    return Throttled(
+        f"too many failed logins from this address: try again in {rounded:.0f} s",
+        retry_after_s=rounded,
+        hint="wait, then check the user name and password; other addresses are not affected",
+    )
+
+
+def _pair_is(name: str, source: str) -> tuple[Any, ...]:
+    return LoginThrottle.user == name, LoginThrottle.source == source
+
+
+def _audit_login(
+    ctx: ServiceContext, who: audit.Actor, outcome: str, detail: dict[str, Any] | None = None
+) -> None:
+    with ctx.db.transaction() as session:
+        audit.append(
+            session, ctx.audit_key, who, "auth.login", f"user/{who.name}", outcome=outcome, detail=detail
+        )
+
+
+def _count_failure(session: Session, key: tuple[str, str], now: datetime, free: int) -> int:
+    """One more failure of ``key`` (a name and an address, or ``ANY_NAME`` and an address); past
+    ``free`` of them it waits, doubling."""
+    throttle = session.get(LoginThrottle, key, with_for_update=True)
     if throttle is None:
         session.execute(
             delete(LoginThrottle).where(LoginThrottle.last_failure_at < now - FORGET_FAILURES_AFTER)
@@ -188,7 +274,7 @@ def _count_failure(
         session.add(throttle)
     throttle.failures += 1
     throttle.last_failure_at = now
-    extra = throttle.failures - FREE_FAILURES
+    extra = throttle.failures - free
     if extra >= 0:
         throttle.blocked_until = now + timedelta(seconds=min(MAX_LOCK_S, LOCK_S * 2**extra))
     return throttle.failures
@@ -210,12 +296,19 @@ def issue_token(
     days: float | None = DEFAULT_TOKEN_DAYS,
     audit_as: str = "token.issue",
 ) -> IssuedToken:
-    """A new token for ``user`` (oneself, or anyone for an admin); ``scopes`` None: all the
-    user may hold (admin only for admins)."""
+    """A new token for ``user`` (oneself, or anyone for an admin); ``scopes`` None: all that
+    both the user may hold (admin only for admins) and the caller's own credential holds. A
+    token never mints one worth more than itself: a leaked ``read, write`` token of an admin
+    cannot become an admin's."""
     if not 0 < len(name) <= 64 or has_control_character(name):
         raise InvalidSpec(
             f"token name {name!r} is not valid: it is a label of 1-64 printable characters",
             hint='name what the token is for, e.g. "ci deploy"',
+        )
+    if composed(name) != name:
+        raise InvalidSpec(
+            f"token name {name!a} is not in Unicode normal form C: it prints like another name",
+            hint=f"write it with composed characters: {composed(name)!r}",
         )
     unknown = [s for s in scopes or () if s not in SCOPES]
     if unknown or scopes == []:
@@ -233,11 +326,19 @@ def issue_token(
         owner = session.get(User, user)
         if owner is None:
             raise NotFound(f"no user named {user!r}", hint="`shipyard users list` shows them")
+        held = ctx.actor.scopes
         if scopes is None:
-            scopes = list(SCOPES) if owner.is_admin else ["read", "write"]
+            scopes = [s for s in SCOPES if s in held and (s != "admin" or owner.is_admin)]
         if "admin" in scopes and not owner.is_admin:
             raise InvalidSpec(
                 f"user {user!r} is no admin; a token cannot hold the admin scope", hint="drop it"
+            )
+        beyond = [s for s in scopes if s not in held]
+        if beyond or not scopes:
+            raise Forbidden(
+                f"this credential holds the scopes {', '.join(sorted(held))}; it cannot issue a "
+                f"token with {', '.join(beyond) or 'no scope'}",
+                hint="ask for fewer scopes, or sign in with the password for a full session",
             )
         token_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
         expires = ctx.clock.now() + timedelta(days=days) if days is not None else None
@@ -310,8 +411,8 @@ def _invalid() -> Unauthenticated:
     return Unauthenticated("invalid, expired or revoked token", hint="log in again: shipyard login URL")
 
 
-LINK_TOKEN = "dashboard sign-in link"
-LINK_DAYS = 2 / 1440
+LINK_PREFIX = "shl"
+LINK_TTL = timedelta(minutes=2)
 """A sign-in link (``shipyard ui``) works for two minutes, once."""
 
 
@@ -326,22 +427,40 @@ def local_account(ctx: ServiceContext, name: str) -> str:
 
 
 def sign_in_link(ctx: ServiceContext, user: str) -> IssuedToken:
-    """A token that ``redeem_link`` exchanges, once and within two minutes, for a session."""
-    return issue_token(ctx, user, LINK_TOKEN, None, days=LINK_DAYS, audit_as="auth.link")
+    """A one-time credential that ``redeem_link`` exchanges, within two minutes, for a dashboard
+    session of ``user`` (oneself, or anyone for an admin). It is no API token, and no API
+    token is one: naming a token like a link makes nothing of it."""
+    link_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+    expires = ctx.clock.now() + LINK_TTL
+    with ctx.db.transaction() as session:
+        if user != ctx.actor.name:
+            rbac.require(ctx, session, Permission.USER_MANAGE, f"user/{user}")
+        if session.get(User, user) is None:
+            raise NotFound(f"no user named {user!r}", hint="`shipyard users list` shows them")
+        session.add(SignInLink(id=link_id, user=user, secret_hash=_digest(secret), expires_at=expires))
+        audit.append(session, ctx.audit_key, ctx.actor, "auth.link", f"user/{user}", detail={"link": link_id})
+    return IssuedToken(id=link_id, token=f"{LINK_PREFIX}_{link_id}_{secret}", expires_at=expires)
 
 
-def redeem_link(ctx: ServiceContext, bearer: str, source: str, *, session_days: float) -> IssuedToken:
-    """A dashboard session for the holder of a sign-in link, whose token is revoked on the way
-    (a link copied from a browser's history signs nobody in)."""
-    actor = authenticate(ctx, bearer, source)
-    token_id = token_id_of(bearer)
-    with ctx.db.read() as session:
-        token = session.get(Token, token_id)
-        if token is None or token.name != LINK_TOKEN:
+def redeem_link(ctx: ServiceContext, link: str, source: str, *, session_days: float) -> IssuedToken:
+    """A dashboard session for the holder of a sign-in link, used up on the way (a link copied
+    from a browser's history signs nobody in); ``Unauthenticated`` for anything else."""
+    link_id, secret = _parse_credential(link, LINK_PREFIX)
+    now = ctx.clock.now()
+    with ctx.db.transaction() as session:
+        found = session.get(SignInLink, link_id)
+        if found is None or not hmac.compare_digest(found.secret_hash, _digest(secret)):
             raise _invalid()
-    who = ctx.acting_as(actor)
-    revoke_token(who, token_id)
-    return issue_token(who, actor.name, "login", None, days=session_days, audit_as="auth.login")
+        used = session.execute(
+            update(SignInLink)
+            .where(SignInLink.id == link_id, SignInLink.used_at.is_(None), SignInLink.expires_at > now)
+            .values(used_at=now)
+        )
+        owner = session.get(User, found.user)
+        if not rows_changed(used) or owner is None or owner.disabled:
+            raise _invalid()
+    who = ctx.acting_as(audit.Actor(name=found.user, source=source))
+    return issue_token(who, found.user, "login", None, days=session_days, audit_as="auth.login")
 
 
 def token_id_of(bearer: str) -> str:
@@ -350,11 +469,16 @@ def token_id_of(bearer: str) -> str:
 
 
 def _parse_bearer(bearer: str) -> tuple[str, str]:
-    prefix, _, rest = bearer.partition("_")
-    token_id, _, secret = rest.partition("_")
-    if prefix != TOKEN_PREFIX or not token_id or not secret:
+    return _parse_credential(bearer, TOKEN_PREFIX)
+
+
+def _parse_credential(credential: str, kind: str) -> tuple[str, str]:
+    """``KIND_ID_SECRET`` -> (id, secret), or ``Unauthenticated``."""
+    prefix, _, rest = credential.partition("_")
+    found_id, _, secret = rest.partition("_")
+    if prefix != kind or not found_id or not secret:
         raise _invalid()
-    return token_id, secret
+    return found_id, secret
 
 
 def _accept(ctx: ServiceContext, verified: VerifiedToken, secret: str, source: str) -> audit.Actor:
@@ -385,12 +509,14 @@ def _read_token(ctx: ServiceContext, token_id: str) -> VerifiedToken | None:
 
 
 def revoke_token(ctx: ServiceContext, token_id: str) -> None:
+    missing = NotFound(f"no token {token_id!r}", hint="`shipyard tokens list` shows yours")
     with ctx.db.transaction() as session:
         token = session.get(Token, token_id)
         if token is None:
-            raise NotFound(f"no token {token_id!r}", hint="`shipyard tokens list` shows yours")
-        if token.user != ctx.actor.name:
-            rbac.require(ctx, session, Permission.USER_MANAGE, f"token/{token_id}")
+            raise missing
+        if token.user != ctx.actor.name and not ctx.actor.is_admin:
+            # Another's token is none of the caller's business: answered as one that does not exist.
+            rbac.deny_as_missing(ctx, Permission.USER_MANAGE, f"token/{token_id}", None, missing)
         if token.revoked_at is None:
             token.revoked_at = ctx.clock.now()
         audit.append(

@@ -24,6 +24,7 @@ from shipyard.executors.cluster_nodes import NAMESPACE, Advertisement, kv_key
 from shipyard.hardware import discover
 from shipyard.hardware.probe import measure_host
 from shipyard.schemas.views import NodeView
+from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
 from shipyard.services.submitted_jobs import aware
 
@@ -126,8 +127,10 @@ def register(ad: Advertisement, address: str) -> None:
 
 
 def list_nodes(ctx: ServiceContext) -> list[NodeView]:
-    """Every node the executor knows, down ones too, with what its running attempts use."""
+    """Every node the executor knows, down ones too, with what its running attempts use. The
+    devices in use count every job; the jobs named are only those the caller may see."""
     with ctx.db.read() as session:
+        visible = rbac.visible_projects(session, ctx.actor)
         running = session.execute(
             select(
                 Attempt.job_id,
@@ -136,6 +139,8 @@ def list_nodes(ctx: ServiceContext) -> list[NodeView]:
                 Attempt.device_ids,
                 Attempt.threads_per_process,
                 Job.devices,
+                Job.project,
+                Job.owner,
             )
             .join(Job, Job.id == Attempt.job_id)
             .where(Attempt.state == JobState.RUNNING)
@@ -146,9 +151,10 @@ def list_nodes(ctx: ServiceContext) -> list[NodeView]:
     for node in ctx.executor.known_nodes():
         used: dict[str, int] = {}
         jobs = []
-        for job_id, nodes, accelerator_type, device_ids, threads, per_node in running:
+        for job_id, nodes, accelerator_type, device_ids, threads, per_node, project, owner in running:
             if node.id in (nodes or node.id).split(","):
-                jobs.append(job_id)
+                if visible is None or project in visible or owner == ctx.actor.name:
+                    jobs.append(job_id)
                 # A Ray attempt leaves the choice of devices to Ray: count what its bundle holds.
                 held = len(device_ids or []) or per_node * (threads if accelerator_type == "cpu" else 1)
                 used[accelerator_type] = used.get(accelerator_type, 0) + held

@@ -13,6 +13,7 @@ from shipyard.audit import audit_key
 from shipyard.db import Database, open_database
 from shipyard.domain.actor import Actor
 from shipyard.domain.clock import SYSTEM_CLOCK, Clock
+from shipyard.domain.paths import make_private
 from shipyard.errors import InvalidSpec
 from shipyard.executors import Executor, LocalExecutor, devices_of
 from shipyard.hardware import Device, VendorQueries, discover
@@ -106,6 +107,6 @@ def _refuse_local_store(settings: Settings) -> None:
 
 def open_context(settings: Settings | None = None, **options: object) -> ServiceContext:
     settings = settings or Settings.from_env()
-    settings.home.mkdir(parents=True, exist_ok=True)
+    make_private(settings.home)  # the database, the audit key, runs and stores live in it
     db = open_database(settings.db_url, settings.home)
     return ServiceContext(settings=settings, db=db, **options)  # type: ignore[arg-type]

@@ -21,23 +21,35 @@ CANCEL: Cancel = "job.cancel"
 def allowed_job(
     ctx: ServiceContext, session: Session, job_id: str, permission: Permission | Cancel, *options: ORMOption
 ) -> Job:
-    """The job, if the caller may ``permission`` it (``CANCEL``: any job, or one's own)."""
+    """The job, if the caller may ``permission`` it (``CANCEL``: any job, or one's own). A job
+    the caller may not even read is answered as one that does not exist."""
     job = find_job(session, job_id, *options)
     own = job.owner == ctx.actor.name
     if isinstance(permission, Permission):
         wanted = permission
     else:
         wanted = Permission.JOB_CANCEL_OWN if own else Permission.JOB_CANCEL_ANY
-    if not (own and wanted in (Permission.JOB_READ, Permission.JOB_LOGS, Permission.JOB_CANCEL_OWN)):
-        rbac.require(ctx, session, wanted, f"job/{job_id}", job.project)
+    if own and wanted in (Permission.JOB_READ, Permission.JOB_LOGS, Permission.JOB_CANCEL_OWN):
+        return job
+    resource = f"job/{job_id}"
+    if own:
+        rbac.require(ctx, session, wanted, resource, job.project)
+    else:
+        rbac.require_visible(
+            ctx, session, wanted, resource, job.project, seen_with=Permission.JOB_READ, missing=no_job(job_id)
+        )
     return job
 
 
 def find_job(session: Session, job_id: str, *options: ORMOption) -> Job:
     job = session.get(Job, job_id, options=options)
     if job is None:
-        raise NotFound(f"no job with id {job_id!r}", hint="`shipyard jobs list` shows job ids")
+        raise no_job(job_id)
     return job
+
+
+def no_job(job_id: str) -> NotFound:
+    return NotFound(f"no job with id {job_id!r}", hint="`shipyard jobs list` shows job ids")
 
 
 def may_cancel(ctx: ServiceContext, session: Session, job: Job) -> bool:

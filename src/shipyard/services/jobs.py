@@ -82,6 +82,12 @@ def submit(
     return view
 
 
+def require_submitter(ctx: ServiceContext) -> None:
+    """Refuse a caller who may submit jobs to no project before its spec is even read."""
+    with ctx.db.read() as session:
+        rbac.require_somewhere(ctx, session, Permission.JOB_SUBMIT, "jobs")
+
+
 def submitted_before(ctx: ServiceContext, key: str, spec: JobSpec) -> JobView | None:
     """The caller's job that a submission with idempotency ``key`` created, if one did (the
     request is a retry whose answer was lost); a key sent with another job's spec is refused."""

@@ -27,12 +27,13 @@ class LocalModel:
 
 
 def pinned(ctx: ServiceContext, session: Session, spec: JobSpec) -> JobSpec:
-    """At submit: ``model.version`` ``NAME`` becomes the ``NAME:VERSION`` it is now, so that a
-    relaunch trains on the same weights; the caller must be allowed to download it."""
+    """At submit: ``model.version`` ``NAME`` becomes the ``PROJECT/NAME:VERSION`` it is now, so
+    that a relaunch trains on the same weights; the caller must be allowed to download it. A
+    name without a project is a model of the job's own project, never another's."""
     ref = spec.model.version
     if ref is None:
         return spec
-    _, label = models.allowed_version(ctx, session, ref, Permission.MODEL_DOWNLOAD)
+    _, label = models.allowed_version(ctx, session, ref, Permission.MODEL_DOWNLOAD, project=spec.project)
     if label == ref:
         return spec
     return spec.model_copy(update={"model": spec.model.model_copy(update={"version": label})})
@@ -42,8 +43,8 @@ def local(ctx: ServiceContext, session: Session, spec: JobSpec, project: str) ->
     """The spec with its base model as a local folder, fetched (verified) when it is not one."""
     model = spec.model
     if model.version is not None:
-        name, _, number = model.version.partition(":")
-        found = registry.find(session, name, number)
+        ref = models.ModelRef.parse(model.version)  # jobs pinned before names were per project: theirs
+        found = registry.find(session, ref.project or project, ref.name, ref.version)
         folder = _weights_of(models.export_folder(ctx, session, found), model.version)
     elif model.path is not None and model.path.startswith(STORE_SCHEME):
         folder, _ = storage.materialize(

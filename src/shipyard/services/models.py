@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,29 +16,54 @@ from shipyard import audit, registry
 from shipyard.auth import Permission
 from shipyard.db import Artifact, Job, Metric, ModelVersion
 from shipyard.domain import JobState
+from shipyard.domain.text import has_control_character
 from shipyard.errors import Conflict, ExecutorError, InvalidSpec, NotFound
+from shipyard.schemas.documents import shown
 from shipyard.schemas.views import Completion, ModelComparisonView, ModelLineageView, ModelVersionView
 from shipyard.services import rbac, storage
 from shipyard.services.context import ServiceContext
+from shipyard.services.job_access import allowed_job
 from shipyard.services.summaries import summarize
 
 
-def list_versions(ctx: ServiceContext, name: str | None = None) -> list[ModelVersionView]:
+@dataclass(frozen=True, slots=True)
+class ModelRef:
+    """``[PROJECT/]NAME[:VERSION]``: a project's model, its newest version when none is named."""
+
+    project: str | None
+    name: str
+    version: str
+
+    @classmethod
+    def parse(cls, ref: str) -> ModelRef:
+        project, _, rest = ref.rpartition("/")
+        name, _, version = rest.partition(":")
+        return cls(project or None, name, version)
+
+
+def list_versions(
+    ctx: ServiceContext, name: str | None = None, project: str | None = None
+) -> list[ModelVersionView]:
+    """The versions of the models the caller may see (every role of a project reads its models)."""
     with ctx.db.transaction() as session:
-        # model.read: every role of the model's project holds it
-        projects = None if ctx.actor.is_admin else rbac.projects_of(session, ctx.actor)
-        return [registry.view(v) for v in registry.versions(session, name, projects)]
+        visible = rbac.visible_projects(session, ctx.actor)
+        return [registry.view(v) for v in registry.versions(session, name, visible, project)]
 
 
 def register(ctx: ServiceContext, job_id: str, name: str | None = None) -> ModelVersionView:
-    """Publish the export of a finished job as the next version of model ``name`` (default: the
-    job's name), with the job's lineage; maintainers and owners of the job's project only."""
+    """Publish the export of a finished job as the next version of its project's model ``name``
+    (default: the job's name), with the job's lineage; maintainers and owners of the project."""
     with ctx.db.transaction() as session:
-        job = session.get(Job, job_id)
-        if job is None:
-            raise NotFound(f"no job {job_id!r}", hint="`shipyard jobs list` shows the jobs")
-        name = name or job.name
-        rbac.require(ctx, session, Permission.MODEL_PUBLISH, f"model/{name}", job.project)
+        job = allowed_job(ctx, session, job_id, Permission.JOB_READ)
+        ref = ModelRef.parse(name or job.name)
+        if ref.version or ref.project not in (None, job.project):
+            raise InvalidSpec(
+                f"job {job_id} is in project {job.project!r}: its export becomes a version of a model "
+                f"of that project, not {name!r}",
+                hint=f"give a model name alone, e.g. {job.name}",
+            )
+        name = ref.name
+        rbac.require(ctx, session, Permission.MODEL_PUBLISH, f"model/{job.project}/{name}", job.project)
         export = session.scalar(
             select(Artifact)
             .where(Artifact.job_id == job.id, Artifact.kind == "export")
@@ -49,9 +75,10 @@ def register(ctx: ServiceContext, job_id: str, name: str | None = None) -> Model
                 f"job {job_id} left no export to register (it is {job.state})",
                 hint="register a job that succeeded with training.export on",
             )
-        already = registry.version_of(session, name, export)
+        already = registry.version_of(session, job.project, name, export)
         if already is not None:
-            raise Conflict(f"job {job_id}'s export is already {name}:{already}", hint=f"use {name}:{already}")
+            label = f"{job.project}/{name}:{already}"
+            raise Conflict(f"job {job_id}'s export is already {label}", hint=f"use {label}")
         metrics = list(session.scalars(select(Metric).where(Metric.job_id == job.id).order_by(Metric.id)))
         return registry.view(publish(ctx, session, job, export, name, summarize(job, metrics)))
 
@@ -67,7 +94,7 @@ def publish(
         ctx.audit_key,
         ctx.actor,
         "model.publish",
-        f"model/{name}:{version.version}",
+        f"model/{registry.label(version)}",
         detail={"job": job.id, "project": job.project, "step": export.step},
     )
     return version
@@ -156,11 +183,11 @@ def generate(
     return Completion(model=label, prompt=prompt, completion=answer["completion"], tokens=answer["tokens"])
 
 
-def lineage(ctx: ServiceContext, ref: str) -> ModelLineageView:
+def lineage(ctx: ServiceContext, ref: str, *, project: str | None = None) -> ModelLineageView:
     """Where a version comes from: its job and attempts, dataset (with its content digest when
     stored), base model, checkpoint step, and the planner's estimate beside what was measured."""
     with ctx.db.transaction() as session:
-        found, label = allowed_version(ctx, session, ref, Permission.MODEL_READ)
+        found, label = allowed_version(ctx, session, ref, Permission.MODEL_READ, project=project)
         job = session.get(Job, found.job_id)
         assert job is not None
         spec = job.spec
@@ -195,9 +222,11 @@ def lineage(ctx: ServiceContext, ref: str) -> ModelLineageView:
         )
 
 
-def compare(ctx: ServiceContext, first: str, second: str) -> ModelComparisonView:
+def compare(
+    ctx: ServiceContext, first: str, second: str, *, project: str | None = None
+) -> ModelComparisonView:
     """Two versions' lineage side by side, with the fields that differ."""
-    a, b = lineage(ctx, first), lineage(ctx, second)
+    a, b = lineage(ctx, first, project=project), lineage(ctx, second, project=project)
     return compared(a, b)
 
 
@@ -222,23 +251,51 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def allowed_version(
-    ctx: ServiceContext, session: Session, ref: str, permission: Permission
+    ctx: ServiceContext, session: Session, ref: str, permission: Permission, *, project: str | None = None
 ) -> tuple[ModelVersion, str]:
-    """The version ``NAME[:VERSION]`` names, if the caller holds ``permission`` on its project."""
-    name, _, number = ref.partition(":")
-    found = registry.find(session, name, number)
-    label = f"{found.name}:{found.version}"
-    rbac.require(ctx, session, permission, f"model/{label}", found.project)
+    """The version ``[PROJECT/]NAME[:VERSION]`` names, if the caller holds ``permission`` on its
+    project -> (version, ``PROJECT/NAME:VERSION``). Without a project named (in ``ref`` or as
+    ``project``), the name is looked up in the projects the caller may see, and must be in one.
+    A model of a project the caller may not see is answered as one that does not exist."""
+    wanted = ModelRef.parse(ref)
+    project = _project_of(ctx, session, wanted, wanted.project or project)
+    found = registry.find(session, project, wanted.name, wanted.version)
+    label = registry.label(found)
+    missing = registry.missing(wanted.name, wanted.version, project)  # what ``find`` says of none
+    rbac.require_visible(
+        ctx, session, permission, f"model/{label}", project, seen_with=Permission.MODEL_READ, missing=missing
+    )
     return found, label
 
 
-def promote(ctx: ServiceContext, ref: str, stage: str) -> ModelVersionView:
+def project_of(ctx: ServiceContext, name: str, project: str | None) -> str:
+    """The project of the model ``name`` that the caller means: ``project``, else the one project
+    the caller may see that has such a model."""
+    with ctx.db.read() as session:
+        return _project_of(ctx, session, ModelRef(project, name, ""), project)
+
+
+def _project_of(ctx: ServiceContext, session: Session, wanted: ModelRef, project: str | None) -> str:
+    if project is not None:
+        return project
+    candidates = registry.projects_with(session, wanted.name, rbac.visible_projects(session, ctx.actor))
+    if not candidates:
+        raise registry.missing(wanted.name, wanted.version)
+    if len(candidates) > 1:
+        raise Conflict(
+            f"model {wanted.name!r} is a model of several projects you can see: {', '.join(candidates)}",
+            hint=f"name the project, e.g. {candidates[0]}/{wanted.name}",
+        )
+    return candidates[0]
+
+
+def promote(ctx: ServiceContext, ref: str, stage: str, *, project: str | None = None) -> ModelVersionView:
     """Move a version to a stage; one version of a name is in production at a time (the one there
     before goes to archived)."""
     if stage not in registry.STAGES:  # before the permission: a typo is not a refusal to audit
         raise InvalidSpec(f"unknown stage {stage!r}", hint=f"use one of: {', '.join(registry.STAGES)}")
     with ctx.db.transaction() as session:
-        found, label = allowed_version(ctx, session, ref, Permission.MODEL_PROMOTE)
+        found, label = allowed_version(ctx, session, ref, Permission.MODEL_PROMOTE, project=project)
         previous = registry.move(session, found, stage)
         audit.append(
             session,
@@ -251,10 +308,14 @@ def promote(ctx: ServiceContext, ref: str, stage: str) -> ModelVersionView:
         return registry.view(found)
 
 
-def download(ctx: ServiceContext, ref: str, file: str) -> Path:
+def download(ctx: ServiceContext, ref: str, file: str, *, project: str | None = None) -> Path:
     """One file of a version's export, for streaming; permission-checked and audited."""
+    if file.startswith("/") or ".." in file.split("/") or has_control_character(file) or len(file) > 4096:
+        raise InvalidSpec(
+            f"{shown(file)} is not a file of a model", hint="give a path inside the model, e.g. config.json"
+        )
     with ctx.db.transaction() as session:
-        found, label = allowed_version(ctx, session, ref, Permission.MODEL_DOWNLOAD)
+        found, label = allowed_version(ctx, session, ref, Permission.MODEL_DOWNLOAD, project=project)
         folder = export_folder(ctx, session, found).resolve()
         path = (folder / file).resolve()
         if folder not in path.parents or not path.is_file():
@@ -276,13 +337,15 @@ def files(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
 
-def delete(ctx: ServiceContext, ref: str) -> None:
+def delete(ctx: ServiceContext, ref: str, *, project: str | None = None) -> None:
     """Forget a version (its files stay with the job that made them). Retention: a version in
     production must be archived first."""
-    if ":" not in ref:
-        raise InvalidSpec("delete names one version: NAME:VERSION", hint="e.g. quickstart:2")
+    if not ModelRef.parse(ref).version:
+        raise InvalidSpec(
+            "delete names one version: [PROJECT/]NAME:VERSION", hint="e.g. research/quickstart:2"
+        )
     with ctx.db.transaction() as session:
-        found, label = allowed_version(ctx, session, ref, Permission.MODEL_DELETE)
+        found, label = allowed_version(ctx, session, ref, Permission.MODEL_DELETE, project=project)
         if found.stage == "production":
             raise Conflict(
                 f"model {label} is in production", hint=f"promote another version or archive {label} first"

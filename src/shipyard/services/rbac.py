@@ -6,6 +6,8 @@ rules. A refusal is audited and raises ``Forbidden`` naming the role and what it
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -49,16 +51,64 @@ def require(
     if allowed(session, actor, permission, project):
         return
     role = role_of(session, actor.name, project) if project else None
-    with ctx.db.transaction() as own:
-        audit.append(
-            own, ctx.audit_key, actor, permission, resource, outcome="denied", detail={"project": project}
-        )
+    _record_denial(ctx, permission, resource, project)
     where = f" in project {project!r}" if project else ""
     held = f"its role {role!r}{where} does not allow it" if role else f"it has no role{where}"
     raise Forbidden(
         f"{actor.name} may not {permission} {resource}: {held}",
         hint="ask an owner of the project (or a cluster admin) for a role that does",
     )
+
+
+def require_somewhere(ctx: ServiceContext, session: Session, permission: Permission, resource: str) -> None:
+    """Refuse (audited) a caller who holds ``permission`` in no project, before any work is spent
+    on its request: a user with no role gets nothing parsed, stored or computed."""
+    roles = projects_of(session, ctx.actor).items()
+    if ctx.actor.is_admin or any(allows(ctx.actor, permission, role, project) for project, role in roles):
+        return
+    _record_denial(ctx, permission, resource, None)
+    raise Forbidden(
+        f"{ctx.actor.name} may not {permission} in any project",
+        hint="ask an owner of a project (or a cluster admin) for a role that does",
+    )
+
+
+def require_visible(
+    ctx: ServiceContext,
+    session: Session,
+    permission: Permission,
+    resource: str,
+    project: str,
+    *,
+    seen_with: Permission,
+    missing: NotFound,
+) -> None:
+    """``require``, for a thing the caller may not even know exists unless it holds ``seen_with``
+    in its project: then the refusal (audited all the same) is ``missing``, the very answer
+    for a thing that does not exist, so that no status, message or hint tells the two apart."""
+    if not allowed(session, ctx.actor, seen_with, project):
+        deny_as_missing(ctx, permission, resource, project, missing)
+    require(ctx, session, permission, resource, project)
+
+
+def deny_as_missing(
+    ctx: ServiceContext, permission: Permission, resource: str, project: str | None, missing: NotFound
+) -> NoReturn:
+    """Audit the refusal, and answer as for a thing that does not exist."""
+    _record_denial(ctx, permission, resource, project)
+    raise missing
+
+
+def visible_projects(session: Session, actor: audit.Actor) -> set[str] | None:
+    """The projects whose jobs and models the actor may see (every role reads them); None: all."""
+    return None if actor.is_admin else set(projects_of(session, actor))
+
+
+def _record_denial(ctx: ServiceContext, permission: Permission, resource: str, project: str | None) -> None:
+    with ctx.db.transaction() as own:
+        audit.append(
+            own, ctx.audit_key, ctx.actor, permission, resource, outcome="denied", detail={"project": project}
+        )
 
 
 def grant(ctx: ServiceContext, project: str, user: str, role: str | None) -> None:

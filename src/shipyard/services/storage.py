@@ -29,6 +29,7 @@ from shipyard.schemas.views import (
 )
 from shipyard.services import manifests, rbac
 from shipyard.services.context import ServiceContext
+from shipyard.storage import config as storage_config
 from shipyard.storage.blobs import Blob, Progress
 from shipyard.storage.config import StorageConfig
 from shipyard.storage.files import fsync_dir
@@ -114,6 +115,19 @@ def put(
         view = _view(artifact, with_entries=False)
     warnings = notes + [warning for _, _, written in placed for warning in written.warnings]
     return view.model_copy(update={"warnings": warnings})
+
+
+def check_upload(ctx: ServiceContext, name: str, *, project: str, size_bytes: int | None) -> None:
+    """What ``put`` will refuse of an upload, asked before its first byte is read: the names,
+    the caller's right to write in the project, a name already taken, and the project's quota
+    against the size the client declares. ``put`` asks again of the bytes that came."""
+    check_name(name)
+    check_name(project, "project name")
+    config = storage_config.load(ctx.settings.home)
+    with ctx.db.read() as session:
+        rbac.require(ctx, session, Permission.ARTIFACT_WRITE, f"artifact/{project}/{name}", project)
+        _refuse_taken(session, project, name)
+        _check_quota(session, config, project, size_bytes or 0)
 
 
 def _files_of(source: Path) -> list[tuple[str, Path, int]]:

@@ -32,7 +32,6 @@ from shipyard.services.base_models import check_base_model, check_resume_base
 from shipyard.services.calibrate import cluster_calibration
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import estimate_job, job_arch, on_shipyard_llama, with_measurements
-from shipyard.services.job_access import allowed_job
 from shipyard.services.planning import hardware_catalog
 
 
@@ -205,12 +204,18 @@ def _resume_source(ctx: ServiceContext, session: Session, spec: JobSpec, resume_
         if path.exists() or roots is not None:
             return path
     job = session.get(Job, resume_from)
+    missing = NotFound(
+        f"--resume-from {resume_from!r} is neither a checkpoint path nor a job id",
+        hint="give a job id from `shipyard jobs list` or a checkpoint directory",
+    )
     if job is None:
-        raise NotFound(
-            f"--resume-from {resume_from!r} is neither a checkpoint path nor a job id",
-            hint="give a job id from `shipyard jobs list` or a checkpoint directory",
-        )
-    allowed_job(ctx, session, job.id, Permission.JOB_READ)  # another project's checkpoints are its own
+        raise missing
+    # A job's checkpoints are its weights: reading them takes what downloading them would, in
+    # the job's own project (a viewer who may see the job may not train on its weights).
+    rbac.require_visible(
+        ctx, session, Permission.JOB_CHECKPOINTS, f"job/{job.id}", job.project,
+        seen_with=Permission.JOB_READ, missing=missing,
+    )  # fmt: skip
     return Path(job.run_dir) / CHECKPOINT_DIR
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shipyard.domain.text import has_control_character
+from shipyard.domain.text import composed, has_control_character
 from shipyard.errors import InvalidSpec
 
 MAX_NAME = 255
@@ -16,6 +16,11 @@ def check_name(name: str, what: str = "artifact name") -> str:
             f"{what} {name!r} {problem}",
             hint="use letters, digits and . _ - @ + : separated by single slashes, "
             "e.g. checkpoints/run-1/step-100",
+        )
+    if composed(name) != name:
+        raise InvalidSpec(
+            f"{what} {name!a} is not in Unicode normal form C: it prints like another name",
+            hint=f"write it with composed characters: {composed(name)!r}",
         )
     return name
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from shipyard import audit
-from shipyard.api.deps import Caller
+from shipyard.api.deps import Reader
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.views import AuditRecordView, AuditVerdictView
 from shipyard.services import auditing
@@ -17,7 +17,7 @@ router = APIRouter(prefix="/api/v1/audit", tags=["audit"], responses=PROBLEM_RES
 
 @router.get("", operation_id="listAudit", response_model=list[AuditRecordView])
 def list_audit(
-    ctx: Caller,
+    ctx: Reader,
     since: Annotated[str | None, Query(max_length=40)] = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
 ) -> list[AuditRecordView]:
@@ -25,5 +25,5 @@ def list_audit(
 
 
 @router.get("/verify", operation_id="verifyAudit", response_model=AuditVerdictView)
-def verify_audit(ctx: Caller) -> AuditVerdictView:
+def verify_audit(ctx: Reader) -> AuditVerdictView:
     return auditing.verify(ctx).view()

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Receive, Scope, Send
 
-from shipyard.api.deps import Caller, LogOffset, Name, Served, checked_name, links
+from shipyard.api.deps import (
+    LogOffset,
+    Name,
+    Reader,
+    Served,
+    Writer,
+    checked_name,
+    links,
+    still_authenticated,
+)
 from shipyard.api.errors import PROBLEM_RESPONSES
+from shipyard.errors import ShipyardError
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.requests import Submission
 from shipyard.schemas.views import JobDetail, JobView, LogChunkView, MetricSeriesView
@@ -29,7 +40,7 @@ Filter = Annotated[str | None, Query(max_length=64)]
 
 @router.get("", operation_id="listJobs", response_model=list[JobView])
 def list_jobs(
-    ctx: Caller,
+    ctx: Reader,
     state: Annotated[str | None, Query(max_length=16)] = None,
     limit: Annotated[int, Query(ge=1, le=job_service.MAX_LISTED)] = 50,
     offset: Annotated[int, Query(ge=0, le=job_service.MAX_OFFSET)] = 0,
@@ -56,7 +67,7 @@ IdempotencyKey = Annotated[
 
 @router.post("", operation_id="submitJob", response_model=JobView, status_code=201, responses=JOB_LINKS)
 async def submit_job(
-    body: Submission, ctx: Caller, served: Served, idempotency_key: IdempotencyKey = None
+    body: Submission, ctx: Writer, served: Served, idempotency_key: IdempotencyKey = None
 ) -> JobView:
     # Checked and written by the process's submission writer, in its own thread.
     spec = validate_job_spec(body.spec)
@@ -65,19 +76,19 @@ async def submit_job(
 
 
 @router.get("/{job_id}", operation_id="getJob", response_model=JobDetail)
-def get_job(job_id: Name, ctx: Caller) -> JobDetail:
+def get_job(job_id: Name, ctx: Reader) -> JobDetail:
     return job_service.get(ctx, checked_name(job_id))
 
 
 @router.post("/{job_id}/cancel", operation_id="cancelJob", response_model=JobView)
-def cancel_job(job_id: Name, ctx: Caller) -> JobView:
+def cancel_job(job_id: Name, ctx: Writer) -> JobView:
     return job_service.cancel(ctx, checked_name(job_id))
 
 
 @router.get("/{job_id}/metrics", operation_id="jobMetrics", response_model=MetricSeriesView)
 def job_metrics(
     job_id: Name,
-    ctx: Caller,
+    ctx: Reader,
     kind: Annotated[str, Query(max_length=16)] = "train",
     max_points: Annotated[int, Query(ge=1, le=metric_series.MAX_POINTS)] = 2000,
     after_step: Annotated[int, Query(ge=-1, le=2**31 - 1)] = -1,
@@ -90,7 +101,7 @@ def job_metrics(
 
 
 @router.get("/{job_id}/logs", operation_id="jobLogs", response_model=LogChunkView)
-def job_logs(job_id: Name, ctx: Caller, offset: LogOffset = 0) -> LogChunkView:
+def job_logs(job_id: Name, ctx: Reader, offset: LogOffset = 0) -> LogChunkView:
     chunk = job_service.read_log(ctx, checked_name(job_id), offset, must_exist=False)
     return LogChunkView(
         data=chunk.data.decode("utf-8", "replace"), next_offset=chunk.next_offset, job_ended=chunk.job_ended
@@ -103,10 +114,14 @@ def job_logs(job_id: Name, ctx: Caller, offset: LogOffset = 0) -> LogChunkView:
     response_class=StreamingResponse,
     responses={200: {"content": {"text/plain": {}}}},
 )
-async def stream_job_logs(job_id: Name, ctx: Caller, offset: LogOffset = 0) -> StreamingResponse:
+async def stream_job_logs(
+    job_id: Name, ctx: Reader, served: Served, request: Request, offset: LogOffset = 0
+) -> StreamingResponse:
     """The log from ``offset`` on as it is written, until the job ends (``curl -N``). The
-    permission and the job's existence are checked before the first byte."""
+    permission and the job's existence are checked before the first byte, and again, with the
+    caller's token, at every look for more: a revoked token or a role taken away ends the stream."""
     first = await run_in_threadpool(job_service.read_log, ctx, checked_name(job_id), offset, must_exist=False)
+    release = served.streams.acquire(ctx.actor.name)
 
     async def tail() -> AsyncIterator[bytes]:
         chunk = first
@@ -116,8 +131,26 @@ async def stream_job_logs(job_id: Name, ctx: Caller, offset: LogOffset = 0) -> S
             if chunk.job_ended:
                 return
             await asyncio.sleep(LOG_POLL_S)
-            chunk = await run_in_threadpool(
-                job_service.read_log, ctx, job_id, chunk.next_offset, must_exist=False
-            )
+            try:
+                await still_authenticated(request)
+                chunk = await run_in_threadpool(
+                    job_service.read_log, ctx, job_id, chunk.next_offset, must_exist=False
+                )
+            except ShipyardError:  # the credential or the role is gone: the stream ends here
+                return
 
-    return StreamingResponse(tail(), media_type="text/plain; charset=utf-8")
+    return HeldStream(tail(), release, media_type="text/plain; charset=utf-8")
+
+
+class HeldStream(StreamingResponse):
+    """A stream that gives back the caller's place (``PerUser``) however it ends."""
+
+    def __init__(self, content: AsyncIterator[bytes], release: Callable[[], None], **options: Any) -> None:
+        super().__init__(content, **options)
+        self._release = release
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()

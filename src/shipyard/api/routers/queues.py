@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from shipyard.api.deps import Caller, QueuePath
+from shipyard.api.deps import QueuePath, Reader, Writer
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.queues import ClusterQueueSpec, QueueConfig
 from shipyard.schemas.requests import QueueUpdate
@@ -16,25 +16,25 @@ router = APIRouter(prefix="/api/v1", tags=["queues"], responses=PROBLEM_RESPONSE
 
 
 @router.get("/queues", operation_id="queueStatus", response_model=QueueStatusView)
-def queue_state(ctx: Caller) -> QueueStatusView:
+def queue_state(ctx: Reader) -> QueueStatusView:
     """Pending jobs with why each waits, and every queue's quota, usage and borrowing."""
     return queue_status(ctx)
 
 
 @router.get("/queue-config", operation_id="getQueueConfig", response_model=QueueSettingsView)
-def get_queue_config(ctx: Caller) -> QueueSettingsView:
+def get_queue_config(ctx: Reader) -> QueueSettingsView:
     """The queue configuration in force (cluster queues, quotas, local queues) and its source."""
     return queue_settings.show(ctx)
 
 
 @router.put("/queue-config", operation_id="applyQueueConfig", response_model=QueueChangeView)
-def apply_queue_config(config: QueueConfig, ctx: Caller) -> QueueChangeView:
+def apply_queue_config(config: QueueConfig, ctx: Writer) -> QueueChangeView:
     """Replace the whole configuration (cluster admins); audited as ``quota.change``."""
     return queue_settings.apply(ctx, config)
 
 
 @router.put("/queues/{name}", operation_id="setQueue", response_model=QueueChangeView)
-def set_queue(name: QueuePath, body: QueueUpdate, ctx: Caller) -> QueueChangeView:
+def set_queue(name: QueuePath, body: QueueUpdate, ctx: Writer) -> QueueChangeView:
     """Add one cluster queue or replace its quota (cluster admins); audited."""
     queue = ClusterQueueSpec(
         name=name, nominal=body.nominal, cohort=body.cohort, borrowing_limit=body.borrowing_limit
@@ -43,6 +43,6 @@ def set_queue(name: QueuePath, body: QueueUpdate, ctx: Caller) -> QueueChangeVie
 
 
 @router.delete("/queues/{name}", operation_id="removeQueue", response_model=QueueChangeView)
-def remove_queue(name: QueuePath, ctx: Caller) -> QueueChangeView:
+def remove_queue(name: QueuePath, ctx: Writer) -> QueueChangeView:
     """Remove a cluster queue and the local queues naming it (cluster admins); audited."""
     return queue_settings.remove_queue(ctx, name)

@@ -16,7 +16,9 @@ router = APIRouter(tags=["system"], responses=PROBLEM_RESPONSES)
 
 
 @router.get("/healthz", operation_id="health", response_model=HealthView)
-def health() -> HealthView:
+async def health() -> HealthView:
+    # In the event loop: liveness never waits for a worker thread that a flood of logins or
+    # uploads may hold.
     return HealthView(status="ok", version=__version__)
 
 

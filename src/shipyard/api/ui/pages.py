@@ -16,18 +16,23 @@ from typing import Annotated, Any
 
 import yaml
 from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
-from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
 
-from shipyard.api.deps import Name, Platform, Served, checked_name
+from shipyard.api.deps import MAX_VERSION, Name, Platform, Served, Version, checked_name
+from shipyard.api.errors import in_words
 from shipyard.api.ui.rendering import HERE, render
 from shipyard.api.ui.session import (
     FormCaller,
     LoginRequired,
     PageCaller,
+    check_login_form,
+    keep_login_nonce,
+    login_form_nonce,
     login_redirect,
     page_caller,
     sign_in,
@@ -35,11 +40,13 @@ from shipyard.api.ui.session import (
     sign_out,
 )
 from shipyard.domain import JobState
-from shipyard.errors import Forbidden, InvalidSpec, NotFound, ShipyardError, Unauthenticated
+from shipyard.domain.text import DNS_LABEL
+from shipyard.errors import Forbidden, NotFound, ShipyardError, Unauthenticated
 from shipyard.planner.shapes import model_shape
 from shipyard.planner.workload import TrainingWorkload
 from shipyard.registry import STAGES
-from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.schemas.documents import MAX_DOCUMENT_BYTES
+from shipyard.schemas.jobspec import parse_job_spec, validate_job_spec
 from shipyard.schemas.views import JobView
 from shipyard.services import auditing, cluster, job_access, models, planning, scheduler, submissions
 from shipyard.services import jobs as job_service
@@ -77,6 +84,11 @@ class PageRoute(APIRoute):
                 return _error_page(request, 403, "Not allowed", exc.message, exc.hint)
             except NotFound:
                 return _error_page(request, 404, "Not found", "There is nothing here you may see.")
+            except RequestValidationError as exc:  # a malformed address is no page; a bad field, a 400
+                if any(error["loc"][0] == "path" for error in exc.errors()):
+                    return _error_page(request, 404, "Not found", "There is nothing here you may see.")
+                message = f"The request is invalid: {in_words(exc)}"
+                return _error_page(request, 400, "That did not work", message)
             except ShipyardError as exc:
                 return _error_page(request, exc.http_status, "That did not work", exc.message, exc.hint)
             except Exception:
@@ -131,7 +143,13 @@ def _error_page(request: Request, status: int, title: str, message: str, hint: s
 
 @router.get("/login")
 def login_form(request: Request, next: Annotated[str, Query(max_length=2000)] = "/") -> Response:
-    return render(request, "login.html", next=next, failed=None)
+    return _login_page(request, next)
+
+
+def _login_page(request: Request, next: str, status_code: int = 200, failed: str | None = None) -> Response:
+    nonce = login_form_nonce(request)
+    page = render(request, "login.html", status_code=status_code, next=next, failed=failed)
+    return keep_login_nonce(request, page, nonce)
 
 
 @router.post("/login")
@@ -141,11 +159,13 @@ def login(
     username: Annotated[str, Form(max_length=64)],
     password: Annotated[str, Form(max_length=1024)],
     next: Annotated[str, Form(max_length=2000)] = "/",
+    csrf: Annotated[str, Form(max_length=128)] = "",
 ) -> Response:
     try:
+        check_login_form(request, csrf)
         return sign_in(served.ctx, request, username, password, next)
-    except ShipyardError as exc:  # a wrong password, or too many of them
-        return render(request, "login.html", status_code=exc.http_status, next=next, failed=exc.message)
+    except ShipyardError as exc:  # a form from elsewhere, a wrong password, or too many of them
+        return _login_page(request, next, exc.http_status, exc.message)
 
 
 @router.get("/login/link")
@@ -155,7 +175,7 @@ def login_by_link(request: Request, served: Served, token: Annotated[str, Query(
         return sign_in_by_link(served.ctx, request, token)
     except Unauthenticated:
         message = "This sign-in link was used already or has expired: run `shipyard ui` again."
-        return render(request, "login.html", status_code=401, next="/", failed=message)
+        return _login_page(request, "/", 401, message)
 
 
 @router.post("/logout")
@@ -274,20 +294,21 @@ def submit_form(request: Request) -> Response:
 
 @router.post("/submit")
 async def submit(
-    ctx: FormCaller, served: Served, request: Request, spec: Annotated[str, Form(max_length=1 << 20)]
+    ctx: FormCaller,
+    served: Served,
+    request: Request,
+    spec: Annotated[str, Form(max_length=MAX_DOCUMENT_BYTES)],
 ) -> Response:
+    # Who may submit is asked before the spec is read; reading it happens in a worker thread,
+    # bounded in depth, values and time (schemas.documents), never in the event loop.
+    await run_in_threadpool(job_service.require_submitter, ctx)
     try:
-        document = yaml.safe_load(spec)
-        if not isinstance(document, dict):
-            raise InvalidSpec("the job spec must be a YAML mapping", hint="start from the example shown")
-        created = await _submit(ctx, served, document)
-    except yaml.YAMLError as exc:
-        return render(
-            request, "submit.html", status_code=400, active="jobs", text=spec, failed=f"not YAML: {exc}"
+        parsed = await run_in_threadpool(parse_job_spec, spec, source="the job spec")
+        created = await asyncio.wrap_future(
+            served.writer.submit(submissions.Submission(ctx, parsed, False, None, None))
         )
-    except (ShipyardError, ValidationError) as exc:
-        message = exc.message if isinstance(exc, ShipyardError) else str(exc)
-        return render(request, "submit.html", status_code=400, active="jobs", text=spec, failed=message)
+    except ShipyardError as exc:
+        return render(request, "submit.html", status_code=400, active="jobs", text=spec, failed=exc.message)
     return RedirectResponse(f"/jobs/{created.id}", status_code=303)
 
 
@@ -349,10 +370,13 @@ def nodes_page(ctx: PageCaller, request: Request) -> Response:
 @router.get("/models")
 def models_page(ctx: PageCaller, request: Request) -> Response:
     versions = models.list_versions(ctx)
-    names: dict[str, list[Any]] = {}
+    names: dict[tuple[str, str], list[Any]] = {}
     for version in versions:
-        names.setdefault(version.name, []).append(version)
+        names.setdefault((version.project, version.name), []).append(version)
     return render(request, "models.html", active="models", names=names)
+
+
+ProjectFilter = Annotated[str | None, Query(pattern=DNS_LABEL)]
 
 
 @router.get("/models/{name}")
@@ -360,19 +384,22 @@ def model_page(
     name: Name,
     ctx: PageCaller,
     request: Request,
-    a: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
-    b: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+    project: ProjectFilter = None,
+    a: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None,
+    b: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None,
 ) -> Response:
-    versions = models.list_versions(ctx, checked_name(name))
+    project = models.project_of(ctx, checked_name(name), project)
+    versions = models.list_versions(ctx, name, project)
     if not versions:
-        raise NotFound(f"no model {name!r}")
-    lineages = {v.version: models.lineage(ctx, f"{name}:{v.version}") for v in versions}
-    compared = models.compare(ctx, f"{name}:{a}", f"{name}:{b}") if a and b else None
+        raise NotFound(f"no model {project}/{name}")
+    lineages = {v.version: models.lineage(ctx, f"{name}:{v.version}", project=project) for v in versions}
+    compared = models.compare(ctx, f"{name}:{a}", f"{name}:{b}", project=project) if a and b else None
     return render(
         request,
         "model.html",
         active="models",
         name=name,
+        project=project,
         versions=versions,
         lineages=lineages,
         compared=compared,
@@ -384,10 +411,14 @@ def model_page(
 
 @router.post("/models/{name}/versions/{version}/stage")
 def promote_model(
-    name: Name, version: int, ctx: FormCaller, stage: Annotated[str, Form(max_length=32)]
+    name: Name,
+    version: Version,
+    ctx: FormCaller,
+    stage: Annotated[str, Form(max_length=32)],
+    project: Annotated[str, Form(pattern=DNS_LABEL)],
 ) -> Response:
-    models.promote(ctx, f"{checked_name(name)}:{version}", stage)
-    return RedirectResponse(f"/models/{name}", status_code=303)
+    models.promote(ctx, f"{checked_name(name)}:{version}", stage, project=project)
+    return RedirectResponse(f"/models/{name}?project={project}", status_code=303)
 
 
 # -- storage, audit -------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ refused before anything is read from it.
 
 from __future__ import annotations
 
+import secrets
 from typing import Annotated
 from urllib.parse import quote
 
@@ -17,10 +18,13 @@ from fastapi.responses import RedirectResponse, Response
 from shipyard import audit
 from shipyard.api.deps import (
     CSRF_FIELD,
+    READ,
     SESSION_COOKIE,
+    WRITE,
     authenticated,
     csrf_matches,
     csrf_token,
+    refuse_other_origins,
     source_of,
 )
 from shipyard.errors import Forbidden, Unauthenticated
@@ -29,6 +33,9 @@ from shipyard.services.context import ServiceContext
 
 SESSION_DAYS = 0.5
 """A dashboard session lasts 12 hours; signing in again starts another."""
+LOGIN_COOKIE = "shipyard_login"
+LOGIN_FORM_S = 3600
+"""How long a login form may wait before it is submitted."""
 
 
 class LoginRequired(Exception):
@@ -52,12 +59,16 @@ def login_redirect(back_to: str) -> RedirectResponse:
 
 async def page_caller(request: Request) -> ServiceContext:
     """The platform acting as the session's user (what every page depends on)."""
+    return await _session_caller(request, READ)
+
+
+async def _session_caller(request: Request, needs: str) -> ServiceContext:
     token = request.cookies.get(SESSION_COOKIE)
     back_to = request.url.path + (f"?{request.url.query}" if request.url.query else "")
     if not token:
         raise LoginRequired(back_to if request.method == "GET" else "/")
     try:
-        ctx = await authenticated(request, token)
+        ctx = await authenticated(request, token, (needs,))
     except Unauthenticated:
         raise LoginRequired(back_to if request.method == "GET" else "/") from None
     request.state.user = ctx.actor
@@ -68,18 +79,51 @@ async def page_caller(request: Request) -> ServiceContext:
 async def form_caller(
     request: Request, csrf: Annotated[str, Form(alias=CSRF_FIELD, max_length=128)] = ""
 ) -> ServiceContext:
-    """The caller of a form that changes something: the session's, with its CSRF token."""
+    """The caller of a form that changes something: the session's, with its CSRF token, sent
+    from this site."""
+    refuse_other_origins(request)
     token = request.cookies.get(SESSION_COOKIE) or ""
     if not csrf_matches(token, csrf):
         raise Forbidden(
             "this form did not carry this session's CSRF token",
             hint="reload the page and submit the form again",
         )
-    return await page_caller(request)
+    return await _session_caller(request, WRITE)
 
 
 PageCaller = Annotated[ServiceContext, Depends(page_caller)]
 FormCaller = Annotated[ServiceContext, Depends(form_caller)]
+
+
+def login_form_nonce(request: Request) -> str:
+    """The login form's pre-session secret: the browser's own (an HttpOnly, SameSite=Strict
+    cookie that another site's form never sends), made now if it has none. The form carries its
+    CSRF token, so a sign-in posted from elsewhere (login CSRF: planting the attacker's session
+    in the victim's browser) is refused."""
+    nonce = request.cookies.get(LOGIN_COOKIE) or ""
+    if not 32 <= len(nonce) <= 128:
+        nonce = secrets.token_urlsafe(32)
+    request.state.csrf = csrf_token(nonce)
+    return nonce
+
+
+def keep_login_nonce(request: Request, answer: Response, nonce: str) -> Response:
+    if request.cookies.get(LOGIN_COOKIE) != nonce:
+        answer.set_cookie(
+            LOGIN_COOKIE, nonce, max_age=LOGIN_FORM_S, httponly=True, samesite="strict",
+            secure=request.url.scheme == "https", path="/login",
+        )  # fmt: skip
+    return answer
+
+
+def check_login_form(request: Request, sent: str) -> None:
+    """Refuse a sign-in that did not come from this site's own login form."""
+    refuse_other_origins(request)
+    if not csrf_matches(request.cookies.get(LOGIN_COOKIE) or "", sent):
+        raise Forbidden(
+            "this sign-in did not come from this site's login form (or the form is over an hour old)",
+            hint="reload the login page and sign in again",
+        )
 
 
 def sign_in(ctx: ServiceContext, request: Request, username: str, password: str, back_to: str) -> Response:
@@ -97,6 +141,7 @@ def sign_in_by_link(ctx: ServiceContext, request: Request, link: str) -> Respons
 
 def _session(request: Request, token: str, back_to: str) -> Response:
     answer = RedirectResponse(safe_next(back_to), status_code=303)
+    answer.delete_cookie(LOGIN_COOKIE, path="/login")
     answer.set_cookie(
         SESSION_COOKIE,
         token,
