@@ -405,7 +405,7 @@ def test_a_spec_too_large_to_read_is_refused_before_and_without_the_event_loop(s
     nobody.close()
     member = browser_session(site.server, "mia", PASSWORD)
     nested = "a: " + "[" * 250_000
-    for spec, says in ((flow_list, "writes out more than 20,000 values"), (nested, "nests deeper")):
+    for spec, says in ((flow_list, "holds more than 20,000 values"), (nested, "nests deeper")):
         answer = member.post("/submit", data={"spec": spec, "csrf": csrf_of(member)})
         assert answer.status_code == 400 and says in answer.text
     member.close()

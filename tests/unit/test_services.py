@@ -423,3 +423,24 @@ def test_model_names_are_their_projects_and_others_answer_as_if_missing(
     ann = ctx.acting_as(audit.Actor(name="ann", source="test"))
     with pytest.raises(Forbidden):  # a viewer sees a's model, and may not promote it
         models.promote(ann, "a/shared:1", "archived")
+
+
+def test_the_nodes_count_every_jobs_devices_but_name_only_the_jobs_the_caller_sees(
+    ctx: ServiceContext,
+) -> None:
+    from shipyard.db import Attempt, Job
+    from shipyard.services import accounts, cluster, rbac
+
+    view = jobs.submit(ctx, validate_job_spec(spec_dict(name="secret", project="other")))
+    with ctx.db.transaction() as session:
+        job = session.get(Job, view.id)
+        assert job is not None
+        job.state = "running"
+        session.add(Attempt(job_id=view.id, number=1, state="running", accelerator_type="cpu",
+                            device_ids=[0], threads_per_process=1, log_path="/dev/null"))  # fmt: skip
+    accounts.create_user(ctx, "nia", "a long enough passphrase")
+    rbac.grant(ctx, "mine", "nia", "member")
+    nia = ctx.acting_as(audit.Actor(name="nia", source="test"))
+    [seen_by_admin], [seen_by_nia] = cluster.list_nodes(ctx), cluster.list_nodes(nia)
+    assert seen_by_admin.jobs == [view.id] and seen_by_nia.jobs == []
+    assert seen_by_nia.used == seen_by_admin.used == {"cpu": 1}  # the devices are in use all the same

@@ -20,19 +20,19 @@ MAX_DOCUMENT_BYTES = 1 << 20
 """Largest spec file or JSON request body read (1 MiB); a job spec is a few hundred bytes."""
 MAX_DEPTH = 32
 """Deepest nesting of mappings and lists in a document."""
-MAX_NODES = 100_000
-"""Most values in a document once YAML aliases are expanded: an alias bomb (``&a [*a, *a, ...]``
-nested nine deep) is a few hundred bytes that expand to billions of values."""
+MAX_NODES = 20_000
+"""Most values in a document, YAML aliases expanded (an alias bomb, ``&a [*a, *a, ...]`` nested
+nine deep, is a few hundred bytes that expand to billions of values) and written out alike: it
+bounds the time a document takes to read and check too (PyYAML reads about 60,000 values a
+second; a 300 KB flow list took 3 s of a server's CPU, 60,000 unknown keys 0.7 s of checking).
+A spec with 1,000 data paths holds about 1,100."""
+MAX_PROBLEMS = 20
+"""Most problems an error message describes (a document of 60,000 unknown keys took 0.4 s to
+describe, each of them named)."""
 SHOWN_CHARS = 80
 """How much of a bad value an error message repeats."""
 PATTERN_WORDS = {DNS_LABEL: DNS_LABEL_HINT.removeprefix("use ")}
 """What a name pattern asks for, in words (modules that define a pattern add theirs)."""
-
-
-MAX_WRITTEN = 20_000
-"""Most values a YAML document may write out (aliases not expanded): what bounds the time it
-takes to read, at PyYAML's 60,000 values a second or so (a 300 KB flow list took 3 s of a
-server's CPU before it was refused; a spec with 1,000 data paths writes about 1,100)."""
 
 
 class _TooDeep(Exception):
@@ -47,7 +47,7 @@ class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader, reading ``3e-4`` and ``1e9`` as numbers as YAML 1.2 does (PyYAML
     follows YAML 1.1, where a float needs a dot and ``lr: 3e-4`` would be a string), and
     stopping while it composes at ``MAX_DEPTH`` (it recurses once per level) or at
-    ``MAX_WRITTEN`` values written out, which bounds the time it takes."""
+    ``MAX_NODES`` values written out, which bounds the time it takes."""
 
     _depth = 0
     _nodes = 0
@@ -58,7 +58,7 @@ class _Loader(yaml.SafeLoader):
         try:
             if self._depth > MAX_DEPTH + 1:
                 raise _TooDeep
-            if self._nodes > MAX_WRITTEN:
+            if self._nodes > MAX_NODES:
                 raise _TooMany
             return super().compose_node(parent, index)
         finally:
@@ -135,10 +135,7 @@ def _load_bounded(text: str, source: str) -> Any:
         except _TooDeep:
             raise _too_deep(source) from None
         except _TooMany:
-            raise PayloadTooLarge(
-                f"{source} writes out more than {MAX_WRITTEN:,} values",
-                hint="a document holds settings, not data: point it at data files instead of inlining them",
-            ) from None
+            raise _too_many(source) from None
         if node is None:
             return None
         _check_graph(node, source)
@@ -205,8 +202,8 @@ def check_shape(document: Any, source: str = "the document") -> None:
 
 def _too_many(source: str) -> PayloadTooLarge:
     return PayloadTooLarge(
-        f"{source} expands to more than {MAX_NODES:,} values (YAML aliases count each use)",
-        hint="write the values out, or use fewer aliases",
+        f"{source} holds more than {MAX_NODES:,} values (YAML aliases count each use)",
+        hint="a document holds settings, not data: point it at data files instead of inlining them",
     )
 
 
@@ -228,7 +225,10 @@ def validate_document(model: type[Document], document: Any, *, source: str, hint
     try:
         return model.model_validate(document)
     except ValidationError as exc:
-        problems = [describe_error(error, model) for error in exc.errors()]
+        errors = exc.errors(include_url=False, include_context=True)
+        problems = [describe_error(error, model) for error in errors[:MAX_PROBLEMS]]
+        if len(errors) > MAX_PROBLEMS:
+            problems.append(f"… and {len(errors) - MAX_PROBLEMS:,} more problems")
         raise InvalidSpec(f"{source} is invalid:\n  " + "\n  ".join(problems), hint=hint) from None
 
 

@@ -145,8 +145,8 @@ def list_nodes(ctx: ServiceContext) -> list[NodeView]:
             .join(Job, Job.id == Attempt.job_id)
             .where(Attempt.state == JobState.RUNNING)
         ).all()
-        statuses = session.execute(select(AgentStatus.node, AgentStatus.problems)).tuples()
-        problems: dict[str, list[str] | None] = dict(statuses.all())
+        statuses = session.execute(select(AgentStatus.node, AgentStatus.problems)).all()
+        problems: dict[str, list[str] | None] = {row.node: row.problems for row in statuses}
     views = []
     for node in ctx.executor.known_nodes():
         used: dict[str, int] = {}

@@ -9,9 +9,10 @@ import queue
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 from shipyard.db import Database
-from shipyard.schemas.jobspec import JobSpec
+from shipyard.schemas.jobspec import JobSpec, validate_job_spec
 from shipyard.schemas.views import JobView
 from shipyard.services.context import ServiceContext
 from shipyard.services.jobs import insert_jobs, submitted_before
@@ -25,7 +26,8 @@ class Submission:
     """A submission as a request makes it, before any check."""
 
     ctx: ServiceContext
-    spec: JobSpec
+    spec: JobSpec | dict[str, Any]
+    """The spec, or the document a request sent, validated here (off the request's event loop)."""
     resume: bool = False
     resume_from: str | None = None
     idempotency_key: str | None = None
@@ -80,10 +82,11 @@ class SubmissionWriter:
             if not done.set_running_or_notify_cancel():
                 continue
             try:
-                if s.idempotency_key and (before := submitted_before(s.ctx, s.idempotency_key, s.spec)):
+                spec = s.spec if isinstance(s.spec, JobSpec) else validate_job_spec(s.spec)
+                if s.idempotency_key and (before := submitted_before(s.ctx, s.idempotency_key, spec)):
                     done.set_result(before)
                     continue
-                passed = check_submission(s.ctx, s.spec, s.resume, s.resume_from)
+                passed = check_submission(s.ctx, spec, s.resume, s.resume_from)
                 checked.append((dataclasses.replace(passed, idempotency_key=s.idempotency_key), done))
             except Exception as exc:  # the request's error, raised where it awaits the answer
                 done.set_exception(exc)

@@ -23,7 +23,6 @@ from shipyard.api.deps import (
 )
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.errors import ShipyardError
-from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.requests import Submission
 from shipyard.schemas.views import JobDetail, JobView, LogChunkView, MetricSeriesView
 from shipyard.services import jobs as job_service
@@ -69,9 +68,9 @@ IdempotencyKey = Annotated[
 async def submit_job(
     body: Submission, ctx: Writer, served: Served, idempotency_key: IdempotencyKey = None
 ) -> JobView:
-    # Checked and written by the process's submission writer, in its own thread.
-    spec = validate_job_spec(body.spec)
-    submission = submissions.Submission(ctx, spec, body.resume, body.resume_from, idempotency_key)
+    # Validated, checked and written by the process's submission writer, in its own thread: no
+    # document, however large or wrong, costs the event loop more than reading its JSON.
+    submission = submissions.Submission(ctx, body.spec, body.resume, body.resume_from, idempotency_key)
     return await asyncio.wrap_future(served.writer.submit(submission))
 
 
