@@ -110,7 +110,7 @@ def test_a_two_node_job_matches_one_process_with_the_same_global_batch(
     log = on_cluster.run("jobs", "logs", job["id"]).stdout
     assert "[rank 0] step 6/6" in log
     model = on_cluster.json("models", "show", "tiny:1")
-    assert model["model"] == "tiny:1"  # the export came back from the node and was published
+    assert model["model"] == "default/tiny:1"  # the export came back from the node and was published
 
 
 def submit(cli: Cli, directory: Path, name: str, steps: int, **resources: Any) -> dict[str, Any]:

@@ -171,7 +171,7 @@ def test_a_stored_model_and_a_registered_version_are_fine_tuned_like_a_folder(
     again = submit(cli, tmp_path, {**spec, "name": "on-top"})
     assert again["state"] == "succeeded", again
     stored_spec = cli.json("jobs", "show", again["id"])["spec"]
-    assert stored_spec["model"]["version"] == "stored:2"  # pinned at submit
+    assert stored_spec["model"]["version"] == "default/stored:2"  # pinned at submit, in its project
     merged = Path(cli.json("models", "list", "stored")[0]["path"]) / "merged"
     assert cli.json("models", "show", "on-top:1")["base_model_digest"] == folder_digest(merged)
 

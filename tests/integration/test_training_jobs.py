@@ -71,7 +71,7 @@ def test_submit_wait_list_show_logs_models_generate(cli: Cli, tmp_path: Path) ->
     assert cli.json("models", "list")[0]["stage"] == "production"
 
     sample = cli.json("generate", "tiny", "--prompt", "import ", "--max-new-tokens", "8")
-    assert sample["model"] == "tiny:1" and sample["prompt"] == "import "
+    assert sample["model"] == "default/tiny:1" and sample["prompt"] == "import "
     assert 0 < sample["tokens"] <= 8
 
     # The checkpoint and the export went into the artifact store; with the job's folder gone (the
@@ -146,7 +146,7 @@ def test_cancel_checkpoints_and_resume_finishes_the_run(cli: Cli, tmp_path: Path
     actions = [(r["action"], r["resource"]) for r in exported]
     for action in ("job.submit", "job.start", "job.cancel", "job.finish"):
         assert (action, f"job/{job['id']}") in actions
-    assert ("model.publish", "model/tiny:1") in actions
+    assert ("model.publish", "model/default/tiny:1") in actions
     finished = next(
         r for r in exported if r["action"] == "job.finish" and r["resource"] == f"job/{job['id']}"
     )
@@ -274,7 +274,7 @@ def test_a_dataset_in_the_artifact_store_trains_like_a_local_one(cli: Cli, tmp_p
     [dataset] = cli.json("datasets")
     [version] = cli.json("models", "list")
     assert (dataset["name"], dataset["read_by"][0]["job"]) == ("datasets/code", job["id"])
-    assert dataset["models"] == [f"{version['name']}:{version['version']}"]
+    assert dataset["models"] == [f"{version['project']}/{version['name']}:{version['version']}"]
     read = dataset["read_by"][0]["digest"]
     assert read == dataset["digest"]
     cli.run("storage", "rm", "datasets/code")

@@ -33,12 +33,12 @@ def list_datasets(ctx: ServiceContext, project: str | None = None) -> list[Datas
                 reads.setdefault(key, []).append(read)
         jobs = {read.job for found in reads.values() for read in found}
         published: dict[str, list[str]] = {}
-        for name, version, job_id in session.execute(
-            select(ModelVersion.name, ModelVersion.version, ModelVersion.job_id).where(
+        for model_project, name, version, job_id in session.execute(
+            select(ModelVersion.project, ModelVersion.name, ModelVersion.version, ModelVersion.job_id).where(
                 ModelVersion.job_id.in_(jobs)
             )
         ):
-            published.setdefault(job_id, []).append(f"{name}:{version}")
+            published.setdefault(job_id, []).append(f"{model_project}/{name}:{version}")
         datasets = []
         for (dataset_project, name), found in sorted(reads.items()):
             artifact = session.scalars(
