@@ -444,7 +444,9 @@ def test_an_upload_is_refused_before_a_byte_of_it_is_read(site: Site) -> None:
     )
     with socket.create_connection(("127.0.0.1", site.server.port), timeout=30) as connection:
         connection.sendall(head.encode())
-        answer = connection.recv(65536)
+        answer = b""
+        while chunk := connection.recv(65536):  # the server closes: the body was never read
+            answer += chunk
     assert answer.startswith(b"HTTP/1.1 403") and b"una may not artifact.write" in answer
     uploads = site.server.home / "uploads"
     assert not uploads.exists() or not any(uploads.iterdir())
@@ -476,6 +478,27 @@ def test_forwarded_addresses_are_believed_only_from_listed_proxies(site: Site) -
     with admin(site.server) as root:
         [record] = [r for r in root.audit() if r.actor == "forger"]
     assert record.source == "127.0.0.5"  # the TCP peer, not what the client claimed
+
+
+def test_a_listed_proxy_is_believed_and_only_it(tmp_path: Path) -> None:
+    server = Server(
+        tmp_path / "home", f"sqlite:///{tmp_path / 'db'}", "correct horse battery",
+        args=["--trusted-proxy", "127.0.0.6"],
+    )  # fmt: skip
+    try:
+        for peer, name in (("127.0.0.6", "via-proxy"), ("127.0.0.7", "not-a-proxy")):
+            transport = httpx.HTTPTransport(local_address=peer)
+            with httpx.Client(transport=transport, base_url=server.url, timeout=30) as client:
+                client.post(
+                    "/api/v1/auth/token",
+                    json={"username": name, "password": "not the password"},
+                    headers={"X-Forwarded-For": "203.0.113.9"},
+                )
+        with admin(server) as root:
+            sources = {r.actor: r.source for r in root.audit() if r.action == "auth.login"}
+        assert sources["via-proxy"] == "203.0.113.9" and sources["not-a-proxy"] == "127.0.0.7"
+    finally:
+        server.stop()
 
 
 # --- 8. names mean one thing; the home is its user's ------------------------------------------

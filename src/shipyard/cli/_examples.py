@@ -27,6 +27,7 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "server": [
         ("shipyard server --init-admin admin:'a long passphrase'", "serve the API and the dashboard"),
         ("shipyard server --host 0.0.0.0 --port 8080 --workers 4", "for the team"),
+        ("shipyard server --trusted-proxy 10.0.0.5", "behind a reverse proxy: believe its X-Forwarded-For"),
     ],
     "login": [("shipyard login http://shipyard:8080 --user alice", "later commands go to that server")],
     "ui": [

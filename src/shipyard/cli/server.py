@@ -38,6 +38,7 @@ def server(
     trusted_proxy: Annotated[
         list[str] | None,
         typer.Option(
+            metavar="ADDRESS",
             help="Address (or CIDR) of a reverse proxy whose X-Forwarded-For names the client; "
             f"repeat for several (or {TRUSTED_PROXIES_ENV}=A,B). Default: none, the TCP peer is the client.",
         ),

@@ -104,7 +104,9 @@ PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",  # a sign-in link's token never leaves in a Referer
+    # A sign-in link's token never leaves in a Referer; and within the site, forms keep their
+    # Origin (with no-referrer, browsers send `Origin: null`, which the CSRF check refuses).
+    "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
 }
 
