@@ -160,7 +160,10 @@ def test_a_killed_job_fails_and_resumes_from_its_last_checkpoint(cli: Cli, tmp_p
     running = cli.wait_for(job["id"], lambda j: j["step"] >= 5)
     os.killpg(running["attempts"][0]["pid"], signal.SIGKILL)
     failed = cli.wait_for(job["id"], lambda j: j["state"] == "failed")
-    assert failed["message"] == "the training process was killed by signal 9 before it reported a result"
+    assert failed["message"] == (
+        "the training process was killed by SIGKILL (signal 9), which Shipyard did not send, before it "
+        "reported a result"
+    )
     assert "--resume" in failed["hint"]
     resumed = cli.json("jobs", "submit", str(spec), "--resume-from", job["id"])
     assert "/checkpoints/step_" in resumed["resume_from"]

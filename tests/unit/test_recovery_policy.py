@@ -3,6 +3,8 @@ an out-of-memory, and the warnings a submission gets."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shipyard.schemas.jobspec import validate_job_spec
@@ -22,9 +24,9 @@ def beat(rank: int, at: float, step: int = 10, step_s: float = 0.5, compute_s: f
 
 def test_an_attempt_is_hung_after_the_larger_of_k_median_steps_and_the_startup_grace() -> None:
     spec = validate_job_spec(spec_dict(restarts={"hang_factor": 10.0, "startup_grace_s": 3.0}))
-    beats = [beat(0, START + 20), beat(1, START + 19)]
-    assert progress(beats, START, START + 24.9, spec).hung is False  # 10 × 0.5 s = 5 s: not yet
-    late = progress(beats, START, START + 25.1, spec)
+    beats = [beat(0, START + 20), beat(1, START + 19)]  # silence counts from the quietest rank
+    assert progress(beats, START, START + 23.9, spec).hung is False  # 10 × 0.5 s = 5 s: not yet
+    late = progress(beats, START, START + 24.1, spec)
     assert late.hung and late.limit_s == 5.0 and late.step == 10
     # Slow steps: the limit is ten of them, not the grace.
     slow = [beat(0, START + 20, step_s=60.0)]
@@ -34,6 +36,16 @@ def test_an_attempt_is_hung_after_the_larger_of_k_median_steps_and_the_startup_g
     assert progress([], START, START + 3.1, spec).hung is True
     # A heartbeat an earlier attempt left behind is no sign of life.
     assert progress([beat(0, START - 100)], START, START + 3.1, spec).hung is True
+
+
+def test_a_starting_attempt_is_hung_only_once_a_rank_falls_silent() -> None:
+    """While ranks start (importing torch, tokenizing) each says every 2 s that it is alive: a
+    long setup is no hang, but one rank stopped is, while the other waits for it beating."""
+    spec = validate_job_spec(spec_dict(restarts={"startup_grace_s": 15.0}))
+    alive = [Heartbeat(rank=r, step=0, phase="setup", at=START + 58) for r in (0, 1)]
+    assert progress(alive, START, START + 60, spec).hung is False  # a minute in: still starting
+    stopped = [alive[0], Heartbeat(rank=1, step=0, phase="setup", at=START + 40)]
+    assert progress(stopped, START, START + 56, spec).hung is True  # rank 1 silent for 16 s
 
 
 def test_a_rank_computing_half_again_as_long_as_the_median_is_a_straggler() -> None:
@@ -57,3 +69,70 @@ def test_a_grace_shorter_than_a_planned_step_and_an_interval_past_the_end_are_wa
     assert first.startswith("checkpoint.interval (20) is longer than the run (8 steps)")
     assert second.startswith("restarts.startup_grace_s (5s) is shorter than one step as planned (30s)")
     assert recovery_warnings(validate_job_spec(spec_dict()), {"step_time_s": 0.1}) == ()
+
+
+def test_a_starting_rank_beats_by_itself_until_its_first_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from shipyard.training import heartbeat
+
+    monkeypatch.setattr(heartbeat, "STARTING_BEAT_S", 0.05)
+    pulse = heartbeat.Pulse(tmp_path, rank=0, step=0)
+    pulse.keep_alive()
+    first = Heartbeat.model_validate_json(pulse.path.read_bytes())
+    time.sleep(0.3)  # the main thread busy elsewhere (an import, a tokenizer): the thread beats
+    later = Heartbeat.model_validate_json(pulse.path.read_bytes())
+    assert later.phase == "setup" and later.at > first.at
+    pulse.stepped(1, step_s=1.0, compute_s=0.8)
+    stepped = Heartbeat.model_validate_json(pulse.path.read_bytes())
+    time.sleep(0.3)  # once it trains, only steps beat
+    assert Heartbeat.model_validate_json(pulse.path.read_bytes()) == stepped
+
+
+def test_an_attempts_parent_writes_how_its_command_ended_and_ends_the_same_way(tmp_path: Path) -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from shipyard.schemas.launch import EXIT_FILE, ExitRecord
+    from shipyard.training import parent
+
+    assert parent.EXIT_FILE == EXIT_FILE
+    under_parent = [
+        sys.executable,
+        "-m",
+        "shipyard.training.parent",
+        str(tmp_path),
+        "--",
+        sys.executable,
+        "-c",
+    ]
+    for command, code in (("raise SystemExit(3)", 3), ("import os; os.kill(os.getpid(), 9)", -9)):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "shipyard.training.parent",
+                str(tmp_path),
+                "--",
+                sys.executable,
+                "-c",
+                command,
+            ],
+            check=False,
+        )
+        assert done.returncode == code  # as the command ended, killed by its signal included
+        record = ExitRecord.model_validate(json.loads((tmp_path / EXIT_FILE).read_text()))
+        assert record.exit_code == code
+        assert record.signal == ("SIGKILL" if code == -9 else None)
+    # It ignores what the agent asks of the command itself: the command checkpoints and stops.
+    stops = "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); time.sleep(60)"
+    waiting = subprocess.Popen([*under_parent, stops], start_new_session=True)
+    time.sleep(1.0)
+    os.killpg(waiting.pid, signal.SIGTERM)
+    assert waiting.wait(timeout=30) == 0

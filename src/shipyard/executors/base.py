@@ -201,9 +201,11 @@ class Executor(Protocol):
         when a node of it left the cluster), else None."""
         ...
 
-    def dump_stacks(self, handle: AttemptHandle) -> None:
-        """Have every training process of the attempt write its threads' Python stacks into its
-        log (SIGUSR1, which the runtime hands to ``faulthandler``): how a hang is diagnosed."""
+    def dump_stacks(self, handle: AttemptHandle) -> str | None:
+        """Every training process's threads' Python stacks: read from outside (``stacks``, which
+        works on a stopped or deadlocked process) and returned, and for a process that cannot be
+        read so, written by itself into its log (SIGUSR1, which the runtime hands to
+        ``faulthandler``). How a hang is diagnosed."""
         ...
 
     def sync(self, handle: AttemptHandle, run_dir: Path) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from shipyard.executors.base import AttemptHandle, Busy, NodeInventory, Placement, Request, Unplaceable
+from shipyard.executors.stacks import python_stacks
 from shipyard.hardware.discovery import Device
 from shipyard.hardware.probe import measure_host
 from shipyard.schemas.launch import TorchDevice
@@ -207,7 +208,10 @@ class LocalExecutor:
     # --- processes ----------------------------------------------------------------------------
 
     def command(self, placement: Placement, run_dir: Path) -> list[str]:
-        return training_command(placement.world_size, run_dir)
+        # Under a parent that outlives this agent and writes how the processes ended
+        # (``training.parent``): an agent that adopts the attempt later still learns its cause.
+        parent = [sys.executable, "-m", "shipyard.training.parent", str(run_dir), "--"]
+        return parent + training_command(placement.world_size, run_dir)
 
     def environment(self, placement: Placement) -> dict[str, str]:
         env = dict(os.environ)
@@ -283,16 +287,22 @@ class LocalExecutor:
         # The whole group: ranks outlive a torchrun that died first.
         _signal_group(pid, signal.SIGKILL if force else signal.SIGTERM)
 
-    def dump_stacks(self, handle: AttemptHandle) -> None:
+    def dump_stacks(self, handle: AttemptHandle) -> str | None:
         if not self._runs_still(handle):
-            return
+            return None
         leader = _pid_of(handle)[0]
-        # Under torchrun the ranks are the leader's children in its group; torchrun itself has no
-        # handler for SIGUSR1 (it would die of it and leave the ranks running unobserved).
-        members = [pid for pid in _group_members(leader) if pid != leader] or [leader]
+        # The training processes of the leader's group: not the attempt's parent, nor torchrun,
+        # which has no handler for SIGUSR1 (it would die of it and leave the ranks unobserved).
+        members = [pid for pid in _group_members(leader) if _is_training_rank(pid)] or [leader]
+        dumps = []
         for pid in members:
+            found = python_stacks(pid)
+            if found is not None:
+                dumps.append(found)
+                continue
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGUSR1)
+        return "\n".join(dumps) or None
 
     def sync(self, handle: AttemptHandle, run_dir: Path) -> None:
         del handle, run_dir  # the attempt writes into the run directory itself
@@ -361,6 +371,17 @@ def _group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid:
             members.append(int(stat.parent.name))
     return members or [pgid]
+
+
+def _is_training_rank(pid: int) -> bool:
+    """Whether the process runs the training runtime itself (``python [-u] -m shipyard.training``),
+    not its parent or a launcher that names it further down its command line."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    modules = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == b"-m"]
+    return bool(modules) and modules[0] == b"shipyard.training"
 
 
 def _alive(pid: int) -> bool:

@@ -45,6 +45,7 @@ from shipyard.executors.cluster_nodes import (
 )
 from shipyard.executors.local import TORCH_DEVICE, read_log_file
 from shipyard.executors.ray_ranks import RankGroup, pack, unpack, unpack_merged
+from shipyard.executors.stacks import DUMP_S
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     CHECKPOINT_POINTER,
@@ -325,9 +326,13 @@ class RayExecutor:
         for actor in actors:
             actor.signal.remote(int(sig))
 
-    def dump_stacks(self, handle: AttemptHandle) -> None:
-        for actor in self._group(handle) or []:
-            actor.signal.remote(int(signal.SIGUSR1))  # each rank is a process group of its own
+    def dump_stacks(self, handle: AttemptHandle) -> str | None:
+        actors = self._group(handle) or []
+        try:
+            dumps = self.ray.get([actor.stacks.remote() for actor in actors], timeout=2 * DUMP_S)
+        except Exception:  # a node gone meanwhile: its ranks are found lost at the next look
+            return None
+        return "\n".join(d for d in dumps if d) or None
 
     def sync(self, handle: AttemptHandle, run_dir: Path) -> None:
         ray = self.ray

@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 from typing import IO, Any
 
+from shipyard.executors.stacks import python_stacks
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     FAULTS_ENV,
@@ -183,6 +184,21 @@ class RankGroup:
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signum)
+
+    def stacks(self) -> str | None:
+        """Each live rank's stacks read from outside; a rank that cannot be read so writes its
+        own into its log (SIGUSR1)."""
+        dumps = []
+        for process in self.processes:
+            if process.poll() is not None:
+                continue
+            found = python_stacks(process.pid)
+            if found is not None:
+                dumps.append(found)
+            else:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGUSR1)
+        return "\n".join(dumps) or None
 
     def heartbeats(self) -> dict[str, bytes]:
         """The newest heartbeat of each of the node's ranks (``rank-N.json``)."""

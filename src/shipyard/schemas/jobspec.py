@@ -573,10 +573,11 @@ class CheckpointSection(_Section):
     """How many recent checkpoints to keep on disk."""
 
 
-RetriedFailure = Literal["signal", "lost", "node_lost", "collective", "hang", "oom"]
+RetriedFailure = Literal["signal", "lost", "node_lost", "collective", "hang", "oom", "error"]
 RETRIED_FAILURES: tuple[RetriedFailure, ...] = ("signal", "lost", "node_lost", "collective", "hang", "oom")
-"""Failures that are the machine's, not the job's: retried by default. A bad spec, a data error
-or any other exception of the job's own is never retried: it would fail the same way again."""
+"""Failures that are the machine's, not the job's: retried by default, whatever step they hit,
+up to ``restarts.max``. An exception of the job's own (``error``) is retried only when listed,
+and never twice at the same step: it would fail the same way again."""
 
 
 class RestartsSection(_Section):
@@ -587,11 +588,13 @@ class RestartsSection(_Section):
     """Attempts started again after a failure, at most; 0 never retries."""
     backoff_s: Annotated[float, Field(ge=0, le=86_400)] = 10.0
     """Seconds before the first retry; doubled for each one after, up to an hour."""
-    on: list[RetriedFailure] = Field(default=list(RETRIED_FAILURES), max_length=len(RETRIED_FAILURES))
+    on: list[RetriedFailure] = Field(default=list(RETRIED_FAILURES), max_length=len(RETRIED_FAILURES) + 1)
     """Which failures are retried: ``signal`` (killed by a signal), ``lost`` (the process vanished
     while no agent watched), ``node_lost``, ``collective`` (an NCCL or gloo error), ``hang`` (no
     step for ``hang_factor`` median steps), ``oom`` (out of memory: retried with half the
-    micro-batch and twice the gradient accumulation, so the global batch stays the same)."""
+    micro-batch and twice the gradient accumulation, so the global batch stays the same); these
+    are the machine's, retried whatever step they hit. ``error`` (an exception of the job's own:
+    a flaky read, a NaN check) is off by default, and given up when it recurs at the same step."""
     hang_factor: Annotated[float, Field(ge=2, le=10_000)] = 10.0
     """An attempt with no step for this many times its median step time is hung."""
     startup_grace_s: Annotated[float, Field(gt=0, le=86_400)] = 600.0

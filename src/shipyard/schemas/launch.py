@@ -14,6 +14,9 @@ from shipyard.schemas.jobspec import JobSpec
 
 LAUNCH_FILE = "launch.json"
 RESULT_FILE = "result.json"
+EXIT_FILE = "exit.json"
+"""How the attempt's processes ended, written by their parent (``training.parent``), which
+outlives the agent: exit code, signal, OOM kills meanwhile."""
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_DIR = "checkpoints"
 EXPORT_DIR = "export"
@@ -29,6 +32,8 @@ CHECKPOINT_BASE_FILE = "base.json"
 """Beside an earlier Shipyard's fine-tuning checkpoint: the digest of its base weights."""
 
 HEARTBEAT_DIR = "heartbeats"
+STACKS_DIR = "stacks"
+"""Where a hung attempt's stacks, read from outside it, are kept (``attempt-N.txt``)."""
 """``rank-N.json`` per rank, replaced after every step: how far it got, when, how long steps take."""
 FAULTS_ENV = "SHIPYARD_FAULTS"
 """Faults to inject into attempts (``training/faults.py``): the chaos benchmark's and the tests'
@@ -49,7 +54,8 @@ class Heartbeat(BaseModel):
     phase: Phase
     """What the rank is doing since ``at``: a step, or a pause that is not one (eval, checkpoint)."""
     at: float
-    """Unix time the rank last made progress (finished a step, entered a phase)."""
+    """Unix time the rank last made progress (finished a step, entered a phase) or, before its
+    first step, last said it is alive (every 2 s while it starts)."""
     median_step_s: float | None = None
     """Over its recent steps."""
     median_compute_s: float | None = None
@@ -65,6 +71,20 @@ class Heartbeat(BaseModel):
             except (OSError, ValueError):
                 continue
         return beats
+
+
+class ExitRecord(BaseModel):
+    """``exit.json``: how an attempt's processes ended, as their parent saw it."""
+
+    parent_pid: int
+    """The parent's pid: the attempt's ``pid`` (a record another attempt's parent left is not its)."""
+    pid: int
+    exit_code: int
+    """The command's: negative for a signal (``-9``: SIGKILL)."""
+    signal: str | None = None
+    oom_kills: int | None = None
+    """OOM kills in the parent's memory cgroup while the command ran, where the cgroup is readable."""
+    ended_at: float
 
 
 class LaunchPlan(BaseModel):
@@ -150,9 +170,14 @@ def checkpoint_step(checkpoint: Path) -> int:
 
 def write_json_atomic(path: Path, payload: object) -> None:
     """Write JSON so that readers see the old file or the whole new one, never a torn write."""
+    write_text_atomic(path, json.dumps(payload, indent=2))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write text so that readers see the old file or the whole new one, never a torn write."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "w") as f:
-        json.dump(payload, f, indent=2)
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

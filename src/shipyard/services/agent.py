@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import signal
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,12 +30,16 @@ from shipyard.scheduling.reasons import Pending, Reason
 from shipyard.schemas.jobspec import stored_job_spec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
+    EXIT_FILE,
     METRICS_FILE,
     RESULT_FILE,
+    STACKS_DIR,
     AttemptResult,
+    ExitRecord,
     Heartbeat,
     checkpoint_step,
     latest_checkpoint,
+    write_text_atomic,
 )
 from shipyard.services import recovery, telemetry
 from shipyard.services.context import ServiceContext
@@ -298,10 +303,26 @@ def _watch(ctx: ServiceContext, attempt: Attempt) -> None:
             f"restarts.startup_grace_s {limit.startup_grace_s:g}s); every rank's stacks are in its log"
         )
         _log.warning("job %s attempt %s %s", job.id, attempt.number, health["hang"])
-        ctx.executor.dump_stacks(handle_of(ctx, attempt))
+        stacks = ctx.executor.dump_stacks(handle_of(ctx, attempt))
+        if stacks is not None:
+            _keep_stacks(attempt, stacks)
         attempt.exit_reason, attempt.signalled_at = ExitReason.HANG, now
     if health != attempt.health:
         attempt.health = health
+
+
+def _keep_stacks(attempt: Attempt, stacks: str) -> None:
+    """A hung attempt's stacks, read from outside it: kept beside its run (``stacks/``) and
+    added to its log, where ``jobs logs`` shows them."""
+    try:
+        folder = Path(attempt.job.run_dir) / STACKS_DIR
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(folder / f"attempt-{attempt.number}.txt", stacks)
+        with open(attempt.log_path, "a") as log:
+            log.write(f"\n--- attempt {attempt.number} hung: every rank's stacks, read from outside ---\n")
+            log.write(stacks)
+    except OSError as exc:  # a full or gone disk: the hang is handled all the same
+        _log.warning("job %s: could not keep the hung attempt's stacks: %s", attempt.job_id, exc)
 
 
 def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -> None:
@@ -316,12 +337,15 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
     job = attempt.job
     result_path = Path(job.run_dir) / RESULT_FILE
     result = AttemptResult.model_validate_json(result_path.read_text()) if result_path.exists() else None
+    parent_saw = _exit_record(job, attempt)
+    if exit_code == -1 and parent_saw is not None:  # adopted: its parent waited for it
+        exit_code = parent_saw.exit_code
     attempt.exit_code = exit_code
     attempt.finished_at = utcnow()
     if result is not None and result.checkpoint and result.status != "completed":
         # The next attempt, here or elsewhere, resumes from it.
         record_checkpoint(session, job, Path(result.checkpoint), result.step)
-    ended = _how_it_ended(ctx, job, attempt, exit_code, result)
+    ended = _how_it_ended(ctx, job, attempt, exit_code, result, parent_saw)
     attempt.state, attempt.exit_reason = ended.attempt_state, ended.attempt_reason
     record_measurements(session, job, attempt)
     after = None
@@ -364,8 +388,24 @@ class _Ended:
     hint: str | None = None
 
 
+def _exit_record(job: Job, attempt: Attempt) -> ExitRecord | None:
+    """What the attempt's parent (``training.parent``) wrote of how its processes ended, if it
+    is this attempt's parent that wrote it."""
+    path = Path(job.run_dir) / EXIT_FILE
+    try:
+        record = ExitRecord.model_validate_json(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return record if record.parent_pid == attempt.pid else None
+
+
 def _how_it_ended(
-    ctx: ServiceContext, job: Job, attempt: Attempt, exit_code: int, result: AttemptResult | None
+    ctx: ServiceContext,
+    job: Job,
+    attempt: Attempt,
+    exit_code: int,
+    result: AttemptResult | None,
+    parent_saw: ExitRecord | None = None,
 ) -> _Ended:
     hint = f"see `shipyard jobs logs {job.id}`; resubmit with --resume to continue from its last checkpoint"
     if exit_code == NODE_LOST:
@@ -390,8 +430,19 @@ def _how_it_ended(
         killed = f"did not stop within {ctx.settings.cancel_grace_s:g}s of SIGTERM and was killed"
         return _Ended(JobState.CANCELLED, ExitReason.KILLED, JobState.CANCELLED, killed)
     # No result: the process (or a rank under torchrun, which then exits non-zero) was killed.
-    reason = ExitReason.LOST if exit_code == -1 else ExitReason.SIGNAL
-    return _Ended(JobState.FAILED, reason, JobState.FAILED, _describe_exit(exit_code), hint)
+    if exit_code == -1:
+        return _Ended(JobState.FAILED, ExitReason.LOST, JobState.FAILED, _describe_exit(exit_code), hint)
+    if parent_saw is not None and parent_saw.signal == "SIGKILL" and parent_saw.oom_kills:
+        # The kernel's OOM killer: on a CPU the host's memory is the device's, and a smaller
+        # micro-batch is the cure; on a GPU it is the host's own (data loading, pinned buffers).
+        oom = (
+            f"the training process was killed by the kernel's OOM killer (SIGKILL; its memory "
+            f"cgroup counted {parent_saw.oom_kills} OOM kill{'s' * (parent_saw.oom_kills != 1)} "
+            "while it ran)"
+        )
+        reason = ExitReason.OOM if attempt.accelerator_type == "cpu" else ExitReason.SIGNAL
+        return _Ended(JobState.FAILED, reason, JobState.FAILED, oom, hint)
+    return _Ended(JobState.FAILED, ExitReason.SIGNAL, JobState.FAILED, _describe_exit(exit_code), hint)
 
 
 _FAILURES = {"oom": ExitReason.OOM, "collective": ExitReason.COLLECTIVE}
@@ -403,7 +454,14 @@ def _launched(attempt: Attempt) -> bool:
 
 def _describe_exit(code: int) -> str:
     if code < -1:
-        return f"the training process was killed by signal {-code} before it reported a result"
+        try:
+            name = f"{signal.Signals(-code).name} (signal {-code})"
+        except ValueError:
+            name = f"signal {-code}"
+        return (
+            f"the training process was killed by {name}, which Shipyard did not send, before it "
+            "reported a result"
+        )
     if code == -1:
         return "the training process ended while no agent watched it; its exit status is unknown"
     return f"the training process exited with code {code} without reporting a result (a rank was killed)"

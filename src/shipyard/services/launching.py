@@ -14,7 +14,14 @@ from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
 from shipyard.executors.base import Placement
 from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, stored_job_spec, validate_job_spec
-from shipyard.schemas.launch import CHECKPOINT_DIR, METRICS_FILE, RESULT_FILE, LaunchPlan, latest_checkpoint
+from shipyard.schemas.launch import (
+    CHECKPOINT_DIR,
+    EXIT_FILE,
+    METRICS_FILE,
+    RESULT_FILE,
+    LaunchPlan,
+    latest_checkpoint,
+)
 from shipyard.services import data_roots, model_sources, storage
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import planned_layout
@@ -71,7 +78,8 @@ def launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> N
     number = len(job.attempts) + 1
     run_dir = Path(job.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / RESULT_FILE).unlink(missing_ok=True)  # a stale result would be read as this attempt's
+    for stale in (RESULT_FILE, EXIT_FILE):  # an earlier attempt's would be read as this one's
+        (run_dir / stale).unlink(missing_ok=True)
     resume_from = job.resume_from
     if number > 1:  # a relaunch continues from the job's own newest checkpoint
         session = object_session(job)

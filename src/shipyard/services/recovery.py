@@ -2,11 +2,13 @@
 and how the agent tells a hung attempt and a straggling rank from their heartbeats.
 
 A failure that is the machine's (a signal, a lost process or node, a failed collective, a hang,
-out of memory) is retried up to ``restarts.max`` times, each retry after a doubling backoff and
-from the job's newest checkpoint. One that is the job's own (a bad spec, a data error, any other
-exception) is not, and neither is the same failure at the same step twice: a retry would meet it
-again. Out of memory is recovered rather than retried: the next attempt runs half the micro-batch
-with twice the gradient accumulation, so every optimizer step sees the same samples.
+out of memory) is retried up to ``restarts.max`` times whatever step it hits, each retry after a
+doubling backoff and from the job's newest checkpoint: the kernel's OOM killer or an operator's
+kill at one step says nothing of the next attempt. One that is the job's own (a bad spec, a data
+error, any other exception) is not retried, unless the spec lists ``error``, and then never when
+it recurs at the same step: a retry would meet it again. Out of memory is recovered rather than
+retried: the next attempt runs half the micro-batch with twice the gradient accumulation, so every
+optimizer step sees the same samples.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from shipyard.services.estimates import memory_levers
 MAX_BACKOFF_S = 3600.0
 STRAGGLER_RATIO = 1.5
 """A rank whose compute per step is this many times the ranks' median is a straggler."""
-RETRIED_REASONS = frozenset(
+MACHINE_REASONS = frozenset(
     {
         ExitReason.SIGNAL,
         ExitReason.LOST,
@@ -37,6 +39,8 @@ RETRIED_REASONS = frozenset(
         ExitReason.OOM,
     }
 )
+"""Endings that are the machine's, not the job's: retried whatever step they hit."""
+RETRIED_REASONS = MACHINE_REASONS | {ExitReason.ERROR}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +94,8 @@ def decide(
         )
     micro = attempt.micro_batch_size or spec.training.micro_batch_size
     repeated = [a for a in earlier if a.exit_reason == reason and (a.micro_batch_size or micro) == micro]
-    # A lost process or node is the cluster's doing, whatever the step; anything else twice at
-    # one step is the job's own (a crash at a given batch, a collective that always hangs).
-    external = reason in (ExitReason.LOST, ExitReason.NODE_LOST)
-    if not external and any(last_step(session, a) == step for a in repeated):
+    # The job's own exception twice at one step is its code or data meeting the same batch.
+    if reason not in MACHINE_REASONS and any(last_step(session, a) == step for a in repeated):
         return GiveUp(
             f"{what}; the same failure at the same step ({step}) as an earlier attempt: a retry "
             "would meet it again",
@@ -140,7 +142,9 @@ class Progress:
     """What an attempt's heartbeats say at one look."""
 
     silent_s: float
-    """Since any rank last made progress (or the attempt started, before the first heartbeat)."""
+    """Since the quietest rank last made progress or, while starting, said it is alive (or since
+    the attempt started, before the first heartbeat): one stopped rank is a hung attempt, even
+    while the others beat as they wait for it."""
     limit_s: float
     """How long it may stay silent before it counts as hung."""
     step: int
@@ -153,11 +157,11 @@ class Progress:
 
 
 def progress(beats: list[Heartbeat], started_at: float, now: float, spec: JobSpec) -> Progress:
-    """Hung: no progress for max(hang_factor × the median step time, startup_grace_s)."""
+    """Hung: a rank silent for max(hang_factor × the median step time, startup_grace_s)."""
     policy = spec.restarts
     fresh = [b for b in beats if b.at >= started_at]  # a file an earlier attempt left is no heartbeat
     newest = max(fresh, key=lambda b: b.at, default=None)
-    last = newest.at if newest else started_at
+    last = min((b.at for b in fresh), default=started_at)
     median_step = newest.median_step_s if newest and newest.median_step_s else 0.0
     computes = {str(b.rank): b.median_compute_s for b in fresh if b.median_compute_s}
     stragglers = []

@@ -16,6 +16,7 @@ from typing import Literal
 
 from shipyard.errors import ShipyardError
 from shipyard.schemas.launch import RESULT_FILE, AttemptResult, LaunchPlan, write_json_atomic
+from shipyard.training.heartbeat import Pulse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,10 +30,14 @@ def main(argv: list[str] | None = None) -> int:
     # The agent sends SIGUSR1 to a hung attempt before it stops it: every thread's stack goes
     # into the log, which is how the hang is found (a collective, a data read, a deadlock).
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    # Alive from the first second: importing torch alone took 40 s on a loaded machine, which a
+    # heartbeat only from the trainer would have counted as a hang.
+    pulse = Pulse(run_dir, int(os.environ.get("RANK", "0")), step=0)
+    pulse.keep_alive()
     try:
         from shipyard.training.trainer import Trainer
 
-        result = Trainer(plan).run()
+        result = Trainer(plan, started_pulse=pulse).run()
     except ShipyardError as exc:
         print(f"Error: {exc.message}" + (f"\nHint: {exc.hint}" if exc.hint else ""), flush=True)
         result = AttemptResult(status="failed", message=exc.message, hint=exc.hint)

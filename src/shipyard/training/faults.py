@@ -5,7 +5,7 @@ of a device it lacks, a collective that never returns, one slow device among sev
 ``{"attempts": [1], "oom_above_micro_batch": 4, "hang_at_step": 6, "slow_rank": 1, "slow_s": 0.2}``:
 on the first attempt only, a micro-batch above 4 runs out of memory, step 6 never ends, and
 rank 1 spends 0.2 s more on each forward pass. ``stall_checkpoint_at_step`` leaves that step's
-checkpoint half-written for good.
+checkpoint half-written for good; ``raise_at_step`` raises an exception of the job's own there.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ class Faults:
     slow_rank: int | None = None
     slow_s: float = 0.0
     stall_checkpoint_at_step: int | None = None
+    raise_at_step: int | None = None
 
     @classmethod
     def of_attempt(cls, attempt: int) -> Faults:
@@ -47,6 +48,8 @@ class Faults:
                 f"injected: a micro-batch of {micro_batch_size} does not fit "
                 f"(more than {self.oom_above_micro_batch})"
             )
+        if step == self.raise_at_step:
+            raise RuntimeError(f"injected: step {step} fails")
         if step == self.hang_at_step:
             print(f"injected: step {step} hangs", flush=True)
             while True:  # like a collective whose peer never answers

@@ -84,6 +84,8 @@ def tokenizer_dir(spec: JobSpec) -> Path | None:
 class Trainer:
     plan: LaunchPlan
     out: TextIO = field(default_factory=lambda: sys.stdout)
+    started_pulse: Pulse | None = None
+    """The rank's heartbeat, beating since the process started (made here if none was)."""
 
     def __post_init__(self) -> None:
         self.spec: JobSpec = self.plan.spec
@@ -118,8 +120,9 @@ class Trainer:
         torch.set_num_threads(self.plan.threads_per_process)
         self.dist = parallel.init(self.plan.torch_device, self.spec.training.parallelism)
         self.faults = Faults.of_attempt(self.plan.attempt)
-        self.pulse = Pulse(self.run_dir, self.dist.rank, step=0)
-        self.pulse.enter("setup")
+        self.pulse = self.started_pulse or Pulse(self.run_dir, self.dist.rank, step=0)
+        if self.started_pulse is None:
+            self.pulse.keep_alive()
         stop = StopSignal()
         try:
             self._setup()
