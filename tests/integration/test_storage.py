@@ -146,6 +146,7 @@ def test_a_corrupt_replica_is_skipped_and_a_fully_corrupt_blob_never_returns_byt
     first.write_bytes(first.read_bytes()[:-1] + b"\0")
     store.get(ctx, "x", tmp_path / "ok.bin")
     assert (tmp_path / "ok.bin").read_bytes() == data
+    first.write_bytes(first.read_bytes()[:-1] + b"\0")  # a read that met it may have repaired it
     second.write_bytes(second.read_bytes()[: 1 << 20])  # truncated
     with pytest.raises(IntegrityError, match="no replica holds the right bytes"):
         store.get(ctx, "x", tmp_path / "bad.bin")
@@ -394,7 +395,7 @@ def test_the_background_scrubber_repairs_every_replica_and_resumes_where_it_stop
         else:
             first.write_bytes(b"bit rot" + first.read_bytes()[7:])
     config = storage_config.load(ctx.settings.home)
-    config.scrub.rate_mb_s = 1000.0
+    config.scrub.rate_mb_s, config.scrub.light_interval_s = 1000.0, 0  # the deep pass alone
     storage_config.save(ctx.settings.home, config)
     monkeypatch.setattr(scrubber, "BATCH", 2)
     stopping = threading.Event()
@@ -412,6 +413,37 @@ def test_the_background_scrubber_repairs_every_replica_and_resumes_where_it_stop
     assert upkeep.status(ctx).background_scrub["tally"]["repaired"] == 5
 
 
+def test_a_read_repairs_what_it_found_damaged_and_owes_the_store_a_deep_pass_at_once(
+    ctx: ServiceContext, tmp_path: Path
+) -> None:
+    from shipyard.services import store_health
+    from shipyard.storage.opening import open_store
+    from shipyard.storage.roots import placement
+
+    (tmp_path / "w.bin").write_bytes(os.urandom(30_000))
+    store.put(ctx, tmp_path / "w.bin", "rot/w", replicas=2)
+    with ctx.db.transaction() as session:
+        [name] = session.scalars(select(StoredBlob.name)).all()
+    roots = open_store(ctx.settings.home).backend.roots  # type: ignore[attr-defined]
+    first = next(r.file(name) for r in placement(roots, name, len(roots)) if r.file(name).is_file())
+    first.write_bytes(b"bit rot" + first.read_bytes()[7:])  # the copy a read tries first
+    store.get(ctx, "rot/w", tmp_path / "back.bin")  # served from the good copy...
+    assert (tmp_path / "back.bin").read_bytes() == (tmp_path / "w.bin").read_bytes()
+    clean = upkeep.scrub(ctx, repair=False)  # ...and the bad one rewritten after it
+    assert (clean.corrupt, clean.missing) == (0, 0)
+    owed = store_health.owed(ctx.settings.home)
+    assert owed is not None and owed.deep  # its root may hold more: every copy is read again now
+    config = storage_config.load(ctx.settings.home)
+    config.scrub.rate_mb_s = 1000.0
+    storage_config.save(ctx.settings.home, config)
+    stopping = threading.Event()
+    scrubber.scrub_some(ctx, stopping)  # the light pass (due at once), then the deep one, not in a week
+    while scrubber.scrub_some(ctx, stopping) == 0.0 and scrubber.last_pass(ctx).started_at:
+        pass
+    assert scrubber.last_pass(ctx).finished_at is not None
+    assert store_health.owed(ctx.settings.home) is None
+
+
 def test_a_replaced_disk_is_refilled_by_the_background_scrubber_manifests_included(
     ctx: ServiceContext, tmp_path: Path
 ) -> None:
@@ -427,9 +459,10 @@ def test_a_replaced_disk_is_refilled_by_the_background_scrubber_manifests_includ
     fullest.mkdir()
     before = upkeep.scrub(ctx, repair=False)
     assert before.missing > 0 and before.manifests_missing > 0 and before.lost == 0
-    stopping = threading.Event()
-    while scrubber.scrub_some(ctx, stopping) == 0.0 and scrubber.last_pass(ctx).started_at:
-        pass
+    status = upkeep.status(ctx)
+    assert status.missing_copies == before.missing and status.time_to_whole_s is not None
+    scrubber.scrub_some(ctx, threading.Event())  # the light pass, due at once: no week to wait
+    assert upkeep.status(ctx).missing_copies == 0
     after = upkeep.scrub(ctx, repair=False)
     assert (after.missing, after.corrupt, after.lost, after.manifests_missing) == (0, 0, 0, 0)
     # Every manifest has its two copies again: a second root lost now still leaves a catalog to
@@ -465,3 +498,45 @@ def test_the_catalog_is_rebuilt_from_the_manifests_when_the_database_is_lost(tmp
     assert upkeep.recover(lost).recovered == 0  # nothing twice
     assert upkeep.scrub(lost, repair=False).lost == 0
     lost.close()
+
+
+def test_a_root_deleted_and_another_rotting_heal_while_a_server_runs(tmp_path: Path) -> None:
+    """Nobody runs a scrub: one root's blobs deleted and a fifth of another's corrupted, the
+    server's scrubber restores every copy (the light pass sees the missing ones at once, its
+    check of a source finds the rot and starts a deep pass), and `storage status` says when."""
+    from tests.conftest import Server
+
+    home = tmp_path / "home"
+    cli = Cli(home)
+    for i in range(3):
+        cli.run("storage", "roots", "add", str(tmp_path / f"root{i}"), "--rack", f"rack{i}")
+    config = storage_config.load(home)
+    config.replicas, config.scrub.light_interval_s = 3, 2.0
+    storage_config.save(home, config)
+    for i in range(10):
+        (tmp_path / f"a{i}.bin").write_bytes(os.urandom(40_000 + i))
+        cli.run("storage", "put", str(tmp_path / f"a{i}.bin"), f"heal/a{i}")
+    server = Server(home, f"sqlite:///{home / 'shipyard.db'}", "correct horse battery staple")
+    try:
+        gone = sorted(p for p in (tmp_path / "root0" / "blobs").rglob("*") if p.is_file())
+        for blob in gone:
+            blob.unlink()
+        rotting = sorted(p for p in (tmp_path / "root1" / "blobs").rglob("*") if p.is_file())[:2]
+        for blob in rotting:
+            blob.write_bytes(b"bit rot" + blob.read_bytes()[7:])
+        faulted = time.time()
+        deadline = time.monotonic() + 120
+        while True:
+            status = cli.json("storage", "status")
+            deep = status["background_scrub"]
+            healed = (deep.get("finished_at") or 0) > faulted and not deep.get("started_at")
+            if status["missing_copies"] == 0 and healed:
+                break
+            assert time.monotonic() < deadline, status
+            time.sleep(1)
+        print(f"store whole again {time.time() - faulted:.1f} s after the fault")
+        check = cli.json("storage", "scrub")  # every copy read, nothing repaired by this
+        assert (check["missing"], check["corrupt"], check["lost"]) == (0, 0, 0)
+        assert all(blob.is_file() for blob in gone)
+    finally:
+        server.stop()

@@ -134,10 +134,9 @@ def test_placement_prefers_an_nvlink_island_and_hides_other_gpus() -> None:
     env = executor.environment(placed)
     assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     assert placed.torch_device == "cuda"
-    assert executor.command(placed, __import__("pathlib").Path("/run"))[2:4] == [
-        "torch.distributed.run",
-        "--standalone",
-    ]
+    command = executor.command(placed, __import__("pathlib").Path("/run"))
+    assert command[2:5] == ["shipyard.training.parent", "/run", "--"]  # under the attempt's parent
+    assert command[7:9] == ["torch.distributed.run", "--standalone"]
 
 
 def test_the_inventory_is_one_node_with_its_devices_labels_and_nvlink_islands(

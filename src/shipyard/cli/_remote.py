@@ -62,10 +62,17 @@ def either(remote: Callable[[Client], T], embedded: Callable[[ServiceContext], T
     if server_url():
         with client() as remote_client:
             return remote(remote_client)
-    from shipyard.services.context import open_context
-
-    ctx = open_context()
+    ctx = embedded_context()
     try:
         return embedded(ctx)
     finally:
         ctx.close()
+
+
+def embedded_context() -> ServiceContext:
+    """The embedded platform as the local admin, which starts the home's agent when there is
+    work for it (jobs queued, a repair of the store owed)."""
+    from shipyard.daemon.supervisor import Supervisor
+    from shipyard.services.context import open_context
+
+    return open_context(start_agent=Supervisor())

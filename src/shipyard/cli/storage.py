@@ -18,8 +18,8 @@ from rich import filesize
 from rich.progress import BarColumn, DownloadColumn, Progress, ProgressColumn, Task, TimeRemainingColumn
 from rich.text import Text
 
-from shipyard.cli._output import JsonOpt, console, err_console, print_json, rows_or_json, table
-from shipyard.cli._remote import client, either, server_url
+from shipyard.cli._output import JsonOpt, console, duration, err_console, print_json, rows_or_json, table
+from shipyard.cli._remote import client, either, embedded_context, server_url
 from shipyard.errors import InvalidSpec, NotFound
 from shipyard.schemas.views import StorageStatus
 from shipyard.services import storage as storage_service
@@ -107,7 +107,7 @@ def put(
     else:
         with _bar(f"put {name}", quiet=json_out) as progress:
             stored = storage_service.put(
-                open_context(),
+                embedded_context(),
                 local_path,
                 name,
                 project=project,
@@ -146,7 +146,7 @@ def get(
     else:
         with _bar(f"get {name}", quiet=json_out) as progress:
             fetched = storage_service.get(
-                open_context(), name, out_path, project=project, progress=progress, force=force
+                embedded_context(), name, out_path, project=project, progress=progress, force=force
             )
     if json_out:
         print_json(fetched)
@@ -302,7 +302,21 @@ def status(json_out: JsonOpt = False) -> None:
         f"{found.blobs} distinct blobs ({_gib(found.stored_bytes)}), "
         f"{found.encrypted_blobs} encrypted; master key: {found.active_key or 'none yet'}"
     )
+    if found.missing_copies:
+        whole = f"whole again in about {duration(found.time_to_whole_s)} once its repair runs"
+        console.print(
+            f"{found.short_blobs} blobs short of their replicas: {found.missing_copies} copies, "
+            f"{_gib(found.bytes_to_copy)} to copy; {whole}"
+        )
+    elif found.blobs:
+        console.print("every blob has all its replicas")
+    if found.repair_owed_since:
+        console.print(
+            f"a repair is owed since {_when(found.repair_owed_since)} (a read or a root showed damage)"
+        )
     scrub = found.background_scrub
+    if scrub.get("light_at"):
+        console.print(f"light pass last finished {_when(scrub['light_at'])}: {scrub['light']}")
     if scrub.get("started_at"):
         console.print(f"background scrub under way since {_when(scrub['started_at'])}: {scrub['tally']}")
     elif scrub.get("finished_at"):

@@ -23,7 +23,7 @@ from types import FrameType
 from shipyard.daemon.leader import Leadership
 from shipyard.daemon.supervisor import AGENT_LOCK
 from shipyard.domain.paths import PRIVATE_UMASK
-from shipyard.services import agent
+from shipyard.services import agent, store_health
 from shipyard.services.context import ServiceContext, local_actor, open_context
 from shipyard.services.outputs import commit_outputs
 from shipyard.services.scrubber import scrub_in_background
@@ -99,7 +99,7 @@ def run(settings: Settings) -> int:
                 traceback.print_exc()
                 seen = agent.Pass(active=True, fingerprint=frozenset())
             spent = time.monotonic() - started
-            if seen.active:
+            if seen.active or store_health.owed(settings.home) is not None:  # jobs, or a repair owed
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > settings.agent_idle_exit_s:
                 break

@@ -216,7 +216,18 @@ class StorageStatus(_View):
     active_key: str | None
     background_scrub: dict[str, Any] = {}
     """The background scrubber's pass: ``cursor`` (the last blob it verified), ``started_at`` of
-    the pass under way, ``finished_at`` of the last whole one, and the pass's ``tally``."""
+    the pass under way, ``finished_at`` of the last whole one, and the pass's ``tally``; the
+    last light pass's ``light_at`` and ``light`` tally."""
+    short_blobs: int = 0
+    """Blobs with fewer copies than their replicas now (local roots; counted as the light pass
+    counts, without reading them)."""
+    missing_copies: int = 0
+    bytes_to_copy: int = 0
+    time_to_whole_s: float | None = None
+    """Until every blob has its copies again at the scrubber's rate, once its repair starts
+    (at once when a repair is owed, else at the next light pass); None: nothing to restore."""
+    repair_owed_since: float | None = None
+    """When damage was first seen that no pass has repaired yet (a read's, a root gone)."""
 
 
 # --- accounts ------------------------------------------------------------------------------------

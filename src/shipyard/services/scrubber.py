@@ -1,7 +1,11 @@
-"""The background scrubber: every blob's replicas verified and repaired without an admin, one
-pass per ``scrub.interval_h`` of storage.yaml, at most ``scrub.rate_mb_s`` so that it never
-starves training of disk bandwidth, and resumable: the pass's position is kept in the home, so
-a restarted agent or server carries on where the last one stopped.
+"""The background scrubber: every blob's replicas checked and repaired without an admin.
+
+Two kinds of pass, as Ceph scrubs: a light one every ``scrub.light_interval_s`` (a minute) that
+sees every copy exists and restores the missing ones from a checked copy, and a deep one every
+``scrub.interval_h`` (a week) that reads every copy in full, resumable (its position is kept in
+the home, so a restarted agent or server carries on where the last one stopped). Damage a read
+found (``store_health``) starts the pass it needs at once. Both read and copy at most
+``scrub.rate_mb_s``, so that they never starve training of disk bandwidth.
 
 Both the agent and the server run it; a lock file lets one of them scrub at a time.
 """
@@ -20,7 +24,7 @@ from sqlalchemy import select
 from shipyard import audit
 from shipyard.db import StoredBlob
 from shipyard.schemas.launch import write_json_atomic
-from shipyard.services import manifests
+from shipyard.services import manifests, store_health
 from shipyard.services.context import ServiceContext
 from shipyard.services.storage import blob_of
 from shipyard.storage import config as storage_config
@@ -42,6 +46,10 @@ class PassState:
     finished_at: float | None = None
     """When the last whole pass ended."""
     tally: dict[str, int] = field(default_factory=dict)
+    light_at: float | None = None
+    """When the last light pass ended."""
+    light: dict[str, int] = field(default_factory=dict)
+    """What it found (``missing`` copies, ``repaired``, ``corrupt`` sources, ``lost`` blobs)."""
 
 
 def scrub_in_background(ctx: ServiceContext, stopping: threading.Event) -> None:
@@ -63,15 +71,21 @@ def scrub_in_background(ctx: ServiceContext, stopping: threading.Event) -> None:
 
 
 def scrub_some(ctx: ServiceContext, stopping: threading.Event) -> float:
-    """Scrub the next batch of the current pass (starting one if it is due); returns how long to
-    wait before the next call."""
-    config = storage_config.load(ctx.settings.home).scrub
+    """A light pass when one is due or owed, else the next batch of the deep pass (starting one
+    if it is due or owed); returns how long to wait before the next call."""
+    home = ctx.settings.home
+    config = storage_config.load(home).scrub
     state = _load(ctx)
     now = time.time()
-    if state.finished_at is not None and state.cursor == "" and state.started_at is None:
-        due_in = state.finished_at + config.interval_h * 3600 - now
-        if due_in > 0:
-            return min(due_in, IDLE_LOOK_S)
+    debt = store_health.owed(home)
+    light_in = _light_due_in(ctx, state, config.light_interval_s, now)
+    if light_in is not None and (light_in <= 0 or (debt is not None and (state.light_at or 0) < debt.latest)):
+        _light_pass(ctx, state, config.rate_mb_s, stopping)
+        return 0.0
+    if state.started_at is None and not (debt is not None and debt.deep):
+        due_in = (state.finished_at or 0) + config.interval_h * 3600 - now
+        if state.finished_at is not None and due_in > 0:
+            return min(due_in, IDLE_LOOK_S, light_in if light_in is not None else IDLE_LOOK_S)
     if state.started_at is None:
         state.started_at, state.tally = now, {}
     with ctx.db.read() as session:
@@ -99,6 +113,41 @@ def scrub_some(ctx: ServiceContext, stopping: threading.Event) -> float:
     return 0.0
 
 
+def _light_due_in(ctx: ServiceContext, state: PassState, interval_s: float, now: float) -> float | None:
+    """Seconds until the next light pass (0 or less: due), or None where none runs (an object
+    store keeps its own copies; ``light_interval_s`` 0)."""
+    if interval_s <= 0 or storage_config.load(ctx.settings.home).backend != "local":
+        return None
+    return (state.light_at or 0) + interval_s - now
+
+
+def _light_pass(ctx: ServiceContext, state: PassState, rate_mb_s: float, stopping: threading.Event) -> None:
+    """See that every copy of every blob exists; restore the missing ones from a checked copy."""
+    home, began = ctx.settings.home, time.time()
+    with ctx.db.read() as session:
+        rows = [(blob_of(row), row.replicas) for row in session.scalars(select(StoredBlob))]
+    store = open_store(home)
+    tally = ScrubTally()
+    for blob, replicas in rows:
+        if stopping.is_set():
+            return  # not settled: the next run passes again
+        found = store.blobs.scrub(blob, replicas, repair=True, verify=False)
+        tally.add(found)
+        if found.repaired:  # copying, rate-limited as reading is
+            stopping.wait(found.repaired * blob.size_bytes / (rate_mb_s * 2**20))
+    with ctx.db.transaction() as session:  # the manifests a root took with it, too
+        copies = manifests.heal(store, session, repair=True)
+    state.light_at = time.time()
+    counted = ("checked", "missing", "repaired", "corrupt", "lost")
+    state.light = {name: getattr(tally, name) for name in counted} | {"manifests_missing": copies.missing}
+    store_health.settle(home, deep=False, began=began)
+    if tally.corrupt or tally.lost:  # a source that failed its check: read everything
+        store_health.owe(home, deep=True)
+    if tally.missing or tally.corrupt or tally.lost or copies.missing:
+        record_scrub(ctx, repair=True, counts={"light": 1, **state.light}, background=True)
+    _save(ctx, state)
+
+
 def _finish(ctx: ServiceContext, state: PassState) -> None:
     """Heal the manifests, audit the whole pass (as ``storage scrub --repair`` is), and wait for
     the next."""
@@ -106,7 +155,11 @@ def _finish(ctx: ServiceContext, state: PassState) -> None:
         copies = manifests.heal(open_store(ctx.settings.home), session, repair=True)
     state.tally["manifests_missing"] = copies.missing
     record_scrub(ctx, repair=True, counts=state.tally, background=True)
-    _save(ctx, PassState(finished_at=time.time(), tally=state.tally))
+    store_health.settle(ctx.settings.home, deep=True, began=state.started_at or 0.0)
+    _save(
+        ctx,
+        PassState(finished_at=time.time(), tally=state.tally, light_at=state.light_at, light=state.light),
+    )
 
 
 def record_scrub(ctx: ServiceContext, *, repair: bool, counts: dict[str, int], background: bool) -> None:

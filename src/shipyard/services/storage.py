@@ -27,9 +27,10 @@ from shipyard.schemas.views import (
     StoredArtifactView,
     StoredFileView,
 )
-from shipyard.services import manifests, rbac
+from shipyard.services import manifests, rbac, store_health
 from shipyard.services.context import ServiceContext
 from shipyard.storage import config as storage_config
+from shipyard.storage.backend import ScrubTally
 from shipyard.storage.blobs import Blob, Progress
 from shipyard.storage.config import StorageConfig
 from shipyard.storage.files import fsync_dir
@@ -64,7 +65,7 @@ def put(
     if file_name is not None and source.is_file():  # an upload's temporary file, by the name given
         files = [(check_name(file_name, "file name"), source, files[0][2])]
     total = sum(size for _, _, size in files)
-    store = open_store(ctx.settings.home)
+    store = open_tended_store(ctx)
     copies = store.config.replicas_for(project, replicas)
     notes = []
     roots = len(store.backend.describe()) if store.backend.kind == "local" else copies
@@ -225,7 +226,7 @@ def get(
         audit.append(session, ctx.audit_key, ctx.actor, "artifact.get", f"artifact/{project}/{name}")
         view = _view(artifact, with_entries=True)
         blobs = [(entry.path, blob_of(entry.blob)) for entry in artifact.entries]
-    store = open_store(ctx.settings.home)
+    store = open_tended_store(ctx)
     report = progress(view.size_bytes) if progress else None
     out = out.expanduser()
     if view.kind == "file":
@@ -282,7 +283,7 @@ def get_file(
             detail={"file": file},
         )
         blob = blob_of(entries[file].blob)
-    open_store(ctx.settings.home).blobs.get_file(blob, out)
+    open_tended_store(ctx).blobs.get_file(blob, out)
     return file
 
 
@@ -332,7 +333,31 @@ def dataset_lineage(session: Session, project: str, path: str, recorded: list[st
 
 
 def blob_of(row: StoredBlob) -> Blob:
-    return Blob(row.name, row.digest, row.size_bytes, row.key_id, row.wrapped_key, row.block_crcs)
+    return Blob(
+        row.name, row.digest, row.size_bytes, row.key_id, row.wrapped_key, row.block_crcs, row.replicas
+    )
+
+
+def open_tended_store(ctx: ServiceContext) -> Store:
+    """The home's store, with what its reads find missing or damaged (and cannot settle there)
+    marked for the scrubber; where a repair is owed and this process has an agent to start (the
+    embedded CLI), the agent is started, and repairs in the background."""
+    home = ctx.settings.home
+
+    def damaged(found: ScrubTally) -> None:
+        store_health.owe_for(home, found)
+        _repair_if_owed(ctx)
+
+    store = open_store(home, damaged=damaged)
+    if store.backend.kind == "local" and not all(r["reachable"] for r in store.backend.describe()):
+        store_health.owe(home, deep=False)  # a root gone: its copies are restored elsewhere
+    _repair_if_owed(ctx)
+    return store
+
+
+def _repair_if_owed(ctx: ServiceContext) -> None:
+    if ctx.start_agent is not None and store_health.owed(ctx.settings.home) is not None:
+        ctx.start_agent(ctx.settings)
 
 
 def _find(session: Session, project: str, name: str) -> StoredArtifact | None:

@@ -18,7 +18,7 @@ from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
 from shipyard.errors import Conflict, InvalidSpec, NotFound
 from shipyard.schemas.documents import validate_document
 from shipyard.schemas.views import GcReport, RecoveryReport, ScrubReport, StorageStatus
-from shipyard.services import manifests, rbac, scrubber
+from shipyard.services import manifests, rbac, scrubber, store_health
 from shipyard.services.context import ServiceContext
 from shipyard.services.storage import blob_of
 from shipyard.storage import config as storage_config
@@ -143,6 +143,9 @@ def status(ctx: ServiceContext) -> StorageStatus:
     key: str | None = None
     with contextlib.suppress(NotFound):  # no encrypted blob yet
         key = master_keys(ctx.settings.home, store.config, create=False).active_id
+    short = _shortfall(ctx, store)
+    rate = store.config.scrub.rate_mb_s * 2**20
+    owed = store_health.owed(ctx.settings.home)
     return StorageStatus(
         backend=store.backend.kind,
         roots=store.backend.describe(),
@@ -154,7 +157,36 @@ def status(ctx: ServiceContext) -> StorageStatus:
         encrypted_blobs=encrypted,
         active_key=key,
         background_scrub=dataclasses.asdict(scrubber.last_pass(ctx)),
+        short_blobs=short.blobs,
+        missing_copies=short.copies,
+        bytes_to_copy=short.bytes,
+        time_to_whole_s=short.bytes / rate if short.copies else None,
+        repair_owed_since=owed.since if owed else None,
     )
+
+
+@dataclasses.dataclass
+class _Shortfall:
+    blobs: int = 0
+    copies: int = 0
+    bytes: int = 0
+
+
+def _shortfall(ctx: ServiceContext, store: Store) -> _Shortfall:
+    """Blobs short of their copies on local roots, seen as the light pass sees them (an object
+    store keeps its own copies: none are counted there)."""
+    short = _Shortfall()
+    if store.backend.kind != "local":
+        return short
+    with ctx.db.read() as session:
+        rows = [(blob_of(row), row.replicas) for row in session.scalars(select(StoredBlob))]
+    for blob, replicas in rows:
+        found = store.blobs.scrub(blob, replicas, repair=False, verify=False)
+        missing = found.missing + found.lost * replicas
+        if missing:
+            short.blobs, short.copies = short.blobs + 1, short.copies + missing
+            short.bytes += missing * blob.size_bytes
+    return short
 
 
 def rotate_key(ctx: ServiceContext) -> dict[str, object]:

@@ -72,9 +72,18 @@ class Backend(Protocol):
         """Remove ``name`` unless it was (re)written at or after ``older_than`` (epoch seconds)."""
         ...
 
-    def scrub(self, name: str, replicas: int, verify: Verify | None, repair: bool) -> ScrubTally:
+    def scrub(
+        self,
+        name: str,
+        replicas: int,
+        verify: Verify | None,
+        repair: bool,
+        source_check: Verify | None = None,
+    ) -> ScrubTally:
         """Check the copies of ``name`` (read them through ``verify``, or only see that they
-        exist); with ``repair`` restore missing and corrupt ones where the backend can."""
+        exist); with ``repair`` restore missing and corrupt ones where the backend can, from a
+        copy that passes ``source_check`` (a copy only seen to exist is read through it first,
+        so a repair never spreads damaged bytes)."""
         ...
 
     def describe(self) -> list[dict[str, object]]:

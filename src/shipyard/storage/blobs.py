@@ -34,6 +34,8 @@ class Blob:
     block_crcs: bytes | None = None
     """CRC32C of each 4 MiB plaintext block of a plain blob, which reads check (None: written
     before blocks had them; such reads check the digest)."""
+    replicas: int | None = None
+    """Copies the catalog wants: a read that finds fewer, or a damaged one, repairs them."""
 
     @property
     def encrypted(self) -> bool:
@@ -41,10 +43,17 @@ class Blob:
 
 
 class BlobStore:
-    def __init__(self, backend: Backend, keys: Callable[[], MasterKeys]) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        keys: Callable[[], MasterKeys],
+        damaged: Callable[[ScrubTally], None] | None = None,
+    ) -> None:
         self.backend = backend
         self._keys = keys
         """Looked up only when a blob is encrypted or decrypted (it may create the key file)."""
+        self._damaged = damaged
+        """Told what a read found and repaired (the store's upkeep takes it from there)."""
 
     def put_file(
         self, path: Path, *, replicas: int, encrypt: bool, progress: Progress | None = None
@@ -107,9 +116,12 @@ class BlobStore:
             try:
                 with copy.open() as handle:
                     consume(handle.read)
-                return
             except (IntegrityError, StorageError, OSError) as exc:
                 failures.append((copy.where, exc))
+                continue
+            if failures or (blob.replicas is not None and len(copies) < blob.replicas):
+                self._read_repair(blob, len(copies), damaged=bool(failures))
+            return
         causes = "; ".join(f"{where}: {exc}" for where, exc in failures)
         if all(isinstance(exc, IntegrityError) for _, exc in failures):
             raise IntegrityError(
@@ -118,6 +130,17 @@ class BlobStore:
                 "`shipyard storage scrub --repair`",
             )
         raise StorageError(f"blob {blob.name} could not be read: {causes}")
+
+    def _read_repair(self, blob: Blob, seen: int, *, damaged: bool) -> None:
+        """After serving a good copy, restore the missing and damaged ones from a verified copy
+        (read-repair, as Cassandra and HDFS do): damage found by a read heals then, not at the
+        next scrub. Best effort: the read has already succeeded."""
+        try:
+            found = self.scrub(blob, blob.replicas or seen, repair=True, verify=damaged)
+        except Exception:
+            found = ScrubTally(checked=1, missing=1)
+        if self._damaged is not None:
+            self._damaged(found)
 
     def _data_key(self, blob: Blob) -> bytes | None:
         """Unwrapped once per read, so a wrong master key is reported as such, not as damage."""
@@ -179,7 +202,15 @@ class BlobStore:
         return verify
 
     def scrub(self, blob: Blob, replicas: int, *, repair: bool, verify: bool = True) -> ScrubTally:
-        return self.backend.scrub(blob.name, replicas, self.verifier(blob) if verify else None, repair)
+        """With ``verify``, read every copy in full (a deep scrub); without, see only that they
+        exist (a light one), but check a copy before repairing from it."""
+        return self.backend.scrub(
+            blob.name,
+            replicas,
+            self.verifier(blob) if verify else None,
+            repair,
+            source_check=self.verifier(blob, digest=False),
+        )
 
 
 def _random_name() -> str:

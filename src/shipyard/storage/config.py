@@ -69,9 +69,14 @@ class ScrubConfig(_Strict):
     """The background scrubber (``services.scrubber``)."""
 
     interval_h: float = Field(default=168.0, ge=0, le=100_000)
-    """Hours between the starts of two passes over every blob (default: weekly, as Ceph's deep scrub)."""
+    """Hours between the starts of two deep passes, which read every copy of every blob in full
+    (default: weekly, as Ceph's deep scrub). Damage a read finds starts one at once."""
+    light_interval_s: float = Field(default=60.0, ge=0, le=86_400)
+    """Seconds between two light passes, which see that every copy exists and restore the
+    missing ones from a checked copy (a root deleted or unmounted heals within about this long
+    while a server or an agent runs); 0: none. Local roots only (an object store keeps its own)."""
     rate_mb_s: float = Field(default=64.0, gt=0, le=1_000_000)
-    """Most MiB per second it reads, so that training keeps the disks."""
+    """Most MiB per second it reads or copies, so that training keeps the disks."""
 
 
 class StorageConfig(_Strict):

@@ -4,13 +4,13 @@ roots, or an S3-compatible bucket) and its master keys (the KMS hook, else the k
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from shipyard.errors import InvalidSpec, NotFound
 from shipyard.storage import config as storage_config
-from shipyard.storage.backend import Backend
+from shipyard.storage.backend import Backend, ScrubTally
 from shipyard.storage.blobs import BlobStore
 from shipyard.storage.config import RootConfig, StorageConfig
 from shipyard.storage.crypto import MasterKeys, load_keyring
@@ -30,9 +30,15 @@ class Store:
         return self.blobs.backend
 
 
-def open_store(home: Path, config: StorageConfig | None = None, retiring: Sequence[RootConfig] = ()) -> Store:
+def open_store(
+    home: Path,
+    config: StorageConfig | None = None,
+    retiring: Sequence[RootConfig] = (),
+    damaged: Callable[[ScrubTally], None] | None = None,
+) -> Store:
     """The store of ``home`` (``config``: another configuration than its file's; ``retiring``:
-    roots whose copies are being moved off)."""
+    roots whose copies are being moved off; ``damaged``: told what a read found missing or
+    damaged, and repaired)."""
     config = config or storage_config.load(home)
     backend: Backend
     if config.backend == "s3":
@@ -48,7 +54,7 @@ def open_store(home: Path, config: StorageConfig | None = None, retiring: Sequen
             if root == storage_config.default_root(home):
                 root.path.mkdir(parents=True, exist_ok=True)
         backend = ReplicatedRoots(roots, retiring=list(retiring))
-    return Store(config, BlobStore(backend, lambda: master_keys(home, config)))
+    return Store(config, BlobStore(backend, lambda: master_keys(home, config), damaged))
 
 
 def master_keys(home: Path, config: StorageConfig, *, create: bool = True) -> MasterKeys:

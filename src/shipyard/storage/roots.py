@@ -205,7 +205,14 @@ class ReplicatedRoots:
 
     # -- scrubbing --------------------------------------------------------------------------------
 
-    def scrub(self, name: str, replicas: int, verify: Verify | None, repair: bool) -> ScrubTally:
+    def scrub(
+        self,
+        name: str,
+        replicas: int,
+        verify: Verify | None,
+        repair: bool,
+        source_check: Verify | None = None,
+    ) -> ScrubTally:
         """Verify every copy of ``name``; with ``repair`` rewrite missing or corrupt ones on the
         roots placement wants, and drop copies elsewhere once those are whole (rebalancing)."""
         tally = ScrubTally(checked=1)
@@ -233,6 +240,13 @@ class ReplicatedRoots:
             return tally
         if not repair:
             return tally
+        if verify is None and source_check is not None and any(r not in healthy for r in wanted):
+            healthy, damaged = _checked(healthy, name, source_check)
+            corrupt += damaged
+            tally.corrupt = len(corrupt)
+            if not healthy:
+                tally.lost, tally.lost_names = 1, [name]
+                return tally
         source = healthy[0].file(name)
         for root in wanted:
             if root not in healthy:
@@ -263,6 +277,23 @@ class ReplicatedRoots:
             }
             for root in self.roots
         ]
+
+
+def _checked(present: list[Root], name: str, check: Verify) -> tuple[list[Root], list[Root]]:
+    """The copies among ``present`` that pass ``check`` (a source to repair from is read first),
+    and those that do not."""
+    good: list[Root] = []
+    bad: list[Root] = []
+    for root in present:
+        try:
+            with open(root.file(name), "rb") as handle:
+                check(handle.read)
+            good.append(root)
+        except IntegrityError:
+            bad.append(root)
+        except OSError:
+            continue  # gone meanwhile: neither a source nor damage
+    return good, bad
 
 
 def _opener(path: Path) -> Callable[[], contextlib.AbstractContextManager[BinaryIO]]:

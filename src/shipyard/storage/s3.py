@@ -196,10 +196,17 @@ class S3Objects:
             for item in page.get("Contents", []):
                 yield item["Key"][len(self.config.prefix) :], item["LastModified"].timestamp()
 
-    def scrub(self, name: str, replicas: int, verify: Verify | None, repair: bool) -> ScrubTally:
+    def scrub(
+        self,
+        name: str,
+        replicas: int,
+        verify: Verify | None,
+        repair: bool,
+        source_check: Verify | None = None,
+    ) -> ScrubTally:
         """Reads the object and checks it; lost copies inside the object store are its own to
         repair (SeaweedFS: ``volume.fix.replication``)."""
-        del replicas, repair  # the object store's replication policy governs both
+        del replicas, repair, source_check  # the object store's replication policy governs them
         tally = ScrubTally(checked=1)
         copies = self.replicas(name)
         if not copies:
