@@ -471,3 +471,34 @@ def test_the_jobs_commands_work_against_a_server(tmp_path: Path) -> None:
         assert refused.returncode == 1 and "invalid, expired or revoked token" in refused.stderr
     finally:
         server.stop()
+
+
+def test_what_the_server_acknowledged_survives_a_kill_an_instant_later(
+    server: Server, db_url: str, tmp_path: Path
+) -> None:
+    """A submission, a cancel and a promotion answered 2xx are in the database: the server is
+    killed (SIGKILL) right after each answer and a new one finds them."""
+    version = seed_model_version(server, "kept", "default", "admin")
+    acknowledged: dict[str, Any] = {}
+    with admin(server) as root:
+        acknowledged["submitted"] = root.submit_job(spec_dict("acked", training={"steps": 4000})).id
+    running = server
+    for step in ("cancel", "promote", "check"):
+        running.process.kill()  # no shutdown, no flush: what was answered must already be durable
+        running.process.wait()
+        started = time.monotonic()
+        running = Server(running.home, db_url, running.admin_password)
+        print(f"a server answers again {time.monotonic() - started:.1f} s after the last was killed")
+        with admin(running) as root:
+            assert root.get_job(acknowledged["submitted"]).id == acknowledged["submitted"]
+            if step == "cancel":
+                root.cancel_job(acknowledged["submitted"])
+            elif step == "promote":  # the cancel stood: the job stops (not after its 4,000 steps)
+                deadline = time.monotonic() + 90
+                while root.get_job(acknowledged["submitted"]).state != "cancelled":
+                    assert time.monotonic() < deadline, root.get_job(acknowledged["submitted"])
+                    time.sleep(0.5)
+                root.promote_model("kept", version, "production")
+            else:
+                assert next(m for m in root.list_models("kept") if m.version == version).stage == "production"
+    running.stop()
