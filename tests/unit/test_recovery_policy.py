@@ -9,7 +9,7 @@ import pytest
 
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.launch import Heartbeat
-from shipyard.services.recovery import progress, smaller_micro_batch
+from shipyard.services.recovery import Silence, progress, smaller_micro_batch
 from shipyard.services.submission_checks import recovery_warnings
 from tests.builders import spec_dict
 
@@ -22,39 +22,59 @@ def beat(rank: int, at: float, step: int = 10, step_s: float = 0.5, compute_s: f
     )
 
 
+def watched(looks: list[tuple[float, list[Heartbeat]]], since: float = 0.0) -> float:
+    """The silence a watcher counts after looking at these heartbeats at these (monotonic) times."""
+    silence = Silence(since=since)
+    return [silence.observe(beats, at) for at, beats in looks][-1]
+
+
 def test_an_attempt_is_hung_after_the_larger_of_k_median_steps_and_the_startup_grace() -> None:
     spec = validate_job_spec(spec_dict(restarts={"hang_factor": 10.0, "startup_grace_s": 3.0}))
-    beats = [beat(0, START + 20), beat(1, START + 19)]  # silence counts from the quietest rank
-    assert progress(beats, START, START + 23.9, spec).hung is False  # 10 × 0.5 s = 5 s: not yet
-    late = progress(beats, START, START + 24.1, spec)
+    beats = [beat(0, START + 20), beat(1, START + 19)]
+    assert progress(beats, 4.9, spec).hung is False  # 10 × 0.5 s = 5 s: not yet
+    late = progress(beats, 5.1, spec)
     assert late.hung and late.limit_s == 5.0 and late.step == 10
     # Slow steps: the limit is ten of them, not the grace.
-    slow = [beat(0, START + 20, step_s=60.0)]
-    assert progress(slow, START, START + 500, spec).hung is False
-    # No heartbeat yet (the model loads): the grace from the attempt's start.
-    assert progress([], START, START + 2.9, spec).hung is False
-    assert progress([], START, START + 3.1, spec).hung is True
-    # A heartbeat an earlier attempt left behind is no sign of life.
-    assert progress([beat(0, START - 100)], START, START + 3.1, spec).hung is True
+    assert progress([beat(0, START + 20, step_s=60.0)], 500, spec).hung is False
+    # No heartbeat yet (the model loads): the grace.
+    assert progress([], 2.9, spec).hung is False
+    assert progress([], 3.1, spec).hung is True
+
+
+def test_silence_is_counted_from_the_quietest_ranks_last_change_on_the_watchers_own_clock() -> None:
+    first = [beat(0, START + 1, step=1), beat(1, START + 1, step=1)]
+    moved = [beat(0, START + 2, step=2), first[1]]  # rank 0 steps on; rank 1 says nothing more
+    assert watched([(10.0, first), (12.0, moved), (20.0, moved)]) == 10.0  # rank 1, since 10.0
+    # No heartbeat yet: since the watching began.
+    assert watched([(5.0, []), (8.0, [])], since=5.0) == 3.0
+    # The wall clock jumps an hour ahead, then back: what the ranks wrote jumps with it, but a
+    # heartbeat that changes is life, and one that does not is silence, whatever time it names.
+    ahead = [beat(0, START + 3600 + 2, step=2)]
+    behind = [beat(0, START - 600, step=3)]
+    assert watched([(0.0, first[:1]), (1.0, ahead), (2.0, behind), (3.0, behind)]) == 1.0
 
 
 def test_a_starting_attempt_is_hung_only_once_a_rank_falls_silent() -> None:
     """While ranks start (importing torch, tokenizing) each says every 2 s that it is alive: a
     long setup is no hang, but one rank stopped is, while the other waits for it beating."""
     spec = validate_job_spec(spec_dict(restarts={"startup_grace_s": 15.0}))
-    alive = [Heartbeat(rank=r, step=0, phase="setup", at=START + 58) for r in (0, 1)]
-    assert progress(alive, START, START + 60, spec).hung is False  # a minute in: still starting
-    stopped = [alive[0], Heartbeat(rank=1, step=0, phase="setup", at=START + 40)]
-    assert progress(stopped, START, START + 56, spec).hung is True  # rank 1 silent for 16 s
+    beating = [(float(t), [Heartbeat(rank=r, step=0, phase="setup", at=START + t) for r in (0, 1)])
+               for t in range(0, 60, 2)]  # fmt: skip
+    assert progress(beating[-1][1], watched(beating), spec).hung is False  # a minute in: starting
+    rank_1_stops = [
+        (t, [beats[0], Heartbeat(rank=1, step=0, phase="setup", at=START + min(t, 40))])
+        for t, beats in beating
+    ]
+    assert progress(rank_1_stops[-1][1], watched(rank_1_stops), spec).hung is True  # silent 18 s
 
 
 def test_a_rank_computing_half_again_as_long_as_the_median_is_a_straggler() -> None:
     spec = validate_job_spec(spec_dict())
     beats = [beat(r, START + 1, compute_s=0.4) for r in range(3)] + [beat(3, START + 1, compute_s=0.9)]
-    seen = progress(beats, START, START + 2, spec)
+    seen = progress(beats, 1.0, spec)
     assert seen.stragglers == [{"rank": 3, "ratio": 2.25}]
     assert seen.compute_s == {"0": 0.4, "1": 0.4, "2": 0.4, "3": 0.9}
-    assert progress(beats[:3], START, START + 2, spec).stragglers == []
+    assert progress(beats[:3], 1.0, spec).stragglers == []
 
 
 @pytest.mark.parametrize(("micro", "smaller"), [(8, 4), (6, 3), (3, 1), (9, 3), (1, None)])

@@ -293,7 +293,9 @@ def _watch(ctx: ServiceContext, attempt: Attempt) -> None:
         return
     spec = stored_job_spec(job.spec)
     beats = Heartbeat.read_all(Path(job.run_dir))
-    seen = recovery.progress(beats, aware(attempt.started_at).timestamp(), now.timestamp(), spec)
+    looked = time.monotonic()
+    silence = _WATCHED.setdefault(_watch_key(attempt), recovery.Silence(since=looked))
+    seen = recovery.progress(beats, silence.observe(beats, looked), spec)
     health = {"compute_s": seen.compute_s, "stragglers": seen.stragglers}
     if seen.hung:
         limit = spec.restarts
@@ -309,6 +311,15 @@ def _watch(ctx: ServiceContext, attempt: Attempt) -> None:
         attempt.exit_reason, attempt.signalled_at = ExitReason.HANG, now
     if health != attempt.health:
         attempt.health = health
+
+
+_WATCHED: dict[str, recovery.Silence] = {}
+"""Each running attempt's ranks as this agent process has seen them beat (one agent loop runs in
+a process); an agent that starts anew watches from its first look, with the grace of a start."""
+
+
+def _watch_key(attempt: Attempt) -> str:
+    return f"{attempt.job.run_dir}#{attempt.number}"
 
 
 def _keep_stacks(attempt: Attempt, stacks: str) -> None:
@@ -331,6 +342,7 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
     exit_code = ctx.executor.poll(handle)
     if exit_code is None:
         return
+    _WATCHED.pop(_watch_key(attempt), None)
     if exit_code != NODE_LOST:
         _collect(ctx, session, attempt)  # what was written between the last look and the exit
     ctx.executor.release(handle)

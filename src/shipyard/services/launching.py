@@ -3,6 +3,7 @@ checkpoint to resume from, the data roots it may read), then the executor's laun
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from sqlalchemy import select
@@ -17,6 +18,7 @@ from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, stored_job_spec, val
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     EXIT_FILE,
+    HEARTBEAT_DIR,
     METRICS_FILE,
     RESULT_FILE,
     LaunchPlan,
@@ -80,6 +82,7 @@ def launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> N
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in (RESULT_FILE, EXIT_FILE):  # an earlier attempt's would be read as this one's
         (run_dir / stale).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / HEARTBEAT_DIR, ignore_errors=True)  # and its ranks' heartbeats
     resume_from = job.resume_from
     if number > 1:  # a relaunch continues from the job's own newest checkpoint
         session = object_session(job)

@@ -14,7 +14,7 @@ optimizer step sees the same samples.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
@@ -143,8 +143,8 @@ class Progress:
 
     silent_s: float
     """Since the quietest rank last made progress or, while starting, said it is alive (or since
-    the attempt started, before the first heartbeat): one stopped rank is a hung attempt, even
-    while the others beat as they wait for it."""
+    the agent began watching, before the first heartbeat): one stopped rank is a hung attempt,
+    even while the others beat as they wait for it."""
     limit_s: float
     """How long it may stay silent before it counts as hung."""
     step: int
@@ -156,14 +156,32 @@ class Progress:
         return self.silent_s > self.limit_s
 
 
-def progress(beats: list[Heartbeat], started_at: float, now: float, spec: JobSpec) -> Progress:
+@dataclass
+class Silence:
+    """How long each rank of an attempt has been silent, on the watcher's own monotonic clock: a
+    rank is alive when its heartbeat changes, never by comparing the time written in it with the
+    watcher's (a wall clock that jumps an hour would make every attempt look hung, or none)."""
+
+    since: float
+    """When the watching began (the attempt's launch, or an agent's first look after a restart)."""
+    _changed: dict[int, tuple[tuple[float, int, str], float]] = field(default_factory=dict)
+
+    def observe(self, beats: list[Heartbeat], now: float) -> float:
+        """Seconds the quietest rank has been silent at ``now``."""
+        for beat in beats:
+            seen = (beat.at, beat.step, beat.phase)
+            before = self._changed.get(beat.rank)
+            if before is None or before[0] != seen:
+                self._changed[beat.rank] = (seen, now)
+        return max(0.0, now - min((at for _, at in self._changed.values()), default=self.since))
+
+
+def progress(beats: list[Heartbeat], silent_s: float, spec: JobSpec) -> Progress:
     """Hung: a rank silent for max(hang_factor × the median step time, startup_grace_s)."""
     policy = spec.restarts
-    fresh = [b for b in beats if b.at >= started_at]  # a file an earlier attempt left is no heartbeat
-    newest = max(fresh, key=lambda b: b.at, default=None)
-    last = min((b.at for b in fresh), default=started_at)
-    median_step = newest.median_step_s if newest and newest.median_step_s else 0.0
-    computes = {str(b.rank): b.median_compute_s for b in fresh if b.median_compute_s}
+    newest = max(beats, key=lambda b: b.step, default=None)
+    median_step = max((b.median_step_s or 0.0 for b in beats), default=0.0)
+    computes = {str(b.rank): b.median_compute_s for b in beats if b.median_compute_s}
     stragglers = []
     if len(computes) > 1:
         typical = statistics.median(computes.values())
@@ -171,7 +189,7 @@ def progress(beats: list[Heartbeat], started_at: float, now: float, spec: JobSpe
             if typical > 0 and seconds / typical >= STRAGGLER_RATIO:
                 stragglers.append({"rank": int(rank), "ratio": round(seconds / typical, 2)})
     return Progress(
-        silent_s=max(0.0, now - last),
+        silent_s=silent_s,
         limit_s=max(policy.hang_factor * median_step, policy.startup_grace_s),
         step=newest.step if newest else 0,
         stragglers=stragglers,
