@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import select
 
 from shipyard.audit import Actor
-from shipyard.db import StoredArtifact, StoredBlob
+from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
 from shipyard.errors import Conflict, Forbidden, IntegrityError, InvalidSpec, NotFound, StorageError
 from shipyard.services import accounts, manifests, rbac, scrubber
 from shipyard.services import storage as store
@@ -146,7 +146,9 @@ def test_a_corrupt_replica_is_skipped_and_a_fully_corrupt_blob_never_returns_byt
     first.write_bytes(first.read_bytes()[:-1] + b"\0")
     store.get(ctx, "x", tmp_path / "ok.bin")
     assert (tmp_path / "ok.bin").read_bytes() == data
-    first.write_bytes(first.read_bytes()[:-1] + b"\0")  # a read that met it may have repaired it
+    # The read repaired what it met, perhaps onto another root: both copies as they are now.
+    first, second = _replica_files(ctx, blob.name)
+    first.write_bytes(first.read_bytes()[:-1] + b"\0")
     second.write_bytes(second.read_bytes()[: 1 << 20])  # truncated
     with pytest.raises(IntegrityError, match="no replica holds the right bytes"):
         store.get(ctx, "x", tmp_path / "bad.bin")
@@ -442,6 +444,70 @@ def test_a_read_repairs_what_it_found_damaged_and_owes_the_store_a_deep_pass_at_
         pass
     assert scrubber.last_pass(ctx).finished_at is not None
     assert store_health.owed(ctx.settings.home) is None
+
+
+def test_a_blob_lost_for_good_neither_starves_the_deep_pass_nor_restarts_it_forever(
+    ctx: ServiceContext, tmp_path: Path
+) -> None:
+    """Two faults on one blob's two copies lose it; the scrubber reports it once and still
+    repairs the rest: a deep pass owed for rot elsewhere runs to its end (light passes that
+    re-owed one for the lost blob used to run back to back, and the deep pass never began)."""
+    from shipyard.services import store_health
+
+    for i in range(2):
+        (tmp_path / f"b{i}.bin").write_bytes(os.urandom(30_000 + i))
+        store.put(ctx, tmp_path / f"b{i}.bin", f"pair/b{i}", replicas=2)
+    with ctx.db.transaction() as session:
+        lost, rotting = sorted(
+            session.scalars(select(StoredEntry.blob_name).join(StoredArtifact).order_by(StoredArtifact.name))
+        )
+    for copy in _replica_files(ctx, lost):
+        copy.unlink()
+    bad = _replica_files(ctx, rotting)[0]
+    bad.write_bytes(b"bit rot" + bad.read_bytes()[7:])
+    store_health.owe(ctx.settings.home, deep=True)  # as a read that met the rot does
+    config = storage_config.load(ctx.settings.home)
+    config.scrub.rate_mb_s = 1000.0
+    storage_config.save(ctx.settings.home, config)
+    stopping = threading.Event()
+    for _ in range(20):
+        scrubber.scrub_some(ctx, stopping)
+        if scrubber.last_pass(ctx).finished_at is not None:
+            break
+    done = scrubber.last_pass(ctx)
+    assert done.finished_at is not None, done  # the deep pass ran to its end
+    assert (done.tally["repaired"], done.tally["lost"]) == (1, 1)
+    assert store_health.owed(ctx.settings.home) is None  # and nothing owes another at once
+    check = upkeep.scrub(ctx, repair=False)
+    assert (check.corrupt, check.missing, check.lost) == (0, 2, 1)  # the lost one's two copies
+
+
+def test_when_the_process_that_scrubs_dies_another_carries_on(ctx: ServiceContext, tmp_path: Path) -> None:
+    """The scrub lock is held (by an agent, say); the server's scrubber waits for it rather than
+    giving up, and repairs once the holder is gone."""
+    import fcntl
+
+    (tmp_path / "c.bin").write_bytes(os.urandom(20_000))
+    store.put(ctx, tmp_path / "c.bin", "taken/c", replicas=2)
+    with ctx.db.transaction() as session:
+        [name] = session.scalars(select(StoredBlob.name)).all()
+    _replica_files(ctx, name)[0].unlink()
+    stopping = threading.Event()
+    with open(ctx.settings.home / scrubber.LOCK_FILE, "a") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        waiting = threading.Thread(target=scrubber.scrub_in_background, args=(ctx, stopping))
+        waiting.start()
+        time.sleep(2 * scrubber.TAKE_OVER_S)
+        assert len(_replica_files(ctx, name)) == 1  # the holder scrubs, not this one
+    # The holder is gone (its lock file closed, as a killed process's is).
+    try:
+        deadline = time.monotonic() + 60
+        while len(_replica_files(ctx, name)) < 2:
+            assert time.monotonic() < deadline, "the waiting scrubber never took over"
+            time.sleep(0.2)
+    finally:
+        stopping.set()
+        waiting.join()
 
 
 def test_a_replaced_disk_is_refilled_by_the_background_scrubber_manifests_included(

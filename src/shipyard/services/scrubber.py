@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,10 @@ LOCK_FILE = "scrub.lock"
 BATCH = 32
 """Blobs read from the catalog at a time."""
 IDLE_LOOK_S = 60.0
+TAKE_OVER_S = 2.0
+"""How often a process waiting to scrub asks for the lock that another holds."""
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,19 +58,24 @@ class PassState:
 
 
 def scrub_in_background(ctx: ServiceContext, stopping: threading.Event) -> None:
-    """Scrub pass after pass until ``stopping`` is set (or return at once if another process of
-    this home scrubs)."""
+    """Scrub pass after pass until ``stopping`` is set. One process of a home scrubs at a time;
+    the others look again every ``TAKE_OVER_S``, so that when it dies (an agent killed, a
+    server stopped) another carries on within seconds, not at its own restart."""
     home = ctx.settings.home
     home.mkdir(parents=True, exist_ok=True)
     with open(home / LOCK_FILE, "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if stopping.wait(TAKE_OVER_S):
+                    return
         while not stopping.is_set():
             try:
                 wait = scrub_some(ctx, stopping)
             except Exception:  # a store or database that fails now may work at the next look
+                _log.exception("the scrubber's pass failed; it looks again in %.0f s", IDLE_LOOK_S)
                 wait = IDLE_LOOK_S
             stopping.wait(wait)
 
@@ -79,7 +89,10 @@ def scrub_some(ctx: ServiceContext, stopping: threading.Event) -> float:
     now = time.time()
     debt = store_health.owed(home)
     light_in = _light_due_in(ctx, state, config.light_interval_s, now)
-    if light_in is not None and (light_in <= 0 or (debt is not None and (state.light_at or 0) < debt.latest)):
+    # Copies seen missing since the last light pass start one now; bytes seen damaged start the
+    # deep pass instead (it restores missing copies too), which light passes must not starve.
+    light_owed = debt is not None and not debt.deep and (state.light_at or 0) < debt.latest
+    if light_in is not None and (light_in <= 0 or light_owed):
         _light_pass(ctx, state, config.rate_mb_s, stopping)
         return 0.0
     if state.started_at is None and not (debt is not None and debt.deep):
@@ -139,12 +152,17 @@ def _light_pass(ctx: ServiceContext, state: PassState, rate_mb_s: float, stoppin
         copies = manifests.heal(store, session, repair=True)
     state.light_at = time.time()
     counted = ("checked", "missing", "repaired", "corrupt", "lost")
-    state.light = {name: getattr(tally, name) for name in counted} | {"manifests_missing": copies.missing}
+    seen = {name: getattr(tally, name) for name in counted} | {"manifests_missing": copies.missing}
     store_health.settle(home, deep=False, began=began)
-    if tally.corrupt or tally.lost:  # a source that failed its check: read everything
-        store_health.owe(home, deep=True)
-    if tally.missing or tally.corrupt or tally.lost or copies.missing:
-        record_scrub(ctx, repair=True, counts={"light": 1, **state.light}, background=True)
+    if tally.corrupt:  # a source that failed its check: read everything (a lost blob, no copy
+        store_health.owe(home, deep=True)  # left at all, is reported: no pass can bring it back)
+    # Audited when it repaired something or found the store otherwise than the last pass did,
+    # not every minute while one blob stays lost.
+    damage = {name: seen[name] for name in ("missing", "corrupt", "lost", "manifests_missing")}
+    before = {name: state.light.get(name, 0) for name in damage}
+    if any(damage.values()) and (tally.repaired or copies.repaired or damage != before):
+        record_scrub(ctx, repair=True, counts={"light": 1, **seen}, background=True)
+    state.light = seen
     _save(ctx, state)
 
 

@@ -41,10 +41,12 @@ def owe(home: Path, *, deep: bool) -> None:
 
 
 def owe_for(home: Path, found: ScrubTally) -> None:
-    """Mark what a read's repair found and could not settle, or found damaged."""
-    if found.corrupt or found.lost:
+    """Mark what a read's repair found and could not settle, or found damaged. A blob with no
+    copy left is owed a light pass (a root unmounted for a moment may bring one back), not a
+    deep one: reading every copy again cannot restore it."""
+    if found.corrupt:
         owe(home, deep=True)
-    elif found.missing > found.repaired:
+    elif found.missing > found.repaired or found.lost:
         owe(home, deep=False)
 
 
