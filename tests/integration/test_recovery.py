@@ -124,6 +124,8 @@ def test_hangs_are_retried_whatever_their_step_with_the_stacks_of_a_stopped_proc
     assert "Thread" in stopped and "trainer.py" in stopped  # a stopped process, read as it stood
     log = Path(done["attempts"][1]["log_path"]).read_text()  # `jobs logs` shows the newest attempt's
     assert "attempt 2 hung: every rank's stacks, read from outside" in log
+    for hung in done["attempts"][:2]:  # stopped once silent for its limit, never before
+        assert 0 < hung["health"]["limit_s"] <= hung["health"]["silent_s"], hung["health"]
 
 
 def test_the_jobs_own_error_is_retried_when_asked_but_not_twice_at_one_step(cli: Cli, tmp_path: Path) -> None:

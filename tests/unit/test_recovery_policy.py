@@ -133,19 +133,7 @@ def test_an_attempts_parent_writes_how_its_command_ended_and_ends_the_same_way(t
         "-c",
     ]
     for command, code in (("raise SystemExit(3)", 3), ("import os; os.kill(os.getpid(), 9)", -9)):
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "shipyard.training.parent",
-                str(tmp_path),
-                "--",
-                sys.executable,
-                "-c",
-                command,
-            ],
-            check=False,
-        )
+        done = subprocess.run([*under_parent, command], check=False)
         assert done.returncode == code  # as the command ended, killed by its signal included
         record = ExitRecord.model_validate(json.loads((tmp_path / EXIT_FILE).read_text()))
         assert record.exit_code == code
@@ -156,3 +144,29 @@ def test_an_attempts_parent_writes_how_its_command_ended_and_ends_the_same_way(t
     time.sleep(1.0)
     os.killpg(waiting.pid, signal.SIGTERM)
     assert waiting.wait(timeout=30) == 0
+
+
+def test_an_agent_of_this_host_that_ended_is_known_dead_without_waiting_for_silence() -> None:
+    """The server starts a new agent at once when the last one to schedule was of this host and
+    its process is gone or a zombie; an agent that runs, or one of another host, is waited out."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from shipyard.services.jobs import _ended_here
+
+    host = os.uname().nodename
+    assert not _ended_here(f"{host}:{os.getpid()}")  # alive
+    assert not _ended_here(f"elsewhere:{os.getpid()}")  # another host: only silence tells
+    assert not _ended_here("not-an-agent-id")
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    assert _ended_here(f"{host}:{ended.pid}")
+    zombie = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    os.kill(zombie.pid, signal.SIGKILL)
+    os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)  # dead, not yet reaped
+    try:
+        assert _ended_here(f"{host}:{zombie.pid}")
+    finally:
+        zombie.wait()

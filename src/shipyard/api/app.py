@@ -40,7 +40,8 @@ NO_AGENT_ENV = "SHIPYARD_NO_AGENT"
 """Set to 1 (``shipyard server --no-agent``): the server queues jobs but starts no agent."""
 
 
-AGENT_WATCH_S = 5.0
+AGENT_WATCH_S = 2.0
+"""How often the server checks that its home's agent is there (a query of one row)."""
 GC_YOUNG_THRESHOLD = 20_000
 """Allocations between young collections (CPython's default, 700, collects after every page)."""
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import signal
+import sys
 import threading
 import time
-import traceback
 from types import FrameType
 
 from shipyard.daemon.leader import Leadership
@@ -32,6 +33,11 @@ from shipyard.settings import Settings
 BUSY_SHARE_INVERSE = 4.0
 """Sleep at least this many times as long as the last pass took."""
 COMMIT_POLL_S = 0.5
+LOG_FORMAT = "%(asctime)s %(levelname)s %(message)s"
+"""The agent's log (``agent.log`` in the home): each line with its time, so that what a fault
+did can be read against when it happened."""
+
+_log = logging.getLogger(__name__)
 
 
 def commit_continuously(ctx: ServiceContext, stopping: threading.Event) -> None:
@@ -42,7 +48,7 @@ def commit_continuously(ctx: ServiceContext, stopping: threading.Event) -> None:
             while commit_outputs(ctx):
                 pass
         except Exception:  # a store that fails now may work at the next look
-            traceback.print_exc()
+            _log.exception("could not commit outputs to the store; trying again")
         if stopping.wait(COMMIT_POLL_S):
             with contextlib.suppress(Exception):
                 while commit_outputs(ctx):  # what the last pass recorded
@@ -80,7 +86,7 @@ def run(settings: Settings) -> int:
     ]
     for helper in helpers:
         helper.start()
-    print(f"agent {agent_id} serving {settings.home}", flush=True)
+    _log.info("agent %s serving %s", agent_id, settings.home)
     leading: bool | None = None  # unknown until the first pass asks
     idle_since = time.monotonic()
     delay, last_fingerprint = settings.agent_poll_s, None
@@ -89,14 +95,14 @@ def run(settings: Settings) -> int:
             started = time.monotonic()
             if (leads := leadership.is_leader()) != leading:
                 leading = leads
-                print(f"agent {agent_id} {'schedules' if leading else 'stands by'}", flush=True)
+                _log.info("agent %s %s", agent_id, "schedules" if leading else "stands by")
             if not leading:  # another agent schedules; take over when it stops
                 time.sleep(settings.agent_max_poll_s)
                 continue
             try:
                 seen = agent.tick(ctx, agent_id)
             except Exception:  # keep serving: one bad record must not strand every job
-                traceback.print_exc()
+                _log.exception("the agent's pass failed; the next one runs as usual")
                 seen = agent.Pass(active=True, fingerprint=frozenset())
             spent = time.monotonic() - started
             if seen.active or store_health.owed(settings.home) is not None:  # jobs, or a repair owed
@@ -116,10 +122,12 @@ def run(settings: Settings) -> int:
             helper.join()
         leadership.close()
         ctx.close()
-        print(f"agent {agent_id} stopped", flush=True)
+        _log.info("agent %s stopped", agent_id)
     return 0
 
 
 def main() -> int:
     os.umask(PRIVATE_UMASK)  # run folders, checkpoints and stored blobs: this user's alone
+    logging.basicConfig(format=LOG_FORMAT, level=logging.WARNING, stream=sys.stdout, force=True)
+    logging.getLogger("shipyard").setLevel(logging.INFO)
     return run(Settings.from_env())

@@ -31,7 +31,8 @@ class AttemptView(_View):
     health: dict[str, Any] | None = None
     """From its heartbeats: ``compute_s`` per rank (median seconds of compute per step),
     ``stragglers`` (ranks at 1.5 times the median or more, with their ratio) and, for an attempt
-    stopped as hung, ``hang`` (why)."""
+    stopped as hung, ``hang`` (why), ``silent_s`` (the silence it was stopped after, on the
+    agent's clock) and ``limit_s`` (what its restart policy allowed)."""
 
 
 class JobView(_View):

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session
@@ -296,7 +296,7 @@ def _watch(ctx: ServiceContext, attempt: Attempt) -> None:
     looked = time.monotonic()
     silence = _WATCHED.setdefault(_watch_key(attempt), recovery.Silence(since=looked))
     seen = recovery.progress(beats, silence.observe(beats, looked), spec)
-    health = {"compute_s": seen.compute_s, "stragglers": seen.stragglers}
+    health: dict[str, Any] = {"compute_s": seen.compute_s, "stragglers": seen.stragglers}
     if seen.hung:
         limit = spec.restarts
         health["hang"] = (
@@ -304,6 +304,7 @@ def _watch(ctx: ServiceContext, attempt: Attempt) -> None:
             f"{seen.limit_s:.0f}s: the larger of {limit.hang_factor:g} median steps and "
             f"restarts.startup_grace_s {limit.startup_grace_s:g}s); every rank's stacks are in its log"
         )
+        health["silent_s"], health["limit_s"] = round(seen.silent_s, 1), round(seen.limit_s, 1)
         _log.warning("job %s attempt %s %s", job.id, attempt.number, health["hang"])
         stacks = ctx.executor.dump_stacks(handle_of(ctx, attempt))
         if stacks is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -110,20 +111,46 @@ AGENT_SILENT_S = 10.0
 
 def revive_agent(ctx: ServiceContext) -> None:
     """Start the home's agent again if jobs are queued or running and no agent has scheduled
-    for a while (it was killed, or its machine rebooted): the new one adopts the attempts that
-    still run and the restart policy requeues the others. A standby agent of the same database
-    (another home) that took the lead counts as serving them."""
+    for a while (its machine rebooted), or at once when the last one was this host's and its
+    process ended (it was killed): the new one adopts the attempts that still run and the
+    restart policy requeues the others. A standby agent of the same database (another home)
+    that took the lead counts as serving them."""
     if ctx.start_agent is None:
         return
     with ctx.db.read() as session:
         live = session.scalar(
             select(Job.id).where(Job.state.in_([JobState.QUEUED, JobState.RUNNING])).limit(1)
         )
-        last_pass = session.scalar(select(func.max(AgentStatus.last_pass_at)))
+        last = session.execute(
+            select(AgentStatus.agent_id, AgentStatus.last_pass_at).order_by(AgentStatus.last_pass_at.desc())
+        ).first()
+    if live is None:
+        return
     silent = max(AGENT_SILENT_S, 5 * ctx.settings.agent_max_poll_s)
-    if live is None or (last_pass is not None and (utcnow() - aware(last_pass)).total_seconds() < silent):
+    someone_schedules = (
+        last is not None
+        and (utcnow() - aware(last.last_pass_at)).total_seconds() < silent
+        and not _ended_here(last.agent_id)
+    )
+    if someone_schedules:
         return
     ctx.start_agent(ctx.settings)
+
+
+def _ended_here(agent_id: str) -> bool:
+    """Whether ``agent_id`` (``host:pid``) was an agent of this host whose process has ended (or
+    is a zombie nobody reaped): then none schedules now, and there is no silence to wait out,
+    which only tells that an agent of another host stopped."""
+    host, _, pid = agent_id.rpartition(":")
+    if host != os.uname().nodename or not pid.isdigit():
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc here: the silence decides
+        return False
+    return stat.rpartition(")")[2].split()[0] == "Z"
 
 
 def write(connection: Connection, batch: list[Checked]) -> list[JobView]:
