@@ -1,28 +1,40 @@
-"""Chaos: a workload of small training jobs through a real ``shipyard server`` while faults are
-injected at random, then the bill.
+"""Chaos, the way Jepsen runs it: a workload of training jobs through a real ``shipyard server``
+and its agent on PostgreSQL, while a nemesis injects faults at random moments without waiting
+for the last to heal, then the bill, checked against the history of what was acknowledged.
 
-Faults, one at a time at random moments and on a random job, each kind in turn, each waited out
-before the next:
+The faults, each kind in turn, when and where at random, overlapping:
 
-- ``train``: SIGKILL a running attempt's processes (a crash, the kernel's OOM killer);
-- ``hang``: SIGSTOP a running attempt (a collective that never returns): the agent must see no
-  heartbeat, dump its stacks, kill it and retry;
-- ``agent``: SIGKILL the agent: the server starts another, which adopts the running attempts;
-- ``server``: SIGKILL the server while a submission is in flight, start it again; the client
-  sends the submission again with the same idempotency key;
-- ``root``: one of the store's three roots (two replicas of everything) loses every file, as a
-  dead disk replaced by an empty one: checkpoints keep being committed to the others, resumes
-  read the surviving replicas, and the background scrubber refills the new disk, manifests
-  included.
+- ``train``: SIGKILL a running attempt's training process (the kernel's OOM killer, an operator);
+- ``hang``: SIGSTOP a running attempt's training process (the agent must find it silent, read its
+  stacks from outside, kill it and retry);
+- ``agent``: SIGKILL the agent (the server starts another, which adopts what runs);
+- ``server``: SIGKILL the server, a submission perhaps in flight, and start it again (the client
+  sends the submission again with its idempotency key);
+- ``postgres``: PostgreSQL crashes and restarts (``pg_ctl restart -m immediate``);
+- ``connections``: every connection to the database is terminated (``pg_terminate_backend``);
+- ``root-deleted``: one of the store's three roots (three replicas of everything) loses every file;
+- ``root-corrupted``: a fifth of a root's blobs rot in place (same size, bytes changed);
+- ``disk-full``: a root fills up for 15 s (a 4 MiB tmpfs mounted over it, full), then is freed.
 
-Reports jobs lost (submitted and not succeeded) and duplicated (more jobs than submissions),
-checkpoints that do not load, steps lost per fault (the step the attempt had reached minus the
-step the next one resumed at, against the checkpoint interval), seconds from fault to training
-again (median, p95), seconds from a lost root to a store whole again (every blob and manifest at
-its replicas), blobs lost at the end by a full verifying scrub, and whether every final model
-equals an uninterrupted run's, bit for bit.
+The workload keeps ``--live`` jobs queued or running until ``--jobs`` were submitted, cancels every
+sixth one early on, promotes the models of finished ones, and records when each operation was
+acknowledged. The bill: faults injected; acknowledged operations lost (a submitted job missing, a
+cancelled job that trained on to success, a promotion undone); jobs lost (submitted, neither
+succeeded nor cancelled) and duplicated (more jobs than submissions); corrupt checkpoints; steps
+redone per training fault (the step reached minus the step resumed at, against the checkpoint
+interval); time to recover per fault kind (training again, a new agent, the server answering, the
+database answering, the store whole, every copy read); how long a hung attempt was silent when
+the agent stopped it; blobs lost at the end by a full verifying scrub, and artifacts holding one;
+and whether every finished model equals an uninterrupted run's, bit for bit. Each fault's time
+and target go to standard error as it strikes; ``--keep`` keeps the folder (logs, runs, database).
 
-    .venv/bin/python benchmarks/chaos.py [--faults 50] [--jobs 2] [--steps 150] [--seed 0] [--json]
+Clock jumps are not injected: the machine's wall clock is shared, and libfaketime (0.9.10) breaks
+Python's timed waits (``time.sleep`` fails with EINVAL, ``Event.wait`` never returns). What a jump
+would break is kept out by construction instead: hangs are timed on the agent's own monotonic
+clock (``recovery.Silence``, tested with heartbeats whose times jump an hour each way).
+
+    .venv/bin/python benchmarks/chaos.py [--faults 50] [--jobs 24] [--live 3] [--steps 120]
+                                         [--seed 0] [--kinds train,hang,...] [--json] [--keep]
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ import contextlib
 import json
 import os
 import platform
+import pwd
 import random
 import shutil
 import signal
@@ -43,10 +56,12 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import httpx
 import torch
 from safetensors.torch import load_file
 from sqlalchemy import select
@@ -56,8 +71,8 @@ sys.path.insert(0, str(ROOT))
 from shipyard.client import Client  # noqa: E402
 from shipyard.db import StoredBlob  # noqa: E402
 from shipyard.errors import ShipyardError  # noqa: E402
-from shipyard.schemas.launch import Heartbeat  # noqa: E402
-from shipyard.services import manifests  # noqa: E402
+from shipyard.schemas.launch import STACKS_DIR, Heartbeat  # noqa: E402
+from shipyard.services import manifests, store_health  # noqa: E402
 from shipyard.services.context import open_context  # noqa: E402
 from shipyard.services.storage import blob_of  # noqa: E402
 from shipyard.settings import Settings  # noqa: E402
@@ -67,15 +82,25 @@ from shipyard.storage.opening import open_store  # noqa: E402
 from shipyard.training.checkpoint import read_whole  # noqa: E402
 from tests.builders import STDLIB, spec_dict  # noqa: E402
 
+T = TypeVar("T")
 SHIPYARD = [sys.executable, "-m", "shipyard.cli.main"]
 PASSWORD = "chaos monkey passphrase"
-KINDS = ("train", "hang", "agent", "server", "root")
+KINDS = (
+    "train",
+    "hang",
+    "agent",
+    "server",
+    "postgres",
+    "connections",
+    "root-deleted",
+    "root-corrupted",
+    "disk-full",
+)
 FINAL = ("succeeded", "failed", "cancelled")
 INTERVAL = 5
 """Steps between checkpoints."""
 ROOTS = 3
-SCRUB_INTERVAL_H = 0.002
-"""About 7 s between background scrub passes (a week by default)."""
+RECOVERY_DEADLINE_S = 300.0
 
 
 def job_spec(steps: int) -> dict[str, Any]:
@@ -83,27 +108,99 @@ def job_spec(steps: int) -> dict[str, Any]:
         "chaos",
         training={"steps": steps, "eval_interval": 0},
         checkpoint={"interval": INTERVAL, "keep": 2},
-        # A hang is a step that takes this long: far above a tiny step, and startup on a busy core.
-        restarts={"max": 50, "backoff_s": 0.5, "startup_grace_s": 10.0},
+        # A hang is a rank silent this long: far above a tiny step, and startup on a busy core.
+        restarts={"max": 50, "backoff_s": 0.5, "startup_grace_s": 10.0, "hang_factor": 10.0},
     )
 
 
-class Site:
-    """A server on loopback over its own home, started again after each kill."""
+# --- the database --------------------------------------------------------------------------------
 
-    def __init__(self, home: Path) -> None:
+
+class Postgres:
+    """A PostgreSQL of the run's own (initdb in its scratch folder, on a free port), which the
+    nemesis may crash: never the machine's."""
+
+    def __init__(self, scratch: Path) -> None:
+        binaries = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+        if not binaries:
+            raise SystemExit("PostgreSQL's binaries are not installed (/usr/lib/postgresql/*/bin)")
+        self.bin = binaries[-1].parent
+        self.dir = scratch / "postgres"
+        self.dir.mkdir()
+        self.data = self.dir / "data"
+        self.as_owner: list[str] = []
+        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
+            os.chown(self.dir, pwd.getpwnam("postgres").pw_uid, -1)
+            self.as_owner = ["runuser", "-u", "postgres", "--"]
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self._pg_ctl("start")
+        self.execute("CREATE DATABASE shipyard")
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/shipyard"
+
+    def _options(self) -> str:
+        return f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c max_connections=200"
+
+    def _pg_ctl(self, action: str, *args: str) -> None:
+        # The log file is named on every start: else the server inherits pg_ctl's output pipe
+        # and waiting for pg_ctl to finish waits for the server to end.
+        log = str(self.dir / "log")
+        self._run("pg_ctl", "-D", str(self.data), "-l", log, "-w", action, *args, "-o", self._options())
+
+    def _run(self, tool: str, *args: str) -> None:
+        subprocess.run([*self.as_owner, str(self.bin / tool), *args], check=True, capture_output=True)
+
+    def execute(self, statement: str) -> None:
+        import psycopg
+
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+        ) as db:
+            db.execute(statement)  # type: ignore[arg-type]
+
+    def crash(self) -> None:
+        """Stop at once, as a crash does (no checkpoint: recovery replays the WAL), and start."""
+        self._pg_ctl("restart", "-m", "immediate")
+
+    def drop_connections(self) -> None:
+        self.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = 'shipyard' AND pid <> pg_backend_pid()"
+        )
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+
+# --- the server, its agent and its store -----------------------------------------------------------
+
+
+class Site:
+    """A server on loopback over its own home and the run's PostgreSQL, started again after each
+    kill; calls through it are retried while it (or the database) is down."""
+
+    def __init__(self, home: Path, db_url: str) -> None:
         home.mkdir(parents=True)
         (home / "server.yaml").write_text(f'data_roots: {{"*": ["{STDLIB}"]}}\n')
-        self.home = home
+        self.home, self.db_url = home, db_url
         self.roots = [home.parent / f"root{i}" for i in range(ROOTS)]
         for root in self.roots:
             root.mkdir()
         storage_config.save(
             home,
             StorageConfig(
-                replicas=2,
+                # Three copies over three roots: the nemesis strikes a root every few seconds, and
+                # two copies do not survive a second root fault before the first is healed (a
+                # run with two lost 17 blobs of pruned checkpoints: a root deleted while the
+                # other copy lay corrupt and a full disk hid the third root).
+                replicas=3,
                 roots=[RootConfig(path=root, rack=f"r{i}") for i, root in enumerate(self.roots)],
-                scrub=ScrubConfig(interval_h=SCRUB_INTERVAL_H, rate_mb_s=1000.0),
+                # Bit rot is found by a read or by the deep pass, as in Ceph and HDFS: here the
+                # deep pass comes round every 72 s, so a corrupted root heals within the run.
+                scrub=ScrubConfig(interval_h=0.02, light_interval_s=2.0, rate_mb_s=1000.0),
             ),
         )
         with socket.socket() as probe:
@@ -113,13 +210,16 @@ class Site:
         self.env = {
             **os.environ,
             "SHIPYARD_HOME": str(home),
+            "SHIPYARD_DB_URL": db_url,
             "SHIPYARD_INIT_ADMIN": f"admin:{PASSWORD}",
             "SHIPYARD_AGENT_POLL_S": "0.2",
             "SHIPYARD_AGENT_IDLE_EXIT_S": "600",
         }
         self.process: subprocess.Popen[bytes] | None = None
+        self.starts: list[float] = []
+        self.lock = threading.Lock()
         self.start()
-        self.client, _ = Client.login(self.url, "admin", PASSWORD)
+        self.client = self.call(lambda _: Client.login(self.url, "admin", PASSWORD)[0])
 
     def start(self) -> float:
         """Start the server; returns how long it took to answer."""
@@ -128,12 +228,12 @@ class Site:
         self.process = subprocess.Popen(
             [*SHIPYARD, "server", "--port", str(self.port)], env=self.env, stdout=log, stderr=log
         )
-        import httpx
-
         while True:
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return time.monotonic() - started
+                    took = time.monotonic() - started
+                    self.starts.append(took)
+                    return took
             except httpx.HTTPError:
                 time.sleep(0.1)
 
@@ -142,22 +242,38 @@ class Site:
         self.process.kill()
         self.process.wait()
 
+    def call(self, request: Callable[[Client], T], deadline_s: float = RECOVERY_DEADLINE_S) -> T:
+        """``request`` until answered: through a server killed or a database restarting, a call
+        fails for a moment (unreachable, or a 5xx); a refusal (4xx) is an answer."""
+        deadline = time.monotonic() + deadline_s
+        while True:
+            try:
+                return request(getattr(self, "client", None))  # type: ignore[arg-type]
+            except ShipyardError as exc:
+                if 400 <= exc.http_status < 500 or time.monotonic() > deadline:
+                    raise
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(0.3)
+
     def agent_pid(self) -> int | None:
         lock = self.home / "agent.lock"
         text = lock.read_text().strip() if lock.exists() else ""
         return int(text.split()[0]) if text else None
 
-    def copies_short(self) -> int:
-        """Blob and manifest copies the store lacks (what a lost root took), without a repair."""
-        ctx = open_context(Settings(home=self.home, db_url=f"sqlite:///{self.home / 'shipyard.db'}"))
+    def store_short(self) -> int:
+        """Blob copies missing or damaged (every copy read and checked) and manifest copies
+        missing, and 1 while a repair is owed (damage seen and not repaired); repairs nothing."""
+        ctx = open_context(Settings(home=self.home, db_url=self.db_url))
         try:
             store = open_store(self.home)
             with ctx.db.read() as session:
                 rows = [(blob_of(row), row.replicas) for row in session.scalars(select(StoredBlob))]
                 short = manifests.heal(store, session, repair=False).missing
             for blob, replicas in rows:
-                short += store.blobs.scrub(blob, replicas, repair=False, verify=False).missing
-            return short
+                short += store.blobs.scrub(blob, replicas, repair=False, verify=True).missing
+            return short + (store_health.owed(self.home) is not None)
         finally:
             ctx.close()
 
@@ -166,52 +282,105 @@ class Site:
             self.process.terminate()
             self.process.wait(timeout=30)
         if pid := self.agent_pid():
-            with_suppressed(os.kill, pid, signal.SIGTERM)
+            signalled(os.kill, pid, signal.SIGTERM)
 
 
-def with_suppressed(call: Any, *args: Any) -> None:
-    """Signal a process that may have ended meanwhile."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+def signalled(call: Callable[..., None], *args: Any) -> bool:
+    """Signal a process that may have ended meanwhile; whether it was there."""
+    try:
         call(*args)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+# --- the history of what was acknowledged ------------------------------------------------------------
+
+
+@dataclass
+class History:
+    submitted: dict[str, str] = field(default_factory=dict)
+    """Idempotency key -> the job the server acknowledged creating."""
+    cancelled: set[str] = field(default_factory=set)
+    promoted: dict[tuple[str, int], str] = field(default_factory=dict)
+    """(model, version) -> the stage acknowledged."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def submit(site: Site, history: History, steps: int) -> str:
+    """Submit until acknowledged: one job per key, however often the answer is lost."""
+    key = uuid.uuid4().hex
+    job = site.call(lambda c: c.submit_job(job_spec(steps), idempotency_key=key)).id
+    with history.lock:
+        history.submitted[key] = job
+    return job
+
+
+def workload(site: Site, history: History, jobs: int, live: int, steps: int, done: threading.Event) -> None:
+    """Keep ``live`` jobs queued or running until ``jobs`` were submitted; cancel every sixth
+    early on; promote the models of finished jobs."""
+    count = 0
+    while count < jobs:
+        active = [j for j in site.call(lambda c: c.list_jobs(limit=1000)) if j.state in ("queued", "running")]
+        for _ in range(live - len(active)):
+            if count >= jobs:
+                break
+            job = submit(site, history, steps)
+            count += 1
+            if count % 6 == 0:  # early, with most of its steps ahead: it must end cancelled
+                try:
+                    site.call(lambda c, job=job: c.cancel_job(job))
+                except ShipyardError:  # refused (it ended already): nothing was acknowledged
+                    continue
+                with history.lock:
+                    history.cancelled.add(job)
+        for version in site.call(lambda c: c.list_models("chaos")):
+            if version.stage == "none" and (version.name, version.version) not in history.promoted:
+                site.call(
+                    lambda c, v=version: c.promote_model(v.name, v.version, "staging", project=v.project)
+                )
+                with history.lock:
+                    history.promoted[(version.name, version.version)] = "staging"
+        time.sleep(1.0)
+    done.set()
+
+
+# --- the nemesis -------------------------------------------------------------------------------
 
 
 @dataclass
 class Bill:
     faults: dict[str, int] = field(default_factory=dict)
     recovery_s: dict[str, list[float]] = field(default_factory=dict)
-    """Fault (of a training process) to the job's next step, by kind of fault."""
-    steps_lost: list[int] = field(default_factory=list)
-    server_back_s: list[float] = field(default_factory=list)
-    store_whole_s: list[float] = field(default_factory=list)
-    """A root's files lost to every blob and manifest at its replicas again."""
-    roots_not_refilled: int = 0
-    """Roots still short of copies 300 s after they were emptied."""
-    agent_back_s: list[float] = field(default_factory=list)
-    keys: list[str] = field(default_factory=list)
-    """Every submission's idempotency key."""
+    not_recovered: dict[str, int] = field(default_factory=dict)
+    steps_redone: list[int] = field(default_factory=list)
+    hang_detected: list[tuple[float, float, float]] = field(default_factory=list)
+    """For each hang: the silence the agent stopped it after (on its own clock, which starts at
+    its first look: a hang the nemesis follows with an agent kill is timed by the new agent),
+    the wall seconds from its last heartbeat to its stacks being taken, and its limit."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def struck(self, kind: str) -> None:
+        with self.lock:
+            self.faults[kind] = self.faults.get(kind, 0) + 1
+
+    def recovered(self, kind: str, seconds: float | None) -> None:
+        with self.lock:
+            if seconds is None:
+                self.not_recovered[kind] = self.not_recovered.get(kind, 0) + 1
+            else:
+                self.recovery_s.setdefault(kind, []).append(seconds)
 
 
-def submit(site: Site, bill: Bill, steps: int) -> str:
-    """Submit until answered (the server may be down for a moment): one job per key."""
-    key = uuid.uuid4().hex
-    bill.keys.append(key)
-    while True:
-        try:
-            return site.client.submit_job(job_spec(steps), idempotency_key=key).id
-        except ShipyardError:
-            time.sleep(0.5)
-
-
-def running_attempts(site: Site) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(job, running attempt) of every job past its first steps since it (re)started."""
-    found = []
-    for job in site.client.list_jobs(state="running"):
-        detail = site.client.get_job(job.id).model_dump(mode="json")
-        attempt = next((a for a in detail["attempts"] if a["state"] == "running"), None)
-        beat = newest_beat(Path(detail["run_dir"]))
-        if attempt and beat and beat.phase == "step" and beat.step >= resumed_at(detail) + 2:
-            found.append((detail, attempt))
-    return found
+def until(condition: Callable[[], bool], deadline_s: float = RECOVERY_DEADLINE_S) -> float | None:
+    """Seconds until ``condition`` holds, or None past the deadline."""
+    started = time.monotonic()
+    while time.monotonic() - started < deadline_s:
+        with contextlib.suppress(Exception):  # a look that failed while things heal
+            if condition():
+                return time.monotonic() - started
+        time.sleep(0.2)
+    return None
 
 
 def newest_beat(run_dir: Path) -> Heartbeat | None:
@@ -219,104 +388,167 @@ def newest_beat(run_dir: Path) -> Heartbeat | None:
     return max(beats, key=lambda b: b.at) if beats else None
 
 
-def resumed_at(detail: dict[str, Any]) -> int:
+def resumed_at(run_dir: Path, attempts: int) -> int:
     """The step the job's newest attempt resumed at (0: a fresh start)."""
-    metrics = Path(detail["run_dir"]) / "metrics.jsonl"
-    resumes = (
-        [json.loads(line)["step"] for line in metrics.read_text().splitlines() if '"kind": "resume"' in line]
-        if metrics.exists()
-        else []
-    )
-    return resumes[-1] if resumes and len(detail["attempts"]) > 1 else 0
+    metrics = run_dir / "metrics.jsonl"
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
+    resumes = [json.loads(line)["step"] for line in lines if '"kind": "resume"' in line]
+    return resumes[-1] if resumes and attempts > 1 else 0
 
 
-def strike_training(site: Site, bill: Bill, kind: str, rng: random.Random) -> bool:
-    """Kill or freeze one running attempt; wait until its job trains again and measure."""
-    candidates = running_attempts(site)
-    if not candidates:
-        return False
-    detail, attempt = rng.choice(candidates)
-    run_dir = Path(detail["run_dir"])
-    before = newest_beat(run_dir)
-    assert before is not None
-    struck = time.time()
-    if kind == "train":
-        with_suppressed(os.killpg, attempt["pid"], signal.SIGKILL)
-    else:
-        with_suppressed(os.kill, attempt["pid"], signal.SIGSTOP)
-    bill.faults[kind] = bill.faults.get(kind, 0) + 1
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        beat = newest_beat(run_dir)
-        again = site.client.get_job(detail["id"]).model_dump(mode="json")
-        if again["state"] in ("failed", "cancelled"):
-            return True  # counted as lost at the end
-        if beat and beat.at > struck and beat.phase == "step" and len(again["attempts"]) > attempt["number"]:
-            bill.recovery_s.setdefault(kind, []).append(beat.at - struck)
-            bill.steps_lost.append(before.step - resumed_at(again))
+def training_process(parent: int) -> int | None:
+    """The training process of a one-process attempt: its parent's only child."""
+    try:
+        children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+class Nemesis:
+    def __init__(self, site: Site, db: Postgres, bill: Bill, rng: random.Random) -> None:
+        self.site, self.db, self.bill, self.rng = site, db, bill, rng
+        self.watchers: list[threading.Thread] = []
+        self.target = ""
+        """What the last fault struck (a job, a root, a process), for the run's log."""
+
+    def strike(self, kind: str) -> bool:
+        """Inject one fault (False: nothing to strike now); recovery is watched in the background."""
+        if kind in ("train", "hang"):
+            return self._training(kind)
+        if kind == "agent":
+            pid = self.site.agent_pid()
+            if pid is None or not signalled(os.kill, pid, signal.SIGKILL):
+                return False
+            self.target = f"pid {pid}"
+            return self._watch(kind, lambda: self.site.agent_pid() not in (None, pid))
+        if kind == "server":
+            with self.site.lock:
+                self.site.kill_server()
+                self.bill.struck(kind)
+                self.bill.recovered(kind, self.site.start())
             return True
-        time.sleep(0.1)
-    return True
+        if kind == "postgres":
+            self.db.crash()
+            return self._watch(kind, lambda: bool(self.site.client.list_jobs(limit=1) is not None))
+        if kind == "connections":
+            self.db.drop_connections()
+            return self._watch(kind, lambda: bool(self.site.client.list_jobs(limit=1) is not None))
+        if kind.startswith("root") or kind == "disk-full":
+            return self._root(kind)
+        raise ValueError(kind)
+
+    def _watch(self, kind: str, healed: Callable[[], bool]) -> bool:
+        self.bill.struck(kind)
+        watcher = threading.Thread(target=lambda: self.bill.recovered(kind, until(healed)), daemon=True)
+        watcher.start()
+        self.watchers.append(watcher)
+        return True
+
+    def _training(self, kind: str) -> bool:
+        candidates = []
+        for job in self.site.call(lambda c: c.list_jobs(state="running", limit=100)):
+            detail = self.site.call(lambda c, j=job: c.get_job(j.id))
+            attempt = next((a for a in detail.attempts if a.state == "running" and a.pid), None)
+            beat = newest_beat(Path(detail.run_dir))
+            if attempt and beat and beat.phase == "step":
+                candidates.append((detail, attempt, beat))
+        if not candidates:
+            return False
+        detail, attempt, before = self.rng.choice(candidates)
+        rank = training_process(attempt.pid or 0)
+        if rank is None or not signalled(
+            os.kill, rank, signal.SIGKILL if kind == "train" else signal.SIGSTOP
+        ):
+            return False
+        struck, run_dir = time.time(), Path(detail.run_dir)
+        self.target = f"{detail.id} attempt {attempt.number} at step {before.step}"
+        if kind == "hang":
+            time.sleep(0.5)  # a heartbeat being written as it stopped is whole now
+        last = newest_beat(run_dir) or before
+
+        def trains_again() -> bool:
+            now = self.site.client.get_job(detail.id)
+            if now.state in FINAL:
+                return True
+            beat = newest_beat(run_dir)
+            return bool(
+                beat and beat.at > struck and beat.phase == "step" and len(now.attempts) > attempt.number
+            )
+
+        def watch() -> None:
+            took = until(trains_again)
+            self.bill.recovered(kind, took)
+            now = self.site.call(lambda c: c.get_job(detail.id))
+            if took is not None and now.state not in FINAL:
+                with self.bill.lock:
+                    self.bill.steps_redone.append(last.step - resumed_at(run_dir, len(now.attempts)))
+            stacks = run_dir / STACKS_DIR / f"attempt-{attempt.number}.txt"
+            hung = next((a for a in now.attempts if a.number == attempt.number), None)
+            health = (hung.health or {}) if hung else {}
+            if kind == "hang" and stacks.exists() and "silent_s" in health:
+                wall = stacks.stat().st_mtime - last.at  # declared hung when its stacks were taken
+                with self.bill.lock:
+                    self.bill.hang_detected.append((health["silent_s"], wall, health["limit_s"]))
+
+        self.bill.struck(kind)
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        self.watchers.append(watcher)
+        return True
+
+    def _root(self, kind: str) -> bool:
+        free = [root for root in self.site.roots if not root.is_mount()]  # not one that is full now
+        if not free:
+            return False
+        root = self.rng.choice(free)
+        self.target = root.name
+        if kind == "root-deleted":  # at once, as a disk dies: the contents move aside, then go
+            gone = root.with_name(f"{root.name}.lost-{uuid.uuid4().hex[:6]}")
+            root.rename(gone)
+            root.mkdir()
+            shutil.rmtree(gone, ignore_errors=True)
+        elif kind == "root-corrupted":
+            blobs = sorted(p for p in root.rglob("*") if p.is_file() and "blobs" in p.parts)
+            if not blobs:
+                return False  # nothing on it yet to rot
+            for blob in self.rng.sample(blobs, max(1, len(blobs) // 5)):
+                data = blob.read_bytes()
+                blob.write_bytes(bytes(b ^ 0xFF for b in data[:64]) + data[64:])
+        else:
+            if not self._fill(root):
+                return False
+        return self._watch(kind, lambda: self.site.store_short() == 0)
+
+    def _fill(self, root: Path) -> bool:
+        """A full disk over ``root`` for 15 s (a 4 MiB tmpfs mounted on it, filled), then gone."""
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(root)], capture_output=True
+        )
+        if done.returncode != 0:
+            return False
+        with contextlib.suppress(OSError), open(root / "filler", "wb") as filler:
+            filler.write(b"\0" * (8 << 20))
+
+        def free() -> None:
+            time.sleep(15)
+            while subprocess.run(["umount", str(root)], capture_output=True).returncode != 0:
+                time.sleep(0.5)  # a file open on it: the next try
+
+        threading.Thread(target=free, daemon=True).start()
+        return True
 
 
-def strike_agent(site: Site, bill: Bill) -> bool:
-    """Kill the agent while jobs run; the server's watchdog starts another, which adopts them."""
-    pid = site.agent_pid()
-    if pid is None or not site.client.list_jobs(state="running"):
-        return False
-    struck = time.monotonic()
-    with_suppressed(os.kill, pid, signal.SIGKILL)
-    bill.faults["agent"] = bill.faults.get("agent", 0) + 1
-    while site.agent_pid() in (None, pid):
-        time.sleep(0.1)
-    bill.agent_back_s.append(time.monotonic() - struck)
-    return True
+# --- the run -------------------------------------------------------------------------------------
 
 
-def strike_server(site: Site, bill: Bill, rng: random.Random, steps: int) -> bool:
-    """Kill the server while a submission is in flight, then start it again."""
-    submitting = threading.Thread(target=submit, args=(site, bill, steps))
-    submitting.start()
-    time.sleep(rng.uniform(0.0, 0.05))
-    site.kill_server()
-    bill.faults["server"] = bill.faults.get("server", 0) + 1
-    bill.server_back_s.append(site.start())
-    submitting.join()
-    return True
-
-
-def strike_root(site: Site, bill: Bill, rng: random.Random) -> bool:
-    """Empty one root (a disk replaced) while jobs train; wait for the scrubber to refill it."""
-    if not site.client.list_jobs(state="running"):
-        return False
-    root = rng.choice(site.roots)
-    struck = time.monotonic()
-    # At once, as a disk dies (writers may be mid-file in it): the old contents move aside.
-    gone = root.with_name(f"{root.name}.lost-{uuid.uuid4().hex[:6]}")
-    root.rename(gone)
-    root.mkdir()
-    shutil.rmtree(gone, ignore_errors=True)
-    bill.faults["root"] = bill.faults.get("root", 0) + 1
-    deadline = struck + 300
-    while site.copies_short():
-        if time.monotonic() > deadline:
-            bill.roots_not_refilled += 1
-            return True
-        time.sleep(0.5)
-    bill.store_whole_s.append(time.monotonic() - struck)
-    return True
-
-
-def blobs_lost(home: Path) -> int:
-    """A full verifying scrub of the store (no repair): blobs with no good replica."""
-    done = subprocess.run(
-        [*SHIPYARD, "storage", "scrub", "--json"],
-        env={**os.environ, "SHIPYARD_HOME": str(home)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return int(json.loads(done.stdout)["lost"])
+def wait_all_done(site: Site, timeout: float) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = [j.model_dump(mode="json") for j in site.call(lambda c: c.list_jobs(limit=1000))]
+        if all(j["state"] in FINAL for j in jobs) or time.monotonic() > deadline:
+            return jobs
+        time.sleep(1.0)
 
 
 def checkpoints_that_do_not_load(home: Path) -> list[str]:
@@ -332,6 +564,20 @@ def checkpoints_that_do_not_load(home: Path) -> list[str]:
     return bad
 
 
+def blobs_lost(site: Site) -> tuple[int, int]:
+    """A full verifying scrub of the store (no repair): blobs with no good replica, and
+    artifacts (the stored checkpoints and exports that jobs and models use) holding one."""
+    done = subprocess.run(
+        [*SHIPYARD, "storage", "scrub", "--json"],
+        env={**os.environ, "SHIPYARD_HOME": str(site.home), "SHIPYARD_DB_URL": site.db_url},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    found = json.loads(done.stdout)
+    return int(found["lost"]), len(found["lost_artifacts"])
+
+
 def same_weights(export: Path, reference: dict[str, torch.Tensor]) -> bool:
     weights = load_file(export / "model.safetensors")
     return weights.keys() == reference.keys() and all(
@@ -339,100 +585,119 @@ def same_weights(export: Path, reference: dict[str, torch.Tensor]) -> bool:
     )
 
 
-def wait_all_done(site: Site, timeout: float) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while True:
-        jobs = [j.model_dump(mode="json") for j in site.client.list_jobs(limit=1000)]
-        if all(j["state"] in FINAL for j in jobs) or time.monotonic() > deadline:
-            return jobs
-        time.sleep(0.5)
-
-
-def percentile(values: list[float], q: float) -> float | None:
+def stat(values: list[float], how: str) -> float | None:
     if not values:
         return None
+    if how == "median":
+        return round(statistics.median(values), 1)
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+    return round(
+        ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))] if how == "p95" else max(values), 1
+    )
 
 
-def run(faults: int, jobs: int, steps: int, seed: int, kinds: tuple[str, ...]) -> dict[str, Any]:
+def run(
+    scratch: Path, faults: int, jobs: int, live: int, steps: int, seed: int, kinds: tuple[str, ...]
+) -> dict[str, Any]:
     rng = random.Random(seed)
-    scratch = Path(tempfile.mkdtemp(prefix="chaos-"))
-    site = Site(scratch / "home")
-    bill = Bill()
+    db = Postgres(scratch)
+    site = Site(scratch / "home", db.url)
+    bill, history = Bill(), History()
     started = time.monotonic()
     try:
-        # The uninterrupted run every final model is compared with.
-        reference_id = submit(site, bill, steps)
-        [done] = [j for j in wait_all_done(site, 600) if j["id"] == reference_id]
-        reference = load_file(Path(done["run_dir"]) / "export" / "model.safetensors")
-        injected = 0
+        # The uninterrupted run every finished model is compared with.
+        reference_id = submit(site, history, steps)
+        [reference_job] = [j for j in wait_all_done(site, 900) if j["id"] == reference_id]
+        reference = load_file(Path(reference_job["run_dir"]) / "export" / "model.safetensors")
+        finished = threading.Event()
+        worker = threading.Thread(
+            target=workload, args=(site, history, jobs, live, steps, finished), daemon=True
+        )
+        worker.start()
+        nemesis = Nemesis(site, db, bill, rng)
+        injected = attempts = 0
         while injected < faults:
-            live = [j for j in site.client.list_jobs() if j.state in ("queued", "running")]
-            for _ in range(jobs - len(live)):
-                submit(site, bill, steps)
-            time.sleep(rng.uniform(0.5, 2.0))
-            kind = kinds[injected % len(kinds)]  # each kind in turn; when and whom is random
-            if kind in ("train", "hang"):
-                struck = strike_training(site, bill, kind, rng)
-            elif kind == "agent":
-                struck = strike_agent(site, bill)
-            elif kind == "root":
-                struck = strike_root(site, bill, rng)
-            else:
-                struck = strike_server(site, bill, rng, steps)
-            injected += struck
-            if struck:
-                print(f"fault {injected}/{faults}: {kind}", file=sys.stderr, flush=True)
-        final = wait_all_done(site, 900)
-        lost_blobs = blobs_lost(site.home)
+            time.sleep(rng.uniform(1.0, 5.0))
+            kind = kinds[attempts % len(kinds)]  # each kind in turn; when and where is random
+            if nemesis.strike(kind):
+                injected += 1
+                attempts += 1
+                at = time.strftime("%H:%M:%S")
+                print(f"{at} fault {injected}/{faults}: {kind} {nemesis.target}", file=sys.stderr, flush=True)
+                nemesis.target = ""
+            elif rng.random() < 0.2:
+                attempts += 1  # nothing to strike of this kind for now: the next kind
+        worker.join()
+        final = wait_all_done(site, 1800)
+        for watcher in nemesis.watchers:
+            watcher.join(timeout=RECOVERY_DEADLINE_S)
+        lost_blobs, lost_artifacts = blobs_lost(site)
+        stages = {(v.name, v.version): v.stage for v in site.call(lambda c: c.list_models("chaos"))}
     finally:
         site.stop()
+        db.stop()
+    by_id = {j["id"]: j for j in final}
+    acked = set(history.submitted.values())
+    missing = sorted(acked - set(by_id))
+    trained_on = sorted(j for j in history.cancelled if by_id.get(j, {}).get("state") == "succeeded")
+    undone = sorted(ref for ref, stage in history.promoted.items() if stages.get(ref) != stage)
+    lost = [j for j in acked if by_id.get(j, {}).get("state") not in ("succeeded", "cancelled")]
     succeeded = [j for j in final if j["state"] == "succeeded"]
     equal = [same_weights(Path(j["run_dir"]) / "export", reference) for j in succeeded]
+    recovery = {
+        f"{kind}_recovery_s": {how: stat(seconds, how) for how in ("median", "p95", "max")}
+        for kind, seconds in sorted(bill.recovery_s.items())
+    }
     return {
-        "machine": platform_name(),
+        "machine": f"{platform.node()} ({os.cpu_count()} cores, {platform.machine()})",
+        "database": "postgresql (its own instance, crashed by the nemesis)",
         "faults": bill.faults,
         "faults_total": sum(bill.faults.values()),
-        "submissions": len(bill.keys),
+        "jobs_submitted": len(history.submitted),
         "jobs": len(final),
-        "jobs_lost": len(bill.keys) - len(succeeded),
-        "jobs_duplicated": max(0, len(final) - len(bill.keys)),
-        "corrupt_checkpoints": checkpoints_that_do_not_load(scratch / "home"),
+        "jobs_lost": len(lost),
+        "jobs_duplicated": max(0, len(final) - len(history.submitted)),
+        "acknowledged_lost": len(missing) + len(trained_on) + len(undone),
+        "acknowledged_ops": len(history.submitted) + len(history.cancelled) + len(history.promoted),
+        "corrupt_checkpoints": checkpoints_that_do_not_load(site.home),
         "blobs_lost": lost_blobs,
-        "roots_not_refilled": bill.roots_not_refilled,
+        "artifacts_lost": lost_artifacts,
+        "not_recovered": bill.not_recovered,
         "checkpoint_interval": INTERVAL,
-        "steps_lost_max": max(bill.steps_lost, default=None),
-        "steps_lost_median": statistics.median(bill.steps_lost) if bill.steps_lost else None,
-        **{
-            f"{kind}_recovery_s_{stat}": value
-            for kind, seconds in sorted(bill.recovery_s.items())
-            for stat, value in (("median", statistics.median(seconds)), ("p95", percentile(seconds, 0.95)))
-        },
-        "agent_back_s_median": statistics.median(bill.agent_back_s) if bill.agent_back_s else None,
-        "server_back_s_median": statistics.median(bill.server_back_s) if bill.server_back_s else None,
-        "store_whole_s_median": statistics.median(bill.store_whole_s) if bill.store_whole_s else None,
-        "store_whole_s_max": max(bill.store_whole_s, default=None),
+        "steps_redone_max": max(bill.steps_redone, default=None),
+        "steps_redone_median": statistics.median(bill.steps_redone) if bill.steps_redone else None,
+        "hang_silent_s_when_stopped": sorted(silent for silent, _, _ in bill.hang_detected),
+        "hang_limit_s": sorted({limit for _, _, limit in bill.hang_detected}),
+        "hang_last_beat_to_stacks_s": sorted(round(wall, 1) for _, wall, _ in bill.hang_detected),
+        **recovery,
+        "server_start_s": {how: stat(site.starts, how) for how in ("median", "max")},
         "final_models_equal_uninterrupted": f"{sum(equal)}/{len(equal)}",
         "wall_s": round(time.monotonic() - started, 1),
     }
 
 
-def platform_name() -> str:
-    return f"{platform.node()} ({os.cpu_count()} cores, {platform.machine()})"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--faults", type=int, default=50)
-    parser.add_argument("--jobs", type=int, default=2, help="jobs kept live at once")
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--jobs", type=int, default=24, help="jobs submitted by the workload")
+    parser.add_argument("--live", type=int, default=3, help="jobs kept queued or running at once")
+    parser.add_argument("--steps", type=int, default=120)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--kinds", default=",".join(KINDS), help=f"of {', '.join(KINDS)}")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the folder: logs, runs, database")
     args = parser.parse_args()
     kinds = tuple(k for k in args.kinds.split(",") if k)
-    result = run(args.faults, args.jobs, args.steps, args.seed, kinds)
+    scratch = Path(tempfile.mkdtemp(prefix="chaos-"))
+    if os.geteuid() == 0:
+        scratch.chmod(0o755)  # PostgreSQL's own user reads its folder inside
+    try:
+        result = run(scratch, args.faults, args.jobs, args.live, args.steps, args.seed, kinds)
+    finally:
+        if args.keep:
+            print(f"kept: {scratch}", file=sys.stderr)
+        else:
+            shutil.rmtree(scratch, ignore_errors=True)
     if args.json:
         print(json.dumps(result, indent=2))
         return

@@ -474,7 +474,7 @@ def test_the_jobs_commands_work_against_a_server(tmp_path: Path) -> None:
 
 
 def test_what_the_server_acknowledged_survives_a_kill_an_instant_later(
-    server: Server, db_url: str, tmp_path: Path
+    server: Server, db_url: str, request: pytest.FixtureRequest
 ) -> None:
     """A submission, a cancel and a promotion answered 2xx are in the database: the server is
     killed (SIGKILL) right after each answer and a new one finds them."""
@@ -488,6 +488,7 @@ def test_what_the_server_acknowledged_survives_a_kill_an_instant_later(
         running.process.wait()
         started = time.monotonic()
         running = Server(running.home, db_url, running.admin_password)
+        request.addfinalizer(running.stop)  # whatever fails below, no server outlives the test
         print(f"a server answers again {time.monotonic() - started:.1f} s after the last was killed")
         with admin(running) as root:
             assert root.get_job(acknowledged["submitted"]).id == acknowledged["submitted"]
@@ -501,4 +502,3 @@ def test_what_the_server_acknowledged_survives_a_kill_an_instant_later(
                 root.promote_model("kept", version, "production")
             else:
                 assert next(m for m in root.list_models("kept") if m.version == version).stage == "production"
-    running.stop()
