@@ -54,11 +54,15 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
     "audit": [("shipyard audit verify", "check that no record was altered")],
     "audit verify": [("shipyard audit verify --json", "the chain's check, for monitoring")],
     "audit export": [("shipyard audit export --since 2026-11-01 --out audit-november.jsonl", "a month")],
-    "node": [("shipyard node start --head", "make this machine a cluster's head")],
+    "node": [
+        ("shipyard node start --head", "make this machine a cluster's head"),
+        ("shipyard node stop", "leave: this node's Ray processes end, no other Ray"),
+    ],
     "node start": [
         ("shipyard node start --head --rack r1", "this machine becomes the head"),
         ("shipyard node start --address head:6380 --rack r2", "join the head from another machine"),
     ],
+    "node stop": [("shipyard node stop", "the node this home started leaves the cluster")],
     "jobs": [
         ("shipyard jobs submit job.yaml --wait", "queue a job and follow it"),
         ("shipyard jobs list --state queued", "what waits, and why"),

@@ -1,8 +1,10 @@
-"""``shipyard node start`` (a machine joins the cluster through Ray) and ``shipyard nodes`` (every
+"""``shipyard node start`` (a machine joins the cluster through Ray), ``shipyard node stop`` (it
+leaves: its own Ray processes end, no other Ray of the machine) and ``shipyard nodes`` (every
 node: accelerators, devices free and used, labels, health, the jobs on it)."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -56,20 +58,41 @@ def start(
         if value:
             labels[key] = value
     env = {k: v for k, v in (("NCCL_SOCKET_IFNAME", nccl_socket_ifname), ("NCCL_IB_HCA", nccl_ib_hca)) if v}
+    ctx = open_context()
     joining = cluster.Joining(
-        address=address, port=port, name=name, labels=labels, scratch=scratch, env=env, loopback=loopback
+        address=address,
+        port=port,
+        name=name,
+        labels=labels,
+        scratch=scratch,
+        env=env,
+        loopback=loopback,
+        temp_dir=cluster.ray_temp_dir(ctx.settings.home),
     )
-    ad = cluster.advertisement(open_context(), joining)
-    if dry_run:
-        typer.echo(" ".join(cluster.ray_start_command(ad, joining)))
+    ad = cluster.advertisement(ctx, joining)
+    if dry_run:  # quoted for a shell: the resources are JSON
+        typer.echo(shlex.join(cluster.ray_start_command(ad, joining)))
         return
-    joined = cluster.start_node(ad, joining)
+    joined = cluster.start_node(ad, joining, ctx.settings.home)
     kinds = ", ".join(f"{k}: {v}" for k, v in ad.inventory().capacity().items())
     measured = f"; its host dispatches an operation in {ad.host.op_overhead_us:.2g} us" if ad.host else ""
     typer.echo(f"node {ad.node} joined the cluster at {joined} ({kinds}{measured})")
     if head:
         typer.echo(f"other machines: shipyard node start --address {joined}")
         typer.echo(f"the server: SHIPYARD_EXECUTOR=ray SHIPYARD_RAY_ADDRESS={joined} shipyard server")
+    typer.echo("to leave: shipyard node stop")
+
+
+@node_app.command("stop")
+def stop() -> None:
+    """Stop the node `shipyard node start` started with this home: its Ray processes end (SIGTERM,
+    then SIGKILL after 15 s); every other Ray on this machine is left running."""
+    from shipyard.services import cluster
+    from shipyard.settings import Settings
+
+    stopped = cluster.stop_node(Settings.from_env().home)
+    killed = f", {stopped.killed} of them killed after the grace" if stopped.killed else ""
+    typer.echo(f"node {stopped.node} stopped ({stopped.processes} processes{killed})")
 
 
 def _pairs(values: dict[str, int]) -> str:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from shipyard.executors.base import AttemptHandle, Busy, NodeInventory, Placement, Request, Unplaceable
+from shipyard.executors.processes import stat_fields
 from shipyard.executors.stacks import python_stacks
 from shipyard.hardware.discovery import Device
 from shipyard.hardware.probe import measure_host
@@ -353,23 +354,17 @@ def _pid_of(handle: AttemptHandle) -> tuple[int, int | None]:
 
 def _start_time(pid: int) -> int | None:
     """When the process started, in clock ticks after boot (Linux ``/proc/PID/stat`` field 22)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rpartition(")")[2].split()[19])  # the fields after the command's name
+    fields = stat_fields(pid)
+    return int(fields[19]) if fields else None
 
 
 def _group_members(pgid: int) -> list[int]:
     """The processes of a process group (Linux); just the leader where ``/proc`` is absent."""
     members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rpartition(")")[2].split()
-        except OSError:
-            continue  # ended meanwhile
-        if int(fields[2]) == pgid:
-            members.append(int(stat.parent.name))
+    for proc in Path("/proc").glob("[0-9]*"):
+        fields = stat_fields(int(proc.name))
+        if fields and int(fields[2]) == pgid:  # None: ended meanwhile
+            members.append(int(proc.name))
     return members or [pgid]
 
 

@@ -3,12 +3,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,10 +24,12 @@ from sqlalchemy import select
 
 from shipyard.db import AgentStatus, Attempt, Job
 from shipyard.domain import JobState
-from shipyard.errors import DependencyMissing, ExecutorError
+from shipyard.errors import DependencyMissing, ExecutorError, NotFound
 from shipyard.executors.cluster_nodes import NAMESPACE, Advertisement, kv_key
+from shipyard.executors.processes import descendants, has_ended
 from shipyard.hardware import discover
 from shipyard.hardware.probe import measure_host
+from shipyard.schemas.launch import write_json_atomic
 from shipyard.schemas.views import NodeView
 from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
@@ -32,6 +39,10 @@ DEFAULT_PORT = 6380
 """The head's port (Ray's own default, 6379, is often Redis's)."""
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 """Keeps every Ray process of a node on 127.0.0.1 (a one-machine cluster, tests)."""
+NODE_FILE = "node.json"
+"""In the home: the node ``shipyard node start`` started, for ``shipyard node stop``."""
+STOP_GRACE_S = 15.0
+"""Between asking a node's processes to end (SIGTERM) and killing those left."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,6 +57,16 @@ class Joining:
     env: Mapping[str, str]
     loopback: bool = False
     num_cpus: int | None = None
+    temp_dir: Path | None = None
+    """The node's own Ray folder (sessions, sockets, logs): what ``node stop`` finds its
+    processes by, so that it ends this node and no other Ray on the machine."""
+
+
+def ray_temp_dir(home: Path) -> Path:
+    """The Ray folder of the node a home starts: short (Ray's socket paths must fit in 107
+    bytes, which a folder under a deep home would not) and one per home."""
+    digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / f"shipyard-ray-{digest}"
 
 
 def advertisement(ctx: ServiceContext, joining: Joining) -> Advertisement:
@@ -83,11 +104,14 @@ def ray_start_command(ad: Advertisement, joining: Joining) -> list[str]:
         command.append("--include-dashboard=false")
     if joining.loopback:
         command.append("--node-ip-address=127.0.0.1")
+    if joining.temp_dir is not None:
+        command.append(f"--temp-dir={joining.temp_dir}")
     return command
 
 
-def start_node(ad: Advertisement, joining: Joining) -> str:
-    """Start this machine's Ray node and record its devices; returns the head's address."""
+def start_node(ad: Advertisement, joining: Joining, home: Path | None = None) -> str:
+    """Start this machine's Ray node and record its devices; returns the head's address. With
+    ``home``, the node is recorded there for ``stop_node``."""
     command = ray_start_command(ad, joining)
     if not Path(command[0]).exists():
         raise DependencyMissing("`ray` is not installed here", hint="pip install 'shipyard[cluster]'")
@@ -103,12 +127,61 @@ def start_node(ad: Advertisement, joining: Joining) -> str:
         last = log_path.read_text(errors="replace").strip().splitlines()[-1:]
         raise ExecutorError(
             f"`ray start` failed: {last[0] if last else 'no output'} (all of it: {log_path})",
-            hint="`ray stop` ends a node this machine already runs; check that the head's address "
+            hint="`shipyard node stop` ends the node this home started; check that the head's address "
             "answers from here",
         )
     address = joining.address or f"{'127.0.0.1' if joining.loopback else socket.gethostname()}:{joining.port}"
+    if home is not None and joining.temp_dir is not None:
+        home.mkdir(parents=True, exist_ok=True)
+        record = {"node": ad.node, "address": address, "temp_dir": str(joining.temp_dir)}
+        write_json_atomic(home / NODE_FILE, record)
     register(ad, address)
     return address
+
+
+@dataclass(frozen=True, slots=True)
+class StoppedNode:
+    node: str
+    processes: int
+    killed: int
+    """Of ``processes``, those that outlived the grace and were killed."""
+
+
+def stop_node(home: Path, grace_s: float = STOP_GRACE_S) -> StoppedNode:
+    """End the Ray node this home started: the processes whose command line names its Ray folder
+    and every process they started, SIGTERM first, then SIGKILL after ``grace_s``. Every other
+    Ray on the machine is left alone, which ``ray stop`` does not do."""
+    try:
+        record = json.loads((home / NODE_FILE).read_text())
+    except (OSError, ValueError) as exc:
+        raise NotFound(
+            f"no node was started with this home ({home}): nothing to stop",
+            hint="start one with `shipyard node start --head` or `--address HEAD:PORT`",
+        ) from exc
+    pids = descendants(_naming(str(record["temp_dir"])))
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while (left := [pid for pid in pids if not has_ended(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    (home / NODE_FILE).unlink(missing_ok=True)
+    return StoppedNode(node=str(record["node"]), processes=len(pids), killed=len(left))
+
+
+def _naming(text: str) -> list[int]:
+    """Processes (not this one) whose command line holds ``text`` (a raylet's workers rename
+    themselves: ``descendants`` finds those)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if text.encode() in (proc / "cmdline").read_bytes():
+                    found.append(int(proc.name))
+    return found
 
 
 def register(ad: Advertisement, address: str) -> None:

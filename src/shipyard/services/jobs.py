@@ -25,6 +25,7 @@ from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
 from shipyard.domain.transitions import job_transition
 from shipyard.errors import Conflict, InvalidSpec
+from shipyard.executors.processes import has_ended
 from shipyard.scheduling.reasons import Reason
 from shipyard.schemas.documents import read_document_file
 from shipyard.schemas.jobspec import (
@@ -142,15 +143,7 @@ def _ended_here(agent_id: str) -> bool:
     is a zombie nobody reaped): then none schedules now, and there is no silence to wait out,
     which only tells that an agent of another host stopped."""
     host, _, pid = agent_id.rpartition(":")
-    if host != os.uname().nodename or not pid.isdigit():
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    except OSError:  # no /proc here: the silence decides
-        return False
-    return stat.rpartition(")")[2].split()[0] == "Z"
+    return host == os.uname().nodename and pid.isdigit() and has_ended(int(pid))
 
 
 def write(connection: Connection, batch: list[Checked]) -> list[JobView]:
