@@ -43,9 +43,11 @@ def ray_processes(home: Path) -> list[int]:
     return descendants(cluster._naming(str(cluster.ray_temp_dir(home))))
 
 
-def test_a_head_started_here_is_listed_with_its_devices_and_stops_alone(cli: Cli, tmp_path: Path) -> None:
-    """Two nodes of two homes on this machine (two one-machine clusters); `node stop` ends the
-    first one's Ray processes and leaves the other's running, as `ray stop` would not."""
+def test_a_second_node_joins_as_the_readme_says_and_each_node_stops_alone(cli: Cli, tmp_path: Path) -> None:
+    """The README's cluster on one machine: a head, then a second node joining it with `node start
+    --address` (two homes, as two machines would have), both listed by `shipyard nodes`. `node
+    stop` on the second ends its Ray processes and leaves the head's running, as `ray stop`
+    (every Ray of the machine) would not."""
     pytest.importorskip("ray")
     port = free_port()
     storage_config.save(
@@ -55,29 +57,31 @@ def test_a_head_started_here_is_listed_with_its_devices_and_stops_alone(cli: Cli
         ),
     )
     started = cli.run("node", "start", "--head", "--loopback", "--port", str(port), "--name", "here",
-                      "--rack", "r1", timeout=120)  # fmt: skip
-    other = Cli(tmp_path / "other")
+                      "--rack", "r1", timeout=180)  # fmt: skip
+    second = Cli(tmp_path / "second")
     try:
         assert f"node here joined the cluster at 127.0.0.1:{port}" in started.stdout
-        cli.env.update({"SHIPYARD_EXECUTOR": "ray", "SHIPYARD_RAY_ADDRESS": f"127.0.0.1:{port}",
-                        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})  # fmt: skip
-        [node] = cli.json("nodes")
-        assert node["id"] == "here" and node["up"] and node["labels"]["rack"] == "r1"
-        assert node["capacity"]["cpu"] >= 1
-        # The node measured its host as it joined; the cluster's estimates plan that host with it.
-        assert node["host_op_us"] > 0 and "its host dispatches an operation in" in started.stdout
         assert "to leave: shipyard node stop" in started.stdout
-        other.run("node", "start", "--head", "--loopback", "--port", str(free_port()), "--name", "other",
-                  timeout=120)  # fmt: skip
-        others = cluster._naming(str(cluster.ray_temp_dir(other.home)))  # its raylet, its GCS, …
-        assert ray_processes(cli.home) and others
-        stopped = cli.run("node", "stop", timeout=60)
-        assert "node here stopped" in stopped.stdout
-        assert ray_processes(cli.home) == []
-        assert not any(has_ended(pid) for pid in others)  # the other node runs on
-        again = cli.run("node", "stop", check=False)
+        joined = second.run("node", "start", "--address", f"127.0.0.1:{port}", "--loopback", "--name", "two",
+                            "--rack", "r2", timeout=180)  # fmt: skip
+        assert f"node two joined the cluster at 127.0.0.1:{port}" in joined.stdout
+        assert "Connected to Ray cluster" not in joined.stdout + joined.stderr  # Ray's chatter is not ours
+        cli.env.update({"SHIPYARD_EXECUTOR": "ray", "SHIPYARD_RAY_ADDRESS": f"127.0.0.1:{port}"})
+        nodes = {node["id"]: node for node in cli.json("nodes")}
+        assert set(nodes) == {"here", "two"} and all(node["up"] for node in nodes.values())
+        assert (nodes["here"]["labels"]["rack"], nodes["two"]["labels"]["rack"]) == ("r1", "r2")
+        assert nodes["here"]["capacity"]["cpu"] >= 1
+        # Each node measured its host as it joined; the cluster's estimates plan that host with it.
+        assert nodes["two"]["host_op_us"] > 0 and "its host dispatches an operation in" in joined.stdout
+        heads = cluster._naming(str(cluster.ray_temp_dir(cli.home)))  # its GCS, its raylet, …
+        assert heads and ray_processes(second.home)
+        stopped = second.run("node", "stop", timeout=60)
+        assert "node two stopped" in stopped.stdout
+        assert ray_processes(second.home) == []
+        assert not any(has_ended(pid) for pid in heads)  # the head runs on
+        again = second.run("node", "stop", check=False)
         assert again.returncode == 1 and "nothing to stop" in again.stderr
     finally:
-        for home in (cli, other):
+        for home in (second, cli):
             home.run("node", "stop", check=False, timeout=60)
             shutil.rmtree(cluster.ray_temp_dir(home.home), ignore_errors=True)  # the nodes' Ray logs

@@ -17,7 +17,10 @@ from typing import Any
 from shipyard.executors.cluster_nodes import Advertisement
 from shipyard.hardware import Device
 from shipyard.hardware.catalog import lookup
-from shipyard.services.cluster import LOOPBACK_ENV, register
+from shipyard.services.cluster import register
+
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+"""What ``ray.cluster_utils.Cluster`` needs to keep several raylets on 127.0.0.1 in one process."""
 
 
 def emulated_devices(accelerator_type: str, count: int, cores: int = 2) -> tuple[Device, ...]:

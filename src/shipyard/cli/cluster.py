@@ -38,7 +38,7 @@ def start(
     ] = None,
     nccl_ib_hca: Annotated[str | None, typer.Option(help="NCCL_IB_HCA of this node's ranks.")] = None,
     loopback: Annotated[
-        bool, typer.Option(help="Keep every Ray process on 127.0.0.1 (a one-machine cluster).")
+        bool, typer.Option(help="Advertise this node at 127.0.0.1 (every node of a one-machine cluster).")
     ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the `ray start` command only.")] = False,
 ) -> None:

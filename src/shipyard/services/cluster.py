@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -37,10 +38,10 @@ from shipyard.services.submitted_jobs import aware
 
 DEFAULT_PORT = 6380
 """The head's port (Ray's own default, 6379, is often Redis's)."""
-LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-"""Keeps every Ray process of a node on 127.0.0.1 (a one-machine cluster, tests)."""
 NODE_FILE = "node.json"
 """In the home: the node ``shipyard node start`` started, for ``shipyard node stop``."""
+JOIN_TIMEOUT_S = 120.0
+"""How long `ray start` may take to start or join a node before it is given up."""
 STOP_GRACE_S = 15.0
 """Between asking a node's processes to end (SIGTERM) and killing those left."""
 
@@ -115,14 +116,22 @@ def start_node(ad: Advertisement, joining: Joining, home: Path | None = None) ->
     command = ray_start_command(ad, joining)
     if not Path(command[0]).exists():
         raise DependencyMissing("`ray` is not installed here", hint="pip install 'shipyard[cluster]'")
-    if joining.loopback:  # for `ray start` and for this process's own connection below
-        os.environ.update(LOOPBACK_ENV)
     env = dict(os.environ)
     # Into a file, not a pipe: the daemons `ray start` leaves running would hold a pipe open.
     log_path = Path(ad.scratch) / "ray-start.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "wb") as log:
-        done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False)
+        try:
+            done = subprocess.run(
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, check=False, timeout=JOIN_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise ExecutorError(
+                f"`ray start` did not join {joining.address or 'as the head'} within {JOIN_TIMEOUT_S:.0f} s "
+                f"(its output: {log_path})",
+                hint="check that the head's address (what `node start --head` printed) answers from "
+                "here; on one machine give every node --loopback",
+            ) from exc
     if done.returncode != 0:
         last = log_path.read_text(errors="replace").strip().splitlines()[-1:]
         raise ExecutorError(
@@ -191,7 +200,13 @@ def register(ad: Advertisement, address: str) -> None:
 
     connected = ray.is_initialized()
     if not connected:
-        ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, include_dashboard=False)
+        ray.init(
+            address=address,
+            namespace=NAMESPACE,
+            log_to_driver=False,
+            include_dashboard=False,
+            logging_level=logging.WARNING,  # not Ray's "Connected to Ray cluster" among ours
+        )
     try:
         internal_kv._internal_kv_put(kv_key(ad.node), ad.to_json(), overwrite=True)
     finally:
