@@ -161,13 +161,15 @@ def stop_node(home: Path, grace_s: float = STOP_GRACE_S) -> StoppedNode:
     and every process they started, SIGTERM first, then SIGKILL after ``grace_s``. Every other
     Ray on the machine is left alone, which ``ray stop`` does not do."""
     try:
-        record = json.loads((home / NODE_FILE).read_text())
-    except (OSError, ValueError) as exc:
+        node = str(json.loads((home / NODE_FILE).read_text())["node"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise NotFound(
             f"no node was started with this home ({home}): nothing to stop",
             hint="start one with `shipyard node start --head` or `--address HEAD:PORT`",
         ) from exc
-    pids = descendants(_naming(str(record["temp_dir"])))
+    # The folder as this home names it, not as the file says: a damaged record must never widen
+    # what is matched (an empty path is in every command line).
+    pids = descendants(_naming(f"{ray_temp_dir(home)}/"))
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -178,7 +180,7 @@ def stop_node(home: Path, grace_s: float = STOP_GRACE_S) -> StoppedNode:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     (home / NODE_FILE).unlink(missing_ok=True)
-    return StoppedNode(node=str(record["node"]), processes=len(pids), killed=len(left))
+    return StoppedNode(node=node, processes=len(pids), killed=len(left))
 
 
 def _naming(text: str) -> list[int]:
