@@ -96,8 +96,8 @@ def run(settings: Settings) -> int:
             if (leads := leadership.is_leader()) != leading:
                 leading = leads
                 _log.info("agent %s %s", agent_id, "schedules" if leading else "stands by")
-            if not leading:  # another agent schedules; take over when it stops
-                time.sleep(settings.agent_max_poll_s)
+            if not leading:  # another agent schedules; take over as soon as it stops
+                time.sleep(settings.agent_poll_s)
                 continue
             try:
                 seen = agent.tick(ctx, agent_id)

@@ -116,7 +116,9 @@ def start_node(ad: Advertisement, joining: Joining, home: Path | None = None) ->
     command = ray_start_command(ad, joining)
     if not Path(command[0]).exists():
         raise DependencyMissing("`ray` is not installed here", hint="pip install 'shipyard[cluster]'")
-    env = dict(os.environ)
+    # Set, this keeps a head on 127.0.0.1 alone and makes Ray refuse any node that joins ("not
+    # supported on Windows and OSX"): a Shipyard node is always one a cluster can grow from.
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     # Into a file, not a pipe: the daemons `ray start` leaves running would hold a pipe open.
     log_path = Path(ad.scratch) / "ray-start.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -108,13 +108,16 @@ def submitted_before(ctx: ServiceContext, key: str, spec: JobSpec) -> JobView | 
 
 AGENT_SILENT_S = 10.0
 """No agent pass for this long (and at least five of the slowest poll intervals): none schedules."""
+STANDBY_LOOKS = 3
+"""Poll intervals waited after the agent that scheduled is known dead (a standby of another
+home looks for the lead once in each)."""
 
 
 def revive_agent(ctx: ServiceContext) -> None:
     """Start the home's agent again if jobs are queued or running and no agent has scheduled
-    for a while (its machine rebooted), or at once when the last one was this host's and its
-    process ended (it was killed): the new one adopts the attempts that still run and the
-    restart policy requeues the others. A standby agent of the same database (another home)
+    for a while (its machine rebooted), or a few polls after the last one, of this host, ended
+    (it was killed): the new one adopts the attempts that still run and the restart policy
+    requeues the others. A standby agent of the same database (another home)
     that took the lead counts as serving them."""
     if ctx.start_agent is None:
         return
@@ -128,12 +131,11 @@ def revive_agent(ctx: ServiceContext) -> None:
     if live is None:
         return
     silent = max(AGENT_SILENT_S, 5 * ctx.settings.agent_max_poll_s)
-    someone_schedules = (
-        last is not None
-        and (utcnow() - aware(last.last_pass_at)).total_seconds() < silent
-        and not _ended_here(last.agent_id)
-    )
-    if someone_schedules:
+    if last is not None and _ended_here(last.agent_id):
+        # Known dead, not just quiet: only a standby's next look (one poll) is waited for, so
+        # that one that takes the lead is not raced by a new agent.
+        silent = STANDBY_LOOKS * ctx.settings.agent_poll_s
+    if last is not None and (utcnow() - aware(last.last_pass_at)).total_seconds() < silent:
         return
     ctx.start_agent(ctx.settings)
 
