@@ -178,10 +178,6 @@ class Server:
         if not (home / "server.yaml").exists():  # jobs through the server read the test corpus
             (home / "server.yaml").write_text(f'data_roots: {{"*": ["{STDLIB}"]}}\n')
 
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
         self.home = home
         self.admin_password = admin_password
         self.env = {
@@ -190,29 +186,42 @@ class Server:
             "SHIPYARD_INIT_ADMIN": f"admin:{admin_password}",
             **(env or {}),
         }
-        # Into a file, not a pipe nobody reads: a server that logs more than a pipe holds would
-        # block on its next line (a run of logged errors once hung every request).
-        self.log = home.parent / f"server-{self.port}.log"
-        with open(self.log, "w") as log:
-            self.process = subprocess.Popen(
-                [*SHIPYARD, "server", "--port", str(self.port), *(args or [])],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-        self._wait_ready()
+        # A free port is only free until someone else binds it: another test's process can take
+        # it between the probe and the server's listen, so a lost race picks another port.
+        for _ in range(5):
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                self.port = probe.getsockname()[1]
+            self.url = f"http://127.0.0.1:{self.port}"
+            # Into a file, not a pipe nobody reads: a server that logs more than a pipe holds
+            # would block on its next line (a run of logged errors once hung every request).
+            self.log = home.parent / f"server-{self.port}.log"
+            with open(self.log, "w") as log:
+                self.process = subprocess.Popen(
+                    [*SHIPYARD, "server", "--port", str(self.port), *(args or [])],
+                    env=self.env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            if self._wait_ready():
+                return
+        raise AssertionError(f"no free port held: {self.log.read_text()}")
 
-    def _wait_ready(self, timeout: float = 60) -> None:
+    def _wait_ready(self, timeout: float = 60) -> bool:
+        """True once the server answers; False when its port was taken before it listened."""
         import httpx
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise AssertionError(f"server exited: {self.log.read_text()}")
+                output = self.log.read_text()
+                if "Address already in use" in output:
+                    return False
+                raise AssertionError(f"server exited: {output}")
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
+                    return True
             except httpx.HTTPError:
                 time.sleep(0.2)
         raise AssertionError("server did not start in time")
