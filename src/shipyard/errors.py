@@ -15,6 +15,7 @@ that says what to do. Boundaries translate: the CLI prints ``Error:``/``Hint:`` 
     ├── PayloadTooLarge        an upload is larger than the server accepts
     ├── Unschedulable          no device set of this machine can ever run the job
     ├── ExecutorError          a job could not be launched or controlled
+    │   └── LaunchFailed       an attempt did not start; ``transient`` says whether to try again
     ├── CheckpointError        a checkpoint could not be written or read
     ├── AuditChainBroken       a record of the audit log was modified, deleted, inserted or moved
     ├── StorageError           the artifact store could not write or reach a root or endpoint
@@ -34,6 +35,7 @@ __all__ = [
     "Forbidden",
     "IntegrityError",
     "InvalidSpec",
+    "LaunchFailed",
     "NotFound",
     "Overloaded",
     "PayloadTooLarge",
@@ -98,6 +100,18 @@ class ExecutorError(ShipyardError):
     """Raised when a job could not be launched, signalled or observed."""
 
     code = "executor_error"
+
+
+class LaunchFailed(ExecutorError):
+    """Raised when an engine did not start an attempt. ``transient`` when a later try may
+    succeed (nodes not reserved in time, a node lost meanwhile): the job waits and is tried
+    again; otherwise the job fails with the message."""
+
+    code = "launch_failed"
+
+    def __init__(self, message: str, *, transient: bool, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.transient = transient
 
 
 class CheckpointError(ShipyardError):

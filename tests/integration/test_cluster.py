@@ -249,6 +249,15 @@ def test_a_lost_node_requeues_the_job_which_resumes_elsewhere_with_the_same_weig
         assert killed_at - resumed_at <= interval  # nothing lost beyond the checkpoint interval
         nodes = {n["id"]: n for n in on_cluster.json("nodes")}
         assert nodes[lost]["up"] is False
+        # A job that only the lost node's return could run is taken, and waits for it saying so.
+        every_node = write_spec(
+            tmp_path, "every-node", training={**STEPS, "global_batch_tokens": 768},
+            resources={"accelerator": "h100-sxm", "devices": 1, "nodes": 3, "cpus_per_device": 1},
+        )  # fmt: skip
+        waiting = on_cluster.json("jobs", "submit", str(every_node))
+        held = on_cluster.wait_for(waiting["id"], lambda j: j["pending_code"] == "nodes_down")
+        assert held["state"] == "queued" and f"node {lost} " in held["pending_reason"]
+        cancel_and_wait(on_cluster, waiting)
         reference = run_runtime(
             tmp_path / "reference", tmp_path / "cache",
             spec_dict(training=training, checkpoint={"interval": interval, "keep": 2}), world=2,

@@ -152,8 +152,8 @@ def test_the_inventory_is_one_node_with_its_devices_labels_and_nvlink_islands(
     assert node.labels["nvlink_islands"] == "0,1,2,3 4,5,6,7"
     elsewhere = executor.place(Request(accelerator_types=["h100-sxm"], devices=1), {}, on={"other"})
     assert isinstance(elsewhere, Unplaceable) and not elsewhere.transient
-    assert executor.runs(AttemptHandle(node=NODE, handle="1")) and not executor.runs(
-        AttemptHandle(node="other", handle="1")
+    assert executor.runs(AttemptHandle(nodes=(NODE,), handle="1")) and not executor.runs(
+        AttemptHandle(nodes=("other",), handle="1")
     )
 
 

@@ -7,10 +7,12 @@ import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 from shipyard import audit
+from shipyard.db import Job
 from shipyard.errors import Conflict, Forbidden, InvalidSpec, NotFound, Unschedulable
 from shipyard.hardware import VendorQueries
 from shipyard.hardware.discovery import CpuInfo
@@ -444,3 +446,36 @@ def test_the_nodes_count_every_jobs_devices_but_name_only_the_jobs_the_caller_se
     [seen_by_admin], [seen_by_nia] = cluster.list_nodes(ctx), cluster.list_nodes(nia)
     assert seen_by_admin.jobs == [view.id] and seen_by_nia.jobs == []
     assert seen_by_nia.used == seen_by_admin.used == {"cpu": 1}  # the devices are in use all the same
+
+
+def test_a_launch_that_fails_for_a_passing_cause_waits_and_one_that_cannot_start_fails(
+    ctx: ServiceContext,
+) -> None:
+    """The engine's refusals stand at the executor's seam: this machine's executor, told to fail
+    its launches as Ray does when nodes are not reserved in time, and as a missing runtime does."""
+    from shipyard.errors import LaunchFailed
+    from shipyard.executors.local import LocalExecutor
+
+    refusals = [
+        LaunchFailed("Ray did not reserve nodes n1 within 60s", transient=True),
+        LaunchFailed("could not start the training process", transient=False, hint="install it"),
+    ]
+
+    class Refusing(LocalExecutor):
+        def launch(self, *args: object, **kwargs: object) -> NoReturn:
+            raise refusals.pop(0)
+
+    ctx.__dict__["executor"] = Refusing(ctx.devices())
+    view = jobs.submit(ctx, validate_job_spec(spec_dict()))
+    agent.tick(ctx, "agent-1")
+    waiting = jobs.get(ctx, view.id)
+    assert waiting.state == "queued" and waiting.pending_code == "unplaceable"
+    assert waiting.pending_reason == "Ray did not reserve nodes n1 within 60s; tried again in 30s"
+    agent.tick(ctx, "agent-1")  # backing off: not launched again yet
+    assert len(refusals) == 1
+    with ctx.db.transaction() as session:
+        session.get_one(Job, view.id).restart_at = None
+    agent.tick(ctx, "agent-1")
+    failed = jobs.get(ctx, view.id)
+    assert failed.state == "failed" and failed.attempts == [] and not refusals
+    assert (failed.message, failed.hint) == ("could not start the training process", "install it")

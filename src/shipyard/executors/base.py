@@ -149,19 +149,78 @@ class Request:
 class AttemptHandle:
     """Where an attempt runs and the executor's own name for it."""
 
-    node: str
-    """The node of rank 0; a multi-node attempt lists every node, comma-separated."""
+    nodes: tuple[str, ...]
+    """Every node of the attempt, the node of rank 0 first."""
     handle: str
     pid: int | None = None
     """The process id, where the attempt is a process this machine can see."""
 
     @property
-    def nodes(self) -> tuple[str, ...]:
-        return tuple(self.node.split(","))
+    def node(self) -> str:
+        """The node of rank 0."""
+        return self.nodes[0]
+
+    @classmethod
+    def recorded(cls, nodes: str, handle: str, pid: int | None = None) -> AttemptHandle:
+        """The handle of an attempt as its record keeps it (``nodes`` comma-separated)."""
+        return cls(nodes=tuple(nodes.split(",")), handle=handle, pid=pid)
+
+    @property
+    def stored_nodes(self) -> str:
+        """The nodes as the attempt's record keeps them."""
+        return ",".join(self.nodes)
 
 
-NODE_LOST = -1000
-"""What ``poll`` returns when a node of the attempt left the cluster (its processes are gone)."""
+# --- what an attempt is doing, as its engine sees it -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """Its processes run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """Accepted by the engine, not started yet (a batch system's queue, a pod being scheduled):
+    the engine's own reason, as it words it."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Exited:
+    """Its processes ended: the first non-zero exit code (0 when all succeeded), or the signal
+    that ended one."""
+
+    code: int
+    signal: int | None = None
+
+    @classmethod
+    def of(cls, returncode: int) -> Exited:
+        """From a return code as ``subprocess`` gives it (negative: the signal)."""
+        return cls(0, -returncode) if returncode < 0 else cls(returncode)
+
+    @property
+    def exit_code(self) -> int:
+        """As ``subprocess`` reports it: the negative signal for a process a signal ended."""
+        return -self.signal if self.signal is not None else self.code
+
+
+@dataclass(frozen=True, slots=True)
+class Vanished:
+    """Its processes are gone and nobody saw how they ended (they ended while no agent watched,
+    or the engine forgot them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLost:
+    """A node of the attempt left the cluster: its processes there are gone with it."""
+
+    nodes: tuple[str, ...]
+
+
+AttemptStatus = Running | Waiting | Exited | Vanished | NodeLost
+"""What ``Executor.status`` says of an attempt."""
 
 
 @runtime_checkable
@@ -190,15 +249,16 @@ class Executor(Protocol):
         ``on`` names when the scheduler chose them."""
         ...
 
-    def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> AttemptHandle: ...
+    def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> AttemptHandle:
+        """Start the attempt; ``LaunchFailed`` says whether a later try may succeed."""
+        ...
 
     def runs(self, handle: AttemptHandle) -> bool:
         """Whether the attempt is on one of this executor's nodes (so it may poll and stop it)."""
         ...
 
-    def poll(self, handle: AttemptHandle) -> int | None:
-        """The exit code if the attempt ended (-1 when it vanished without one, ``NODE_LOST``
-        when a node of it left the cluster), else None."""
+    def status(self, handle: AttemptHandle) -> AttemptStatus:
+        """Whether the attempt waits in the engine, runs, or ended, and how."""
         ...
 
     def dump_stacks(self, handle: AttemptHandle) -> str | None:

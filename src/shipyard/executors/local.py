@@ -8,6 +8,7 @@ runs in its own session, so stopping it reaches every process it started.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import signal
@@ -17,7 +18,19 @@ import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
-from shipyard.executors.base import AttemptHandle, Busy, NodeInventory, Placement, Request, Unplaceable
+from shipyard.errors import LaunchFailed
+from shipyard.executors.base import (
+    AttemptHandle,
+    AttemptStatus,
+    Busy,
+    Exited,
+    NodeInventory,
+    Placement,
+    Request,
+    Running,
+    Unplaceable,
+    Vanished,
+)
 from shipyard.executors.processes import stat_fields
 from shipyard.executors.stacks import python_stacks
 from shipyard.hardware.discovery import Device
@@ -241,37 +254,49 @@ class LocalExecutor:
                 with contextlib.suppress(OSError):
                     os.sched_setaffinity(0, cores)
 
-        with open(log_path, "ab") as log:
-            process = subprocess.Popen(
-                self.command(placement, run_dir),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.environment(placement),
-                cwd=run_dir,
-                start_new_session=True,
-                preexec_fn=pin,
-            )
+        try:
+            with open(log_path, "ab") as log:
+                process = subprocess.Popen(
+                    self.command(placement, run_dir),
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=self.environment(placement),
+                    cwd=run_dir,
+                    start_new_session=True,
+                    preexec_fn=pin,
+                )
+        except OSError as exc:
+            # Out of processes or memory for a fork passes; a missing interpreter does not.
+            transient = exc.errno in (errno.EAGAIN, errno.ENOMEM)
+            raise LaunchFailed(
+                f"could not start the training process: {exc}",
+                transient=transient,
+                hint=None
+                if transient
+                else "check that Shipyard's training extra is installed: pip install 'shipyard[train]'",
+            ) from exc
         self._children[process.pid] = process
         # The start time makes the handle name this process only: a later agent that finds the
         # pid alive adopts it only if it is the same process, not another that reuses the pid.
         started = _start_time(process.pid)
         handle = f"{process.pid}@{started}" if started is not None else str(process.pid)
-        return AttemptHandle(node=self.node.id, handle=handle, pid=process.pid)
+        return AttemptHandle(nodes=(self.node.id,), handle=handle, pid=process.pid)
 
     def runs(self, handle: AttemptHandle) -> bool:
         return handle.node == self.node.id
 
-    def poll(self, handle: AttemptHandle) -> int | None:
+    def status(self, handle: AttemptHandle) -> AttemptStatus:
         pid = _pid_of(handle)[0]
         child = self._children.get(pid)
         if child is not None:
             code = child.poll()
-            if code is not None:
-                del self._children[pid]
-            return code
+            if code is None:
+                return Running()
+            del self._children[pid]
+            return Exited.of(code)
         # Launched by an earlier agent: we cannot wait on it, only see whether it still runs.
-        return None if self._runs_still(handle) else -1
+        return Running() if self._runs_still(handle) else Vanished()
 
     def _runs_still(self, handle: AttemptHandle) -> bool:
         """Whether the attempt's process runs (and is the one launched, not another with its pid)."""

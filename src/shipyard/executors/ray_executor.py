@@ -25,15 +25,19 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from shipyard.errors import DependencyMissing, ExecutorError
+from shipyard.errors import DependencyMissing, ExecutorError, LaunchFailed
 from shipyard.executors.base import (
-    NODE_LOST,
     AttemptHandle,
+    AttemptStatus,
     Busy,
+    Exited,
     NodeInventory,
+    NodeLost,
     Placement,
     Request,
+    Running,
     Unplaceable,
+    Vanished,
 )
 from shipyard.executors.cluster_nodes import (
     NAMESPACE,
@@ -61,6 +65,8 @@ HANDLE_PREFIX = "ray:"
 READY_TIMEOUT_S = 60.0
 """How long a placement group may take to be reserved before the launch is given up."""
 CALL_TIMEOUT_S = 30.0
+INVENTORY_TTL_S = 1.0
+"""How long one read of the cluster's nodes serves: a pass reads them once, not per attempt."""
 NODE_VERDICT_S = 60.0
 """How long an attempt whose actor died waits for Ray to say whether its node died too."""
 _SYNC_STATE = ".ray-sync-{attempt}.json"
@@ -81,6 +87,8 @@ class RayExecutor:
         self.address = address
         self._actors: dict[str, list[Any]] = {}
         self._gone_since: dict[str, float] = {}
+        self._ads: dict[tuple[str, str], Advertisement] = {}
+        self._read: tuple[float, list[tuple[Advertisement, dict[str, Any]]]] = (-INVENTORY_TTL_S, [])
 
     # --- connection and inventory ------------------------------------------------------------
 
@@ -109,13 +117,23 @@ class RayExecutor:
         from ray.experimental import internal_kv
 
         ray = self.ray
+        read_at, cluster = self._read
+        if time.monotonic() - read_at < INVENTORY_TTL_S:
+            return cluster
         found: dict[str, tuple[Advertisement, dict[str, Any]]] = {}
         for record in sorted(ray.nodes(), key=lambda r: r.get("Alive", False)):
             name = (record.get("Labels") or {}).get(NODE_LABEL)
-            raw = internal_kv._internal_kv_get(kv_key(name)) if name else None
-            if name and raw is not None:
-                found[name] = (Advertisement.from_json(raw), record)
-        return [found[name] for name in sorted(found)]
+            if not name:
+                continue
+            # A node advertises itself once, as it joins: read each Ray node's record once.
+            key = (name, record["NodeID"])
+            if key not in self._ads and (raw := internal_kv._internal_kv_get(kv_key(name))) is not None:
+                self._ads[key] = Advertisement.from_json(raw)
+            if key in self._ads:
+                found[name] = (self._ads[key], record)
+        cluster = [found[name] for name in sorted(found)]
+        self._read = (time.monotonic(), cluster)
+        return cluster
 
     def known_nodes(self) -> list[NodeInventory]:
         from ray._private.state import available_resources_per_node
@@ -143,17 +161,15 @@ class RayExecutor:
     # --- placement ---------------------------------------------------------------------------
 
     def check_feasible(self, request: Request) -> Unplaceable | None:
-        """Could the request ever run here, with every node idle? If not, say which nodes fall
+        """Could the request ever run here, with every node idle and every node the cluster knows
+        up (a job that needs a node that is down waits for it)? If not, say which nodes fall
         short and by how much."""
-        live = self._live()
-        if not live:
-            return Unplaceable(
-                f"the Ray cluster at {self.address} has no Shipyard node up",
-                transient=False,
-            )
+        known = {ad.node: (ad, record) for ad, record in self._cluster()}
+        if not known:
+            return Unplaceable(f"the Ray cluster at {self.address} has no Shipyard node", transient=False)
         reasons = []
         for accelerator_type in request.accelerator_types:
-            sized = {name: _units(ad, accelerator_type, request) for name, (ad, _) in live.items()}
+            sized = {name: _units(ad, accelerator_type, request) for name, (ad, _) in known.items()}
             need = next(iter(sized.values()))[0]
             large = [name for name, (units, have) in sized.items() if have >= units]
             if len(large) >= request.nodes:
@@ -161,7 +177,7 @@ class RayExecutor:
             nodes = ", ".join(f"{name} has {have}" for name, (_, have) in sized.items())
             reasons.append(
                 f"{accelerator_type}: needs {request.nodes} node(s) with {need} each; "
-                f"{len(large)} of the {len(live)} nodes up are that large ({nodes})"
+                f"{len(large)} of the {len(known)} nodes are that large ({nodes})"
             )
         return Unplaceable("; ".join(reasons), transient=False)
 
@@ -208,6 +224,8 @@ class RayExecutor:
         plan = json.loads((run_dir / LAUNCH_FILE).read_text())
         name = ray_handle(plan["job_id"], plan["attempt"])
         live = self._live()
+        if gone := [n for n in placement.nodes if n not in live]:
+            raise LaunchFailed(f"node {', '.join(gone)} left the cluster before the launch", transient=True)
         ads = [live[n][0] for n in placement.nodes]
         per_node = placement.world_size // len(ads)
         units = _bundle_units(placement, per_node)
@@ -222,8 +240,10 @@ class RayExecutor:
             ray.get(group.ready(), timeout=READY_TIMEOUT_S)
         except Exception as exc:
             remove_placement_group(group)
-            raise OSError(
-                f"Ray did not reserve nodes {', '.join(placement.nodes)} within {READY_TIMEOUT_S:g}s: {exc}"
+            raise LaunchFailed(
+                f"Ray did not reserve nodes {', '.join(placement.nodes)} within {READY_TIMEOUT_S:g}s "
+                f"({type(exc).__name__}): another consumer of the cluster may hold them",
+                transient=True,
             ) from exc
         actor_class = ray.remote(RankGroup)
         actors = [
@@ -270,10 +290,13 @@ class RayExecutor:
                 timeout=CALL_TIMEOUT_S,
             )
         except Exception as exc:
-            self.release(AttemptHandle(node=",".join(placement.nodes), handle=name))
-            raise OSError(f"the ranks did not start on {', '.join(placement.nodes)}: {exc}") from exc
+            self.release(AttemptHandle(nodes=placement.nodes, handle=name))
+            # A node lost meanwhile or a call that timed out may pass; the next try says again.
+            raise LaunchFailed(
+                f"the ranks did not start on {', '.join(placement.nodes)}: {exc}", transient=True
+            ) from exc
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        return AttemptHandle(node=",".join(placement.nodes), handle=name)
+        return AttemptHandle(nodes=placement.nodes, handle=name)
 
     def runs(self, handle: AttemptHandle) -> bool:
         return handle.handle.startswith(HANDLE_PREFIX)
@@ -290,14 +313,13 @@ class RayExecutor:
                 return None
         return self._actors[handle.handle]
 
-    def poll(self, handle: AttemptHandle) -> int | None:
+    def status(self, handle: AttemptHandle) -> AttemptStatus:
         ray = self.ray
-        live = self._live()
-        if any(node not in live for node in handle.nodes):
-            return NODE_LOST
+        if lost := self._lost_nodes(handle):
+            return NodeLost(lost)
         actors = self._group(handle)
         if actors is None:
-            return -1
+            return Vanished()
         try:
             codes = [
                 c
@@ -305,20 +327,24 @@ class RayExecutor:
                 for c in group
             ]
         except ray.exceptions.GetTimeoutError:
-            return None
+            return Running()  # a node too busy to answer: asked again at the next look
         except ray.exceptions.RayActorError:
             # A killed raylet takes its workers down before Ray declares the node dead: wait for
             # the verdict a while before calling the attempt merely vanished.
             gone = self._gone_since.setdefault(handle.handle, time.monotonic())
-            live = self._live()
-            if any(node not in live for node in handle.nodes):
-                return NODE_LOST
-            return -1 if time.monotonic() - gone > NODE_VERDICT_S else None
+            if lost := self._lost_nodes(handle):
+                return NodeLost(lost)
+            return Vanished() if time.monotonic() - gone > NODE_VERDICT_S else Running()
         if any(code is None for code in codes):
             if any(code for code in codes if code is not None):
                 self.stop(handle)  # a rank failed: its peers would wait on it in a collective
-            return None
-        return next((code for code in codes if code), 0)
+            return Running()
+        failed = next((code for code in codes if code), 0)
+        return Exited.of(failed)
+
+    def _lost_nodes(self, handle: AttemptHandle) -> tuple[str, ...]:
+        live = self._live()
+        return tuple(node for node in handle.nodes if node not in live)
 
     def stop(self, handle: AttemptHandle, *, force: bool = False) -> None:
         actors = self._group(handle) or []

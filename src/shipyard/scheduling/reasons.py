@@ -32,6 +32,8 @@ class Reason(StrEnum):
     """Preempted by the policy; it resumes from its checkpoint."""
     NODE_LOST = "node_lost"
     """Its last attempt lost a node; it resumes from its last stored checkpoint elsewhere."""
+    NODES_DOWN = "nodes_down"
+    """Only nodes the cluster knows but has lost (down) could run it: it waits for them."""
     CORDONED = "cordoned"
     """Leased on a node that is unfit for new work (low disk, a failing GPU)."""
     RESTARTING = "restarting"

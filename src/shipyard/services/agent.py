@@ -25,7 +25,18 @@ from shipyard import audit
 from shipyard.db import Attempt, Job, Metric, rows_changed
 from shipyard.domain import ExitReason, JobState
 from shipyard.domain.transitions import job_transition
-from shipyard.executors.base import NODE_LOST, AttemptHandle, Busy, Request, Unplaceable
+from shipyard.executors.base import (
+    AttemptHandle,
+    Busy,
+    Exited,
+    NodeInventory,
+    NodeLost,
+    Request,
+    Running,
+    Unplaceable,
+    Vanished,
+    Waiting,
+)
 from shipyard.scheduling.reasons import Pending, Reason
 from shipyard.schemas.jobspec import stored_job_spec
 from shipyard.schemas.launch import (
@@ -71,9 +82,10 @@ class Pass:
 def tick(ctx: ServiceContext, agent_id: str) -> Pass:
     """One pass of the agent over every queued and running job."""
     started = time.perf_counter()
+    known = list(ctx.executor.known_nodes())  # the pass's one read of the inventory
     # This machine's own health (a cluster's nodes are the cluster's to judge).
     problems = telemetry.node_problems(ctx) if ctx.executor.shares_run_folders else []
-    cordoned = {node.id: problems for node in ctx.executor.nodes()} if problems else {}
+    cordoned = {node.id: problems for node in known if node.up} if problems else {}
     with ctx.db.transaction() as session:
         for attempt in _running(ctx, session):
             _collect(ctx, session, attempt)
@@ -84,7 +96,7 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
             if handle_of(ctx, attempt).node in cordoned and ctx.settings.unhealthy_node == "drain":
                 _preempt(ctx, attempt, utcnow())
         scheduling = time.perf_counter()
-        live = _start_leased(ctx, session, agent_id, cordoned)
+        live = _start_leased(ctx, session, agent_id, known, cordoned)
         done = time.perf_counter()
     telemetry.record_pass(
         ctx, agent_id, pass_s=done - started, schedule_s=done - scheduling, problems=problems
@@ -103,21 +115,25 @@ def _running(ctx: ServiceContext, session: Session) -> list[Attempt]:
 
 def handle_of(ctx: ServiceContext, attempt: Attempt) -> AttemptHandle:
     """How the executor knows the attempt; one that recorded no node ran on the agent's machine."""
-    node = attempt.node or ctx.executor.nodes()[0].id
-    return AttemptHandle(node=node, handle=attempt.handle or str(attempt.pid), pid=attempt.pid)
+    nodes = attempt.node or ctx.executor.nodes()[0].id
+    return AttemptHandle.recorded(nodes, attempt.handle or str(attempt.pid), attempt.pid)
 
 
 WAITING = Pending(Reason.WAITING, "waiting for the scheduler")
 
 
 def _start_leased(
-    ctx: ServiceContext, session: Session, agent_id: str, cordoned: dict[str, list[str]]
+    ctx: ServiceContext,
+    session: Session,
+    agent_id: str,
+    known: list[NodeInventory],
+    cordoned: dict[str, list[str]],
 ) -> dict[str, LiveJob]:
     """Ask the scheduler which jobs run now; start those it leases (unless on a ``cordoned``
     node), preempt those it drops (once they held their devices for a round), and tell every
     waiting job why it waits. Returns the live jobs as the scheduler read them."""
     now = utcnow()
-    decision, rows = plan_round(ctx, session, now)
+    decision, rows = plan_round(ctx, session, now, known)
     plan = decision.plan
     busy: dict[str, Busy] = {}
     for attempt in _running(ctx, session):
@@ -340,25 +356,30 @@ def _keep_stacks(attempt: Attempt, stacks: str) -> None:
 def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -> None:
     assert _launched(attempt)
     handle = handle_of(ctx, attempt)
-    exit_code = ctx.executor.poll(handle)
-    if exit_code is None:
+    status = ctx.executor.status(handle)
+    if isinstance(status, Waiting):
+        waiting = {**(attempt.health or {}), "waiting": status.reason}
+        if waiting != attempt.health:
+            attempt.health = waiting
+        return
+    if isinstance(status, Running):
         return
     _WATCHED.pop(_watch_key(attempt), None)
-    if exit_code != NODE_LOST:
+    if not isinstance(status, NodeLost):
         _collect(ctx, session, attempt)  # what was written between the last look and the exit
     ctx.executor.release(handle)
     job = attempt.job
     result_path = Path(job.run_dir) / RESULT_FILE
     result = AttemptResult.model_validate_json(result_path.read_text()) if result_path.exists() else None
     parent_saw = _exit_record(job, attempt)
-    if exit_code == -1 and parent_saw is not None:  # adopted: its parent waited for it
-        exit_code = parent_saw.exit_code
-    attempt.exit_code = exit_code
+    if isinstance(status, Vanished) and parent_saw is not None:  # adopted: its parent waited for it
+        status = Exited.of(parent_saw.exit_code)
+    attempt.exit_code = status.exit_code if isinstance(status, Exited) else None
     attempt.finished_at = utcnow()
     if result is not None and result.checkpoint and result.status != "completed":
         # The next attempt, here or elsewhere, resumes from it.
         record_checkpoint(session, job, Path(result.checkpoint), result.step)
-    ended = _how_it_ended(ctx, job, attempt, exit_code, result, parent_saw)
+    ended = _how_it_ended(ctx, job, attempt, status, result, parent_saw)
     attempt.state, attempt.exit_reason = ended.attempt_state, ended.attempt_reason
     record_measurements(session, job, attempt)
     after = None
@@ -385,7 +406,7 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
         "job.finish",
         f"job/{job.id}",
         outcome=attempt.exit_reason or attempt.state,
-        detail={"attempt": attempt.number, "exit_code": exit_code, "job_state": job.state},
+        detail={"attempt": attempt.number, "exit_code": attempt.exit_code, "job_state": job.state},
     )
 
 
@@ -416,13 +437,13 @@ def _how_it_ended(
     ctx: ServiceContext,
     job: Job,
     attempt: Attempt,
-    exit_code: int,
+    status: Exited | Vanished | NodeLost,
     result: AttemptResult | None,
     parent_saw: ExitRecord | None = None,
 ) -> _Ended:
     hint = f"see `shipyard jobs logs {job.id}`; resubmit with --resume to continue from its last checkpoint"
-    if exit_code == NODE_LOST:
-        lost = f"a node of its attempt ({attempt.node}) left the cluster"
+    if isinstance(status, NodeLost):
+        lost = f"a node of its attempt ({', '.join(status.nodes)}) left the cluster"
         return _Ended(JobState.FAILED, ExitReason.NODE_LOST, JobState.FAILED, lost, hint)
     if attempt.exit_reason == ExitReason.HANG:  # the agent stopped it (see _watch)
         hung = (attempt.health or {}).get("hang")
@@ -443,8 +464,9 @@ def _how_it_ended(
         killed = f"did not stop within {ctx.settings.cancel_grace_s:g}s of SIGTERM and was killed"
         return _Ended(JobState.CANCELLED, ExitReason.KILLED, JobState.CANCELLED, killed)
     # No result: the process (or a rank under torchrun, which then exits non-zero) was killed.
-    if exit_code == -1:
-        return _Ended(JobState.FAILED, ExitReason.LOST, JobState.FAILED, _describe_exit(exit_code), hint)
+    if isinstance(status, Vanished):
+        unseen = "the training process ended while no agent watched it; its exit status is unknown"
+        return _Ended(JobState.FAILED, ExitReason.LOST, JobState.FAILED, unseen, hint)
     if parent_saw is not None and parent_saw.signal == "SIGKILL" and parent_saw.oom_kills:
         # The kernel's OOM killer: on a CPU the host's memory is the device's, and a smaller
         # micro-batch is the cure; on a GPU it is the host's own (data loading, pinned buffers).
@@ -455,7 +477,7 @@ def _how_it_ended(
         )
         reason = ExitReason.OOM if attempt.accelerator_type == "cpu" else ExitReason.SIGNAL
         return _Ended(JobState.FAILED, reason, JobState.FAILED, oom, hint)
-    return _Ended(JobState.FAILED, ExitReason.SIGNAL, JobState.FAILED, _describe_exit(exit_code), hint)
+    return _Ended(JobState.FAILED, ExitReason.SIGNAL, JobState.FAILED, _describe_exit(status), hint)
 
 
 _FAILURES = {"oom": ExitReason.OOM, "collective": ExitReason.COLLECTIVE}
@@ -465,16 +487,15 @@ def _launched(attempt: Attempt) -> bool:
     return attempt.handle is not None or attempt.pid is not None
 
 
-def _describe_exit(code: int) -> str:
-    if code < -1:
+def _describe_exit(status: Exited) -> str:
+    if status.signal is not None:
         try:
-            name = f"{signal.Signals(-code).name} (signal {-code})"
+            name = f"{signal.Signals(status.signal).name} (signal {status.signal})"
         except ValueError:
-            name = f"signal {-code}"
+            name = f"signal {status.signal}"
         return (
             f"the training process was killed by {name}, which Shipyard did not send, before it "
             "reported a result"
         )
-    if code == -1:
-        return "the training process ended while no agent watched it; its exit status is unknown"
+    code = status.code
     return f"the training process exited with code {code} without reporting a result (a rank was killed)"

@@ -4,6 +4,7 @@ checkpoint to resume from, the data roots it may read), then the executor's laun
 from __future__ import annotations
 
 import shutil
+from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import select
@@ -13,7 +14,9 @@ from shipyard import audit
 from shipyard.db import Artifact, Attempt, Job
 from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
+from shipyard.errors import LaunchFailed
 from shipyard.executors.base import Placement
+from shipyard.scheduling.reasons import Reason
 from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, stored_job_spec, validate_job_spec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
@@ -27,6 +30,9 @@ from shipyard.schemas.launch import (
 from shipyard.services import data_roots, model_sources, storage
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import planned_layout
+
+LAUNCH_RETRY_S = 30.0
+"""How long a job whose launch failed for a passing cause waits before it is tried again."""
 
 
 def _with_fetched_data(ctx: ServiceContext, job: Job) -> tuple[JobSpec, dict[str, str]]:
@@ -122,13 +128,13 @@ def launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> N
     metrics = run_dir / METRICS_FILE
     try:
         launched = ctx.executor.launch(placed, run_dir, log_path)
-    except OSError as exc:  # the job cannot start at all: say why instead of retrying forever
-        job.move(
-            JobState.FAILED,
-            exit_reason=ExitReason.ERROR,
-            message=f"could not start the training process: {exc}",
-            hint="check that Shipyard's training extra is installed: pip install 'shipyard[train]'",
-        )
+    except LaunchFailed as exc:
+        if exc.transient:  # the job waits, saying why, and the next passes try again
+            again = f"{exc.message}; tried again in {LAUNCH_RETRY_S:g}s"
+            job.move(JobState.QUEUED, pending_reason=again, pending_code=Reason.UNPLACEABLE)
+            job.restart_at = utcnow() + timedelta(seconds=LAUNCH_RETRY_S)
+        else:  # it cannot start at all: say why instead of retrying forever
+            job.move(JobState.FAILED, exit_reason=ExitReason.ERROR, message=exc.message, hint=exc.hint)
         return
     ids = list(placed.device_ids) if placed.accelerator_type != "cpu" else list(placed.core_ids)
     job.attempts.append(
@@ -139,7 +145,7 @@ def launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> N
             device_ids=ids,
             threads_per_process=placed.threads_per_process,
             pid=launched.pid,
-            node=launched.node,
+            node=launched.stored_nodes,
             handle=launched.handle,
             agent_id=agent_id,
             log_path=str(log_path),

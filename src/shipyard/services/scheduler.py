@@ -9,7 +9,7 @@ has run on a type. Quotas are the queue configuration in force (``services/queue
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -92,7 +92,8 @@ def snapshot(
     ):
         attempts.setdefault(attempt.job_id, []).append(attempt)
     peaks = _peaks(devices_of(inventory))
-    home = inventory[0].id  # where attempts that recorded no node ran: the agent's own machine
+    # Where attempts that recorded no node ran: the agent's own machine.
+    home = inventory[0].id if inventory else ""
     last_steps = _last_steps(session, list(attempts))
     measured = _measured_rates(session, list(attempts))
     packed: dict[tuple[str, int, str], float] = {}
@@ -207,10 +208,13 @@ def _rates(job: Submitted, peaks: dict[str, float], measured: dict[str, float]) 
     return rates
 
 
-def plan_round(ctx: ServiceContext, session: Session, now: datetime) -> tuple[Decision, dict[str, LiveJob]]:
+def plan_round(
+    ctx: ServiceContext, session: Session, now: datetime, known: Sequence[NodeInventory] | None = None
+) -> tuple[Decision, dict[str, LiveJob]]:
     """The scheduler's decision for the executor's nodes now (a fresh cycle: the policy is
-    solved on every pass)."""
-    inventory = list(ctx.executor.nodes())
+    solved on every pass), over ``known`` nodes when the caller read them already."""
+    known = list(ctx.executor.known_nodes()) if known is None else known
+    inventory = [node for node in known if node.up]
     jobs, nodes, throughputs, rows = snapshot(session, inventory, now, ctx.submitted_jobs)
     queues = load_queues(session, ctx.settings.home, capacity_of(inventory))
     cycle = Cycle(
@@ -219,7 +223,33 @@ def plan_round(ctx: ServiceContext, session: Session, now: datetime) -> tuple[De
         round_s=ctx.settings.round_s,
         prices=_prices(hardware_catalog(ctx.settings), {node.accelerator_type for node in nodes}),
     )
-    return cycle.run(jobs, nodes, throughputs, now_s=now.timestamp()), rows
+    decision = cycle.run(jobs, nodes, throughputs, now_s=now.timestamp())
+    down = [node for node in known if not node.up]
+    return _waiting_for_down_nodes(decision, down, rows), rows
+
+
+_NEVER_ON_THESE_NODES = (Reason.NO_SUCH_ACCELERATOR, Reason.GANG_TOO_LARGE, Reason.INSUFFICIENT_MEMORY)
+
+
+def _waiting_for_down_nodes(
+    decision: Decision, down: Sequence[NodeInventory], rows: Mapping[str, LiveJob]
+) -> Decision:
+    """A job that no node up could ever run, while nodes with its accelerator types are down,
+    waits for them and says so (a node that restarts is not a reason to refuse the job)."""
+    if not down:
+        return decision
+    reasons = dict(decision.plan.pending_reasons)
+    for job_id, reason in decision.plan.pending_reasons.items():
+        wanted = set(rows[job_id].submitted.accelerator_types)
+        named = sorted(node.id for node in down if wanted & node.capacity().keys())
+        if reason.code in _NEVER_ON_THESE_NODES and named:
+            reasons[job_id] = Pending(
+                Reason.NODES_DOWN,
+                f"{reason.message}; node{'s' * (len(named) > 1)} {', '.join(named)} with its "
+                "accelerator type is down: it waits for it to rejoin",
+            )
+    plan = dataclasses.replace(decision.plan, pending_reasons=reasons)
+    return dataclasses.replace(decision, plan=plan)
 
 
 def _prices(rows: Mapping[str, AcceleratorSpec], accelerator_types: set[str]) -> dict[str, float]:
