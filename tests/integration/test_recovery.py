@@ -218,3 +218,21 @@ def _training_process(parent: int) -> int:
     """The training process of a one-process attempt: the only child of the attempt's parent."""
     [child] = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
     return int(child)
+
+
+def test_a_job_whose_record_keeps_failing_the_pass_is_set_aside_and_the_others_run(
+    cli: Cli, tmp_path: Path
+) -> None:
+    cli.env["SHIPYARD_FAULTS"] = json.dumps({"slow_rank": 0, "slow_s": 0.05})
+    damaged = cli.json("jobs", "submit", str(write_spec(tmp_path, "damaged", training={"steps": 400})))
+    cli.wait_for(damaged["id"], lambda j: j["step"] >= 2)
+    # Its disk damaged: the metrics file the agent reads is a folder now, on every pass.
+    metrics = Path(damaged["run_dir"]) / "metrics.jsonl"
+    metrics.unlink()
+    metrics.mkdir()
+    del cli.env["SHIPYARD_FAULTS"]
+    other = cli.json("jobs", "submit", str(write_spec(tmp_path, "other")), "--wait")
+    assert other["state"] == "succeeded", other
+    [attempt] = cli.json("jobs", "show", damaged["id"])["attempts"]
+    assert "IsADirectoryError" in attempt["health"]["quarantined"]
+    assert "set aside for 600s after 3 passes in a row" in attempt["health"]["quarantined"]

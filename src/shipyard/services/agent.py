@@ -8,18 +8,20 @@ their own.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import signal
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 
 from shipyard import audit
 from shipyard.db import Attempt, Job, Metric, rows_changed
@@ -38,7 +40,7 @@ from shipyard.executors.base import (
     Waiting,
 )
 from shipyard.scheduling.reasons import Pending, Reason
-from shipyard.schemas.jobspec import stored_job_spec
+from shipyard.schemas.jobspec import JobSpec, stored_job_spec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     EXIT_FILE,
@@ -86,20 +88,32 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
     # This machine's own health (a cluster's nodes are the cluster's to judge).
     problems = telemetry.node_problems(ctx) if ctx.executor.shares_run_folders else []
     cordoned = {node.id: problems for node in known if node.up} if problems else {}
-    with ctx.db.transaction() as session:
-        for attempt in _running(ctx, session):
-            _collect(ctx, session, attempt)
-            _finish_if_exited(ctx, session, attempt)
-        for attempt in _running(ctx, session):
-            _stop_if_cancelled(ctx, attempt)
-            _watch(ctx, attempt)
-            if handle_of(ctx, attempt).node in cordoned and ctx.settings.unhealthy_node == "drain":
-                _preempt(ctx, attempt, utcnow())
-        scheduling = time.perf_counter()
-        live = _start_leased(ctx, session, agent_id, known, cordoned)
-        done = time.perf_counter()
+    try:
+        with ctx.db.transaction() as session:
+            running = _running(ctx, session)
+            watched = [a for a in running if not _quarantine.holds(a.id)]
+            for attempt in watched:
+                with _quarantine.blaming(attempt.id):
+                    _collect(ctx, session, attempt)
+                    _finish_if_exited(ctx, session, attempt)
+            running = [a for a in running if a.state == JobState.RUNNING]
+            for attempt in (a for a in watched if a.state == JobState.RUNNING):
+                with _quarantine.blaming(attempt.id):
+                    _stop_if_cancelled(ctx, attempt)
+                    _watch(ctx, attempt)
+                    if handle_of(ctx, attempt).node in cordoned and ctx.settings.unhealthy_node == "drain":
+                        _preempt(ctx, attempt, utcnow())
+            scheduling = time.perf_counter()
+            # A set-aside attempt still holds its devices: ``running``, not ``watched``.
+            live = _start_leased(ctx, session, agent_id, running, known, cordoned)
+            done = time.perf_counter()
+    except Exception:
+        with contextlib.suppress(Exception):  # the pass's own error is the one to report
+            _quarantine.record(ctx)
+        raise
+    _quarantine.cleared(a.id for a in watched)
     telemetry.record_pass(
-        ctx, agent_id, pass_s=done - started, schedule_s=done - scheduling, problems=problems
+        ctx, agent_id, pass_s=done - started, schedule_s=done - scheduling, problems=problems, nodes=known
     )
     # The jobs as this pass's scheduling read them: a job it launched shows as running from the
     # next pass on, which then polls fast once more.
@@ -107,9 +121,79 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
     return Pass(active=bool(live), fingerprint=seen)
 
 
+QUARANTINE_AFTER = 3
+"""Passes in a row an attempt's record may make fail before the agent sets it aside."""
+QUARANTINE_S = 600.0
+"""How long an attempt stays set aside before the agent looks at it again."""
+
+
+class Quarantine:
+    """Attempts whose records keep making the pass fail (a damaged run folder, a record no code
+    path expected): after ``QUARANTINE_AFTER`` failed passes in a row the agent sets the attempt
+    aside for ``QUARANTINE_S``, writes why into its health, and the other jobs proceed."""
+
+    def __init__(self) -> None:
+        self._failures: dict[int, tuple[int, str]] = {}
+        self._until: dict[int, float] = {}
+        self._unrecorded: set[int] = set()
+
+    def holds(self, attempt_id: int) -> bool:
+        return self._until.get(attempt_id, 0.0) > time.monotonic()
+
+    @contextlib.contextmanager
+    def blaming(self, attempt_id: int) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            failures = self._failures.get(attempt_id, (0, ""))[0] + 1
+            error = f"{type(exc).__name__}: {exc}"
+            self._failures[attempt_id] = (failures, error)
+            if failures >= QUARANTINE_AFTER:
+                self._until[attempt_id] = time.monotonic() + QUARANTINE_S
+                self._unrecorded.add(attempt_id)
+                _log.error(
+                    "attempt %s made %d passes fail in a row (%s): set aside for %gs",
+                    attempt_id, failures, error, QUARANTINE_S,
+                )  # fmt: skip
+            raise
+
+    def cleared(self, attempt_ids: Iterable[int]) -> None:
+        """A pass went through: these attempts' records no longer raise."""
+        for attempt_id in attempt_ids:
+            self._failures.pop(attempt_id, None)
+            self._until.pop(attempt_id, None)
+
+    def record(self, ctx: ServiceContext) -> None:
+        """Why each newly set-aside attempt is, in its health (``jobs show``), in a transaction of
+        its own: the failed pass's was rolled back."""
+        if not self._unrecorded:
+            return
+        with ctx.db.transaction() as session:
+            for attempt_id in self._unrecorded:
+                attempt = session.get(Attempt, attempt_id)
+                if attempt is not None:
+                    failures, error = self._failures[attempt_id]
+                    attempt.health = {
+                        **(attempt.health or {}),
+                        "quarantined": f"set aside for {QUARANTINE_S:g}s after {failures} passes in a row "
+                        f"failed on its record: {error}",
+                    }
+        self._unrecorded.clear()
+
+
+_quarantine = Quarantine()
+"""One agent loop runs in a process: its attempts set aside."""
+
+
 def _running(ctx: ServiceContext, session: Session) -> list[Attempt]:
-    """Running attempts on the executor's nodes (those of other executors are theirs to watch)."""
-    attempts = session.scalars(select(Attempt).where(Attempt.state == JobState.RUNNING))
+    """Running attempts on the executor's nodes (those of other executors are theirs to watch),
+    with their jobs, in one query (one per attempt took most of a pass over 2,000 of them)."""
+    attempts = session.scalars(
+        select(Attempt)
+        .where(Attempt.state == JobState.RUNNING)
+        # A job's spec and estimate are large and never change: read when needed (``_spec_of``).
+        .options(joinedload(Attempt.job).defer(Job.spec).defer(Job.estimate))
+    )
     return [a for a in attempts if ctx.executor.runs(handle_of(ctx, a))]
 
 
@@ -126,6 +210,7 @@ def _start_leased(
     ctx: ServiceContext,
     session: Session,
     agent_id: str,
+    running: list[Attempt],
     known: list[NodeInventory],
     cordoned: dict[str, list[str]],
 ) -> dict[str, LiveJob]:
@@ -136,12 +221,14 @@ def _start_leased(
     decision, rows = plan_round(ctx, session, now, known)
     plan = decision.plan
     busy: dict[str, Busy] = {}
-    for attempt in _running(ctx, session):
+    for attempt in running:
         busy.setdefault(handle_of(ctx, attempt).node, Busy()).hold(
             attempt.accelerator_type, attempt.device_ids
         )
+    running_of = {attempt.job_id: attempt for attempt in running}
     for job_id in plan.preempted:
-        _preempt_if_due(ctx, session.get_one(Job, job_id), now)
+        if job_id in running_of:
+            _preempt_if_due(ctx, running_of[job_id], now)
     queued = sorted(
         (r for r in rows.values() if r.state == JobState.QUEUED),
         key=lambda r: (r.submitted.submitted_at, r.id),
@@ -189,11 +276,8 @@ _SET_REASON = (
 )
 
 
-def _preempt_if_due(ctx: ServiceContext, job: Job, now: datetime) -> None:
-    """Preempt the job's attempt once it held its devices a round."""
-    attempt = next((a for a in job.attempts if a.state == JobState.RUNNING), None)
-    if attempt is None:
-        return
+def _preempt_if_due(ctx: ServiceContext, attempt: Attempt, now: datetime) -> None:
+    """Preempt the attempt once it held its devices a round."""
     if (now - aware(attempt.started_at)).total_seconds() >= ctx.settings.round_s:
         _preempt(ctx, attempt, now)
 
@@ -224,6 +308,9 @@ def _claim(session: Session, job: Job) -> bool:
         update(Job)
         .where(Job.id == job.id, Job.state == JobState.QUEUED, Job.cancel_requested.is_(False))
         .values(**job_transition(JobState.QUEUED, JobState.RUNNING, at=utcnow()))
+        # The job is refreshed below: matching the update against every object of the session
+        # (thousands in a pass) would only cost time.
+        .execution_options(synchronize_session=False)
     )
     session.refresh(job)
     return rows_changed(claimed)
@@ -257,25 +344,38 @@ def _ingest_metrics(session: Session, attempt: Attempt) -> None:
             record = json.loads(line)
             if not isinstance(record, dict):
                 raise ValueError("not an object")
-        except ValueError:  # half a line a killed attempt left: one record lost, not the agent
+            kind, step = record.get("kind", "train"), record.get("step", 0)
+            if not (isinstance(kind, str) and len(kind) <= 32):
+                raise ValueError("kind is not a short string")
+            if not (isinstance(step, int) and 0 <= step < 2**62):
+                raise ValueError("step is not a step number")
+            figures = {key: _figure(record.get(key)) for key in ("loss", "tokens_per_s", "mfu")}
+        except ValueError:  # half a line a killed attempt left, or a damaged one: one record lost
             if line.strip():
                 _log.warning(
-                    "job %s: a metrics line is not a JSON object, skipped: %.80r", attempt.job_id, line
+                    "job %s: a metrics line is not a record of the runtime, skipped: %.80r",
+                    attempt.job_id,
+                    line,
                 )
             continue
         session.add(
             Metric(
-                job_id=attempt.job_id,
-                attempt_id=attempt.id,
-                kind=record.get("kind", "train"),
-                step=record.get("step", 0),
-                loss=record.get("loss"),
-                tokens_per_s=record.get("tokens_per_s"),
-                mfu=record.get("mfu"),
-                values=record,
+                job_id=attempt.job_id, attempt_id=attempt.id, kind=kind, step=step, values=record, **figures
             )
         )
     attempt.metrics_offset += len(complete)
+
+
+def _figure(value: object) -> float | None:
+    """A metric's number as the database keeps it (None where the runtime logged none)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{value!r} is not a number")
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{value!r} is out of range") from None
 
 
 def _stop_if_cancelled(ctx: ServiceContext, attempt: Attempt) -> None:
@@ -307,7 +407,7 @@ def _watch(ctx: ServiceContext, attempt: Attempt) -> None:
         if (now - aware(attempt.signalled_at)).total_seconds() >= HANG_DUMP_S:
             ctx.executor.stop(handle_of(ctx, attempt), force=True)
         return
-    spec = stored_job_spec(job.spec)
+    spec = _spec_of(job)
     beats = Heartbeat.read_all(Path(job.run_dir))
     looked = time.monotonic()
     silence = _WATCHED.setdefault(_watch_key(attempt), recovery.Silence(since=looked))
@@ -328,6 +428,16 @@ def _watch(ctx: ServiceContext, attempt: Attempt) -> None:
         attempt.exit_reason, attempt.signalled_at = ExitReason.HANG, now
     if health != attempt.health:
         attempt.health = health
+
+
+_SPECS: dict[str, JobSpec] = {}
+"""The specs of the running jobs this agent process watches, parsed once (a spec never changes)."""
+
+
+def _spec_of(job: Job) -> JobSpec:
+    if job.id not in _SPECS:
+        _SPECS[job.id] = stored_job_spec(job.spec)
+    return _SPECS[job.id]
 
 
 _WATCHED: dict[str, recovery.Silence] = {}
@@ -365,6 +475,7 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
     if isinstance(status, Running):
         return
     _WATCHED.pop(_watch_key(attempt), None)
+    _SPECS.pop(attempt.job_id, None)
     if not isinstance(status, NodeLost):
         _collect(ctx, session, attempt)  # what was written between the last look and the exit
     ctx.executor.release(handle)

@@ -10,14 +10,15 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from shipyard.db import AgentStatus, Attempt, Job
 from shipyard.db.tables import utcnow
 from shipyard.domain import JobState
-from shipyard.hardware import Device, VendorQueries
+from shipyard.executors import NodeInventory
+from shipyard.hardware import VendorQueries
 from shipyard.hardware.health import disk_problems
 from shipyard.services.context import ServiceContext
 
@@ -36,40 +37,63 @@ def node_problems(ctx: ServiceContext) -> list[str]:
 
 
 def record_pass(
-    ctx: ServiceContext, agent_id: str, *, pass_s: float, schedule_s: float, problems: Sequence[str] = ()
+    ctx: ServiceContext,
+    agent_id: str,
+    *,
+    pass_s: float,
+    schedule_s: float,
+    problems: Sequence[str] = (),
+    nodes: Sequence[NodeInventory] | None = None,
 ) -> None:
-    """Overwrite this node's status with what the pass just did. In a transaction of its own,
-    after the pass's: losing a race for the row (two agents of one host sharing a database)
-    costs one report, never the pass."""
+    """Overwrite the status of each node up (``nodes``, as the pass read them) with what the pass
+    just did, in a few statements however many nodes. In a transaction of its own, after the
+    pass's: losing a race for a row (two agents of one host sharing a database) costs one
+    report, never the pass."""
     queries = ctx.vendor_queries or VendorQueries()
     utilization = {str(index): round(busy, 4) for index, busy in queries.utilization().items()}
+    up = [node for node in (ctx.executor.nodes() if nodes is None else nodes) if node.up]
+    now = utcnow()
     try:
         with ctx.db.transaction() as session:
-            for inventory in ctx.executor.nodes():
-                node = inventory.id
-                status = session.get(AgentStatus, node) or AgentStatus(node=node)
-                status.agent_id, status.last_pass_at = agent_id, utcnow()
-                status.pass_s, status.schedule_s = pass_s, schedule_s
-                status.devices = _devices(inventory.devices, session)
-                status.utilization = utilization or None
-                status.problems = list(problems) or None
-                session.add(status)
+            held = _held_by_node(session)
+            rows = [
+                {
+                    "node": node.id, "agent_id": agent_id, "last_pass_at": now, "pass_s": pass_s,
+                    "schedule_s": schedule_s, "devices": _devices(node, held.get(node.id, {})),
+                    "utilization": utilization or None, "problems": list(problems) or None,
+                }
+                for node in up
+            ]  # fmt: skip
+            ids = [row["node"] for row in rows]
+            known = set(session.scalars(select(AgentStatus.node).where(AgentStatus.node.in_(ids))))
+            if fresh := [row for row in rows if row["node"] not in known]:
+                session.execute(insert(AgentStatus), fresh)
+            if seen := [row for row in rows if row["node"] in known]:
+                session.execute(update(AgentStatus), seen)  # one UPDATE by key, many rows
     except IntegrityError:
         _log.info("another agent reported for this node at the same moment; this pass's report is dropped")
 
 
-def _devices(devices: Sequence[Device], session: Session) -> dict[str, dict[str, int]]:
-    totals: dict[str, dict[str, int]] = {}
-    for device in devices:
-        size = device.cores if device.accelerator_type == "cpu" else 1
-        entry = totals.setdefault(device.accelerator_type, {"total": 0, "in_use": 0})
-        entry["total"] += size
-    running = session.execute(
-        select(Attempt.accelerator_type, Attempt.device_ids).where(Attempt.state == JobState.RUNNING)
+def _held_by_node(session: Session) -> dict[str, dict[str, int]]:
+    """Devices (cores for ``cpu``) the running attempts hold, per node and type: one query."""
+    held: dict[str, dict[str, int]] = {}
+    running = select(Attempt.node, Attempt.accelerator_type, Attempt.device_ids).where(
+        Attempt.state == JobState.RUNNING
     )
-    for accelerator_type, device_ids in running:
-        entry = totals.setdefault(accelerator_type, {"total": 0, "in_use": 0})
-        entry["in_use"] += len(device_ids)
+    for nodes, accelerator_type, device_ids in session.execute(running):
+        for node in (nodes or "").split(","):
+            counts = held.setdefault(node, {})
+            counts[accelerator_type] = counts.get(accelerator_type, 0) + len(device_ids)
+    return held
+
+
+def _devices(node: NodeInventory, held: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Per type, the node's devices and those in use: as its engine counts them where it does
+    (a cluster shared with others), else as the running attempts hold them."""
+    in_use = node.in_use or held
+    totals = {kind: {"total": count, "in_use": 0} for kind, count in node.capacity().items()}
+    for kind, count in in_use.items():
+        totals.setdefault(kind, {"total": 0, "in_use": 0})["in_use"] = count
     return totals
 
 
