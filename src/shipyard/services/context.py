@@ -15,8 +15,9 @@ from shipyard.domain.actor import Actor
 from shipyard.domain.clock import SYSTEM_CLOCK, Clock
 from shipyard.domain.paths import make_private
 from shipyard.errors import InvalidSpec
-from shipyard.executors import Executor, LocalExecutor, devices_of
-from shipyard.hardware import Device, VendorQueries, discover
+from shipyard.executors import Executor, devices_of
+from shipyard.executors.registry import engine_named
+from shipyard.hardware import Device, VendorQueries
 from shipyard.services.submitted_jobs import SubmittedJobs
 from shipyard.services.verified_tokens import VerifiedTokens
 from shipyard.settings import Settings
@@ -63,18 +64,10 @@ class ServiceContext:
 
     @functools.cached_property
     def executor(self) -> Executor:
-        if self.settings.executor == "ray":
+        engine = engine_named(self.settings.executor)
+        if engine.shared_store:
             _refuse_local_store(self.settings)
-            from shipyard.executors.ray_executor import RayExecutor
-
-            return RayExecutor(self.settings.ray_address)
-        if self.settings.executor != "local":
-            raise InvalidSpec(
-                f"unknown executor {self.settings.executor!r}",
-                hint="set SHIPYARD_EXECUTOR to local (this machine) or ray (a Ray cluster)",
-            )
-        # Discovery may import torch or NVML: only pay for it in commands that place work.
-        return LocalExecutor(lambda: discover(self.vendor_queries))
+        return engine.make(self.settings, self.vendor_queries)
 
     def devices(self) -> list[Device]:
         """Every device of the executor's nodes."""
@@ -98,10 +91,10 @@ def _refuse_local_store(settings: Settings) -> None:
     backend = storage_config.load(settings.home).backend
     if backend != "s3":
         raise InvalidSpec(
-            f"the Ray executor needs an artifact store every node sees, but storage.yaml in "
-            f"{settings.home} says backend: {backend}",
+            f"the {settings.executor} executor needs an artifact store every node sees, but "
+            f"storage.yaml in {settings.home} says backend: {backend}",
             hint="point the store at an S3-compatible service (SeaweedFS, MinIO, Ceph): "
-            "backend: s3 with an s3: section (see docs/storage.md)",
+            "backend: s3 with an s3: section (README: Artifact storage)",
         )
 
 
