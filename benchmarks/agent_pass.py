@@ -119,6 +119,10 @@ class AdvertisedNodes:
         return Unplaceable("no node of the type", transient=True)
 
     @_counted
+    def expected_handle(self, placement: Placement, run_dir: Path) -> AttemptHandle:
+        return AttemptHandle(nodes=placement.nodes, handle=f"{HANDLE}{run_dir.name}")
+
+    @_counted
     def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> AttemptHandle:
         return AttemptHandle(nodes=placement.nodes, handle=f"{HANDLE}{run_dir.name}")
 

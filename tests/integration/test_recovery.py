@@ -236,3 +236,44 @@ def test_a_job_whose_record_keeps_failing_the_pass_is_set_aside_and_the_others_r
     [attempt] = cli.json("jobs", "show", damaged["id"])["attempts"]
     assert "IsADirectoryError" in attempt["health"]["quarantined"]
     assert "set aside for 600s after 3 passes in a row" in attempt["health"]["quarantined"]
+
+
+@pytest.mark.parametrize(
+    ("boundary", "attempts"),
+    [
+        ("claimed", ["completed"]),  # nothing committed: the next agent claims it again
+        ("attempt_recorded", ["lost", "completed"]),  # recorded, never started: found gone, retried
+        ("engine_accepted", ["completed"]),  # started, its pid not recorded: found by its folder
+        ("outcome_recorded", ["completed"]),  # all recorded: adopted
+    ],
+)
+def test_an_agent_killed_at_each_boundary_of_a_launch_loses_no_job_and_starts_none_twice(
+    tmp_path: Path, db_url: str, boundary: str, attempts: list[str]
+) -> None:
+    from shipyard.services.launching import CRASH_ENV
+
+    cli = Cli(tmp_path / "home")
+    cli.env.update({"SHIPYARD_DB_URL": db_url, CRASH_ENV: boundary})
+    try:
+        job = cli.json("jobs", "submit", str(write_spec(tmp_path, restarts=QUICK)))
+        done = cli.wait_for(job["id"], _done, timeout=300)
+        assert (cli.home / f".crashed-at-{boundary}").exists()  # the agent did die there
+        assert done["state"] == "succeeded", done
+        assert [a["exit_reason"] for a in done["attempts"]] == attempts
+        assert [j["id"] for j in cli.json("jobs", "list")] == [job["id"]]
+        # No training process of the home is left: none was started that no record named.
+        run_dir = done["run_dir"].encode()
+        assert not [
+            proc.name
+            for proc in Path("/proc").glob("[0-9]*")
+            if run_dir in _cmdline(proc) and b"shipyard.training" in _cmdline(proc)
+        ]
+    finally:
+        cli.stop_agent()
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""

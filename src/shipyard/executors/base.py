@@ -249,6 +249,12 @@ class Executor(Protocol):
         ``on`` names when the scheduler chose them."""
         ...
 
+    def expected_handle(self, placement: Placement, run_dir: Path) -> AttemptHandle:
+        """The handle by which this executor finds the attempt whose launch plan is in
+        ``run_dir``, known before it is launched: the agent records it first, so that an agent
+        that dies before ``launch`` returns leaves an attempt the next one can ask about."""
+        ...
+
     def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> AttemptHandle:
         """Start the attempt; ``LaunchFailed`` says whether a later try may succeed."""
         ...

@@ -39,6 +39,8 @@ from shipyard.schemas.launch import TorchDevice
 
 NODE_NAME_ENV = "SHIPYARD_NODE_NAME"
 """This node's id in the inventory and on its attempts (default: the host name)."""
+PLANNED = "planned:"
+"""How a handle recorded before its launch starts: the run folder follows."""
 NODE_LABELS_ENV = "SHIPYARD_NODE_LABELS"
 """Labels of this node, ``rack=r1,zone=a``, shown with its inventory."""
 
@@ -244,6 +246,12 @@ class LocalExecutor:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
+    def expected_handle(self, placement: Placement, run_dir: Path) -> AttemptHandle:
+        """Names the run folder: its attempt's process is found by its command line until the
+        handle ``launch`` returns (process id and start time) is recorded."""
+        del placement
+        return AttemptHandle(nodes=(self.node.id,), handle=f"{PLANNED}{run_dir.resolve()}")
+
     def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> AttemptHandle:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         cores = set(placement.core_ids)
@@ -287,7 +295,10 @@ class LocalExecutor:
         return handle.node == self.node.id
 
     def status(self, handle: AttemptHandle) -> AttemptStatus:
-        pid = _pid_of(handle)[0]
+        found = _pid_of(handle)
+        if found is None:
+            return Vanished()
+        pid = found[0]
         child = self._children.get(pid)
         if child is not None:
             code = child.poll()
@@ -300,23 +311,30 @@ class LocalExecutor:
 
     def _runs_still(self, handle: AttemptHandle) -> bool:
         """Whether the attempt's process runs (and is the one launched, not another with its pid)."""
-        pid, started = _pid_of(handle)
+        found = _pid_of(handle)
+        if found is None:
+            return False
+        pid, started = found
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
         return _alive(pid) and (started is None or _start_time(pid) == started)
 
     def stop(self, handle: AttemptHandle, *, force: bool = False) -> None:
-        pid, started = _pid_of(handle)
+        found = _pid_of(handle)
+        if found is None:
+            return  # nothing runs under that handle
+        pid, started = found
         if started is not None and _start_time(pid) not in (started, None):
             return  # the pid names another process now: never signal it
         # The whole group: ranks outlive a torchrun that died first.
         _signal_group(pid, signal.SIGKILL if force else signal.SIGTERM)
 
     def dump_stacks(self, handle: AttemptHandle) -> str | None:
-        if not self._runs_still(handle):
+        process = _pid_of(handle)
+        if process is None or not self._runs_still(handle):
             return None
-        leader = _pid_of(handle)[0]
+        leader = process[0]
         # The training processes of the leader's group: not the attempt's parent, nor torchrun,
         # which has no handler for SIGUSR1 (it would die of it and leave the ranks unobserved).
         members = [pid for pid in _group_members(leader) if _is_training_rank(pid)] or [leader]
@@ -371,10 +389,29 @@ def _prefer_nvlink_island(free: list[Device], count: int) -> list[Device]:
     return free[:count]
 
 
-def _pid_of(handle: AttemptHandle) -> tuple[int, int | None]:
-    """The process id and start time a handle names (handles of older agents hold the pid only)."""
+def _pid_of(handle: AttemptHandle) -> tuple[int, int | None] | None:
+    """The process id and start time a handle names (handles of older agents hold the pid only);
+    for a handle recorded before its launch, those of the process found running its folder, or
+    None when there is none."""
+    if handle.handle.startswith(PLANNED):
+        return _launched_for(handle.handle.removeprefix(PLANNED))
     pid, _, started = handle.handle.partition("@")
     return int(pid), int(started) if started else None
+
+
+def _launched_for(run_dir: str) -> tuple[int, int | None] | None:
+    """The attempt's parent process (``python -m shipyard.training.parent RUN_DIR``, the leader
+    of its own session) for a run folder, with its start time."""
+    wanted = [b"-m", b"shipyard.training.parent", run_dir.encode()]
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # ended meanwhile
+        fields = stat_fields(int(proc.name))
+        if argv[1:4] == wanted and fields is not None and int(fields[3]) == int(proc.name):
+            return int(proc.name), int(fields[19])
+    return None
 
 
 def _start_time(pid: int) -> int | None:

@@ -216,13 +216,18 @@ class RayExecutor:
 
     # --- attempts ------------------------------------------------------------------------------
 
+    def expected_handle(self, placement: Placement, run_dir: Path) -> AttemptHandle:
+        """Its placement group and actors are named after the job and attempt."""
+        plan = json.loads((run_dir / LAUNCH_FILE).read_text())
+        return AttemptHandle(nodes=placement.nodes, handle=ray_handle(plan["job_id"], plan["attempt"]))
+
     def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> AttemptHandle:
         ray = self.ray
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         plan = json.loads((run_dir / LAUNCH_FILE).read_text())
-        name = ray_handle(plan["job_id"], plan["attempt"])
+        name = self.expected_handle(placement, run_dir).handle
         live = self._live()
         if gone := [n for n in placement.nodes if n not in live]:
             raise LaunchFailed(f"node {', '.join(gone)} left the cluster before the launch", transient=True)

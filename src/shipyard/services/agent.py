@@ -54,10 +54,9 @@ from shipyard.schemas.launch import (
     latest_checkpoint,
     write_text_atomic,
 )
-from shipyard.services import recovery, telemetry
+from shipyard.services import launching, recovery, telemetry
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import record_measurements
-from shipyard.services.launching import launch
 from shipyard.services.outputs import record_checkpoint, register_outputs
 from shipyard.services.scheduler import LiveJob, executor_node, plan_round
 from shipyard.services.submitted_jobs import aware
@@ -105,13 +104,20 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
                         _preempt(ctx, attempt, utcnow())
             scheduling = time.perf_counter()
             # A set-aside attempt still holds its devices: ``running``, not ``watched``.
-            live = _start_leased(ctx, session, agent_id, running, known, cordoned)
-            done = time.perf_counter()
+            live, prepared = _start_leased(ctx, session, agent_id, running, known, cordoned)
     except Exception:
         with contextlib.suppress(Exception):  # the pass's own error is the one to report
             _quarantine.record(ctx)
         raise
     _quarantine.cleared(a.id for a in watched)
+    # The attempts are recorded: the engines are asked outside any transaction, each answer
+    # recorded on its own (one that raises is found vanished at the next pass, the rest start).
+    for launch in prepared:
+        try:
+            launching.start(ctx, launch)
+        except Exception:
+            _log.exception("job %s: the launch of its attempt failed", launch.job_id)
+    done = time.perf_counter()
     telemetry.record_pass(
         ctx, agent_id, pass_s=done - started, schedule_s=done - scheduling, problems=problems, nodes=known
     )
@@ -213,10 +219,11 @@ def _start_leased(
     running: list[Attempt],
     known: list[NodeInventory],
     cordoned: dict[str, list[str]],
-) -> dict[str, LiveJob]:
-    """Ask the scheduler which jobs run now; start those it leases (unless on a ``cordoned``
-    node), preempt those it drops (once they held their devices for a round), and tell every
-    waiting job why it waits. Returns the live jobs as the scheduler read them."""
+) -> tuple[dict[str, LiveJob], list[launching.Prepared]]:
+    """Ask the scheduler which jobs run now; claim and record the attempts of those it leases
+    (unless on a ``cordoned`` node), preempt those it drops (once they held their devices for a
+    round), and tell every waiting job why it waits. Returns the live jobs as the scheduler read
+    them, and the attempts to hand to the engine once the pass's transaction is committed."""
     now = utcnow()
     decision, rows = plan_round(ctx, session, now, known)
     plan = decision.plan
@@ -234,6 +241,7 @@ def _start_leased(
         key=lambda r: (r.submitted.submitted_at, r.id),
     )
     reasons: dict[str, Pending] = {}
+    prepared: list[launching.Prepared] = []
     for waiting in queued:
         if waiting.restart_at is not None and aware(waiting.restart_at) > now:
             continue  # backing off: it keeps the restart policy's reason, which says until when
@@ -255,7 +263,8 @@ def _start_leased(
             continue
         if not _claim(session, job):
             continue  # cancelled between our read and now
-        launch(ctx, job, placed, agent_id)
+        launching.crash_point(ctx, "claimed")
+        prepared.append(launching.prepare(ctx, job, placed, agent_id))
         ids = placed.core_ids if placed.accelerator_type == "cpu" else placed.device_ids
         busy.setdefault(placed.node, Busy()).hold(placed.accelerator_type, ids)
     changed = [
@@ -265,7 +274,7 @@ def _start_leased(
     ]
     if changed:  # most reasons stay as they were from one pass to the next
         session.execute(_SET_REASON, changed)
-    return rows
+    return rows, prepared
 
 
 _JOBS = cast(Table, Job.__table__)

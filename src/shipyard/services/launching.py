@@ -3,7 +3,10 @@ checkpoint to resume from, the data roots it may read), then the executor's laun
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -82,24 +85,38 @@ def _with_micro_batch(spec: JobSpec, micro_batch_size: int | None) -> JobSpec:
     return spec.model_copy(update={"training": training})
 
 
-def launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> None:
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """An attempt recorded, not yet handed to the engine: what ``start`` needs, outside any
+    transaction."""
+
+    job_id: str
+    attempt_id: int
+    placement: Placement
+    run_dir: Path
+    log_path: Path
+
+
+def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> Prepared:
+    """Write the attempt's launch plan and record the attempt, under the handle the engine will
+    know it by, in the caller's transaction (the claim's): once that commits, an agent that dies
+    before the engine answers finds the attempt and asks the engine about it, never launching
+    twice nor leaving a process no record names."""
     number = len(job.attempts) + 1
     run_dir = Path(job.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     for stale in (RESULT_FILE, EXIT_FILE):  # an earlier attempt's would be read as this one's
         (run_dir / stale).unlink(missing_ok=True)
     shutil.rmtree(run_dir / HEARTBEAT_DIR, ignore_errors=True)  # and its ranks' heartbeats
+    session = object_session(job)
+    assert session is not None
     resume_from = job.resume_from
     if number > 1:  # a relaunch continues from the job's own newest checkpoint
-        session = object_session(job)
-        assert session is not None
         own = latest_checkpoint(run_dir / CHECKPOINT_DIR) or _fetch_checkpoint(
             ctx, session, job, run_dir / CHECKPOINT_DIR
         )
         resume_from = str(own) if own else resume_from
     spec, inputs = _with_fetched_data(ctx, job)
-    session = object_session(job)
-    assert session is not None
     model = model_sources.local(ctx, session, spec, job.project)
     spec = planned_layout(
         _with_micro_batch(model.spec, job.micro_batch_size), job.estimate or {}, placed.accelerator_type
@@ -126,48 +143,77 @@ def launch(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> N
     ).write(run_dir)
     log_path = run_dir / "logs" / f"attempt-{number}.log"
     metrics = run_dir / METRICS_FILE
-    try:
-        launched = ctx.executor.launch(placed, run_dir, log_path)
-    except LaunchFailed as exc:
-        if exc.transient:  # the job waits, saying why, and the next passes try again
-            again = f"{exc.message}; tried again in {LAUNCH_RETRY_S:g}s"
-            job.move(JobState.QUEUED, pending_reason=again, pending_code=Reason.UNPLACEABLE)
-            job.restart_at = utcnow() + timedelta(seconds=LAUNCH_RETRY_S)
-        else:  # it cannot start at all: say why instead of retrying forever
-            job.move(JobState.FAILED, exit_reason=ExitReason.ERROR, message=exc.message, hint=exc.hint)
-        return
-    ids = list(placed.device_ids) if placed.accelerator_type != "cpu" else list(placed.core_ids)
-    job.attempts.append(
-        Attempt(
-            number=number,
-            state=JobState.RUNNING,
-            accelerator_type=placed.accelerator_type,
-            device_ids=ids,
-            threads_per_process=placed.threads_per_process,
-            pid=launched.pid,
-            node=launched.stored_nodes,
-            handle=launched.handle,
-            agent_id=agent_id,
-            log_path=str(log_path),
-            metrics_offset=metrics.stat().st_size if metrics.exists() else 0,
-            inputs=inputs or None,
-            micro_batch_size=spec.training.micro_batch_size,
-        )
+    expected = ctx.executor.expected_handle(placed, run_dir)
+    attempt = Attempt(
+        number=number,
+        state=JobState.RUNNING,
+        accelerator_type=placed.accelerator_type,
+        device_ids=list(placed.device_ids) if placed.accelerator_type != "cpu" else list(placed.core_ids),
+        threads_per_process=placed.threads_per_process,
+        node=expected.stored_nodes,
+        handle=expected.handle,
+        agent_id=agent_id,
+        log_path=str(log_path),
+        metrics_offset=metrics.stat().st_size if metrics.exists() else 0,
+        inputs=inputs or None,
+        micro_batch_size=spec.training.micro_batch_size,
     )
+    job.attempts.append(attempt)
     job.restart_at = None
     job.started_at = job.started_at or utcnow()
-    session = object_session(job)
-    assert session is not None
-    audit.append(
-        session,
-        ctx.audit_key,
-        ctx.actor,
-        "job.start",
-        f"job/{job.id}",
-        detail={
-            "attempt": number,
-            "accelerator": placed.accelerator_type,
-            "devices": ids,
-            "node": placed.node,
-        },
-    )
+    session.flush()  # the attempt's id
+    return Prepared(job.id, attempt.id, placed, run_dir, log_path)
+
+
+def start(ctx: ServiceContext, prepared: Prepared) -> None:
+    """Hand the recorded attempt to the engine, outside any transaction (a cluster may take a
+    minute to reserve nodes), and record what it answered in a short transaction of its own."""
+    crash_point(ctx, "attempt_recorded")
+    try:
+        launched = ctx.executor.launch(prepared.placement, prepared.run_dir, prepared.log_path)
+    except LaunchFailed as exc:
+        with ctx.db.transaction() as session:
+            attempt = session.get_one(Attempt, prepared.attempt_id)
+            job = attempt.job
+            session.delete(attempt)  # never started: a reservation, not an attempt
+            if exc.transient:  # the job waits, saying why, and the next passes try again
+                again = f"{exc.message}; tried again in {LAUNCH_RETRY_S:g}s"
+                job.move(JobState.QUEUED, pending_reason=again, pending_code=Reason.UNPLACEABLE)
+                job.restart_at = utcnow() + timedelta(seconds=LAUNCH_RETRY_S)
+            else:  # it cannot start at all: say why instead of retrying forever
+                job.move(JobState.FAILED, exit_reason=ExitReason.ERROR, message=exc.message, hint=exc.hint)
+        return
+    crash_point(ctx, "engine_accepted")
+    with ctx.db.transaction() as session:
+        attempt = session.get_one(Attempt, prepared.attempt_id)
+        attempt.pid, attempt.handle, attempt.node = launched.pid, launched.handle, launched.stored_nodes
+        audit.append(
+            session,
+            ctx.audit_key,
+            ctx.actor,
+            "job.start",
+            f"job/{prepared.job_id}",
+            detail={
+                "attempt": attempt.number,
+                "accelerator": attempt.accelerator_type,
+                "devices": attempt.device_ids,
+                "node": prepared.placement.node,
+            },
+        )
+    crash_point(ctx, "outcome_recorded")
+
+
+CRASH_ENV = "SHIPYARD_AGENT_CRASH_AT"
+"""A fault injected on purpose, as ``$SHIPYARD_FAULTS`` is for the runtime: the agent kills itself
+(SIGKILL) the first time it reaches the named point of a launch (``claimed``,
+``attempt_recorded``, ``engine_accepted``, ``outcome_recorded``), once per home. How the crash
+tests stop it exactly there."""
+
+
+def crash_point(ctx: ServiceContext, name: str) -> None:
+    if os.environ.get(CRASH_ENV) != name:
+        return
+    marker = ctx.settings.home / f".crashed-at-{name}"
+    if not marker.exists():
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
