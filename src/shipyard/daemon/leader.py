@@ -18,6 +18,7 @@ from shipyard.db import Database
 
 LOCK_KEY = 0x5348_4950_5944  # "SHIPYD": the advisory lock's key, the same for every agent
 _TRY = text("SELECT pg_try_advisory_lock(:key)")
+_RELEASE = text("SELECT pg_advisory_unlock_all()")
 _HELD = text(
     "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
     "AND pid = pg_backend_pid() AND ((classid::bigint << 32) | objid::bigint) = :key"
@@ -47,9 +48,12 @@ class Leadership:
             return False
 
     def close(self) -> None:
-        """Give up the lead: the connection is really closed (back in the pool, it would keep
-        its session, and the lock with it)."""
+        """Give up the lead: the lock is released at once (a closed session releases it only
+        once its server process has ended, which a standby asking at that instant can beat),
+        then the connection is really closed (back in the pool, it would keep its session)."""
         if self._connection is not None:
+            with contextlib.suppress(DBAPIError):
+                self._connection.execute(_RELEASE)
             with contextlib.suppress(DBAPIError):
                 self._connection.invalidate()
                 self._connection.close()
