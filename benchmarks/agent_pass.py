@@ -59,6 +59,7 @@ from tests.support.ray_cluster import emulated_devices  # noqa: E402
 TYPES = ("h100-sxm", "a100-80gb", "h200", "mi300x", "gaudi3", "l40s")
 PER_NODE = 8
 GANGS = (1, 1, 1, 1, 2, 2, 4, 8)
+RUNNING_GANG = 4
 HANDLE = "seam:"
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -106,17 +107,25 @@ class AdvertisedNodes:
     def place(
         self, request: Request, busy: Mapping[str, Busy], on: Collection[str] | None = None
     ) -> Placement | Unplaceable:
+        """The first of the nodes ``on`` names with the devices free that ``busy`` leaves, as
+        this machine's executor places."""
         for name in sorted(on or self.by_id):
             node = self.by_id[name]
-            kind = next((k for k in request.accelerator_types if k in node.capacity()), None)
-            if kind is not None:
-                device = next(d for d in node.devices if d.accelerator_type == kind)
-                return Placement(
-                    node=name, accelerator_type=kind, torch_device="cuda", device_ids=(),
-                    core_ids=(), threads_per_process=1, world_size=request.devices * request.nodes,
-                    peak_tflops_bf16=device.peak_bf16_tflops, peak_tflops_fp32=device.peak_fp32_tflops,
-                )  # fmt: skip
-        return Unplaceable("no node of the type", transient=True)
+            for device in node.accelerators:
+                kind = device.accelerator_type
+                if kind not in request.accelerator_types:
+                    continue
+                held = busy[name].devices.get(kind, set()) if name in busy else set()
+                free = [d.index for d in node.accelerators if d.index not in held]
+                if len(free) >= request.devices:
+                    return Placement(
+                        node=name, accelerator_type=kind, torch_device="cuda",
+                        device_ids=tuple(free[: request.devices]), core_ids=(), threads_per_process=1,
+                        world_size=request.devices * request.nodes, peak_tflops_bf16=device.peak_bf16_tflops,
+                        peak_tflops_fp32=device.peak_fp32_tflops,
+                    )  # fmt: skip
+                break
+        return Unplaceable("its devices are held by attempts that still run", transient=True)
 
     @_counted
     def expected_handle(self, placement: Placement, run_dir: Path) -> AttemptHandle:
@@ -171,6 +180,8 @@ def seed(ctx: ServiceContext, nodes: list[NodeInventory], queued: int, running: 
     user's), copied row by row; ``running`` of them placed on the nodes with a running attempt."""
     rng = random.Random(0)
     templates = {}
+    if running * RUNNING_GANG > len(nodes) * PER_NODE:
+        raise SystemExit(f"{running} jobs of {RUNNING_GANG} devices do not fit {len(nodes)} nodes")
     for gang in sorted(set(GANGS)):
         spec = spec_dict(
             f"gang{gang}",
@@ -183,11 +194,11 @@ def seed(ctx: ServiceContext, nodes: list[NodeInventory], queued: int, running: 
             templates[gang] = {c.key: getattr(row, c.key) for c in Job.__table__.columns}
     job_rows, attempt_rows = [], []
     now = datetime.now(UTC)
-    free = {node.id: PER_NODE for node in nodes}
-    node_ids = [node.id for node in nodes]
     kind = {node.id: node.accelerators[0].accelerator_type for node in nodes}
     for i in range(queued + running):
-        gang = rng.choice(GANGS[:6] if i < running else GANGS)
+        # The running jobs fill the cluster (two gangs of four on each node), as on a busy day:
+        # the scheduler weighs the queue against them and launches only where it preempts.
+        gang = RUNNING_GANG if i < running else rng.choice(GANGS)
         job_id = f"job-{i:05d}"
         row = {
             **templates[gang],
@@ -199,9 +210,7 @@ def seed(ctx: ServiceContext, nodes: list[NodeInventory], queued: int, running: 
             "pending_code": None,
         }
         if i < running:
-            node = next(n for n in rng.sample(node_ids, min(64, len(node_ids))) + node_ids if free[n] >= gang)
-            first = PER_NODE - free[node]
-            free[node] -= gang
+            node, first = nodes[i * RUNNING_GANG // PER_NODE].id, i * RUNNING_GANG % PER_NODE
             row.update(state="running", started_at=now - timedelta(hours=1))
             attempt_rows.append(
                 {

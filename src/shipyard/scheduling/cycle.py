@@ -103,12 +103,14 @@ def run_cycle(
             for node_id in job.nodes:
                 node_free[node_id] -= 1
             leases[job_id] = Lease(job_id=job_id, accelerator_type=accelerator_type, nodes=job.nodes)
+    nodes_of: dict[str, list[Node]] = {}  # once per type, not once per job over every node
+    for node in nodes:
+        nodes_of.setdefault(node.accelerator_type, []).append(node)
     for job_id, accelerator_type in chosen.items():
         if job_id in leases:
             continue
         job = by_id[job_id]
-        of_type = [n for n in nodes if n.accelerator_type == accelerator_type]
-        placed = _place(job, of_type, node_free)
+        placed = _place(job, nodes_of.get(accelerator_type, []), node_free)
         if placed is not None:
             leases[job_id] = Lease(job_id=job_id, accelerator_type=accelerator_type, nodes=placed)
 

@@ -60,7 +60,9 @@ def pending_reasons(
     capacity: dict[str, int] = {}
     free: dict[str, int] = {}
     free_by_node: dict[str, list[int]] = {}
+    largest_of: dict[str, int] = {}  # once per type, not once per job over every node
     for node in nodes:
+        largest_of[node.accelerator_type] = max(largest_of.get(node.accelerator_type, 0), node.devices)
         capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
         free[node.accelerator_type] = free.get(node.accelerator_type, 0) + node_free[node.id]
         free_by_node.setdefault(node.accelerator_type, []).append(node_free[node.id])
@@ -73,7 +75,7 @@ def pending_reasons(
                 Reason.NO_SUCH_ACCELERATOR, f"0/{len(nodes)} nodes: no device of type {types}"
             )
             continue
-        largest_node = max(n.devices for n in nodes if n.accelerator_type in allowed)
+        largest_node = max(largest_of[k] for k in allowed)
         if job.per_node and (job.node_count > 1 or largest_node < job.per_node):
             # Several nodes, or one larger than any: name the nodes (one fits: count as below).
             reasons[job.id] = _whole_nodes_reason(job, allowed, nodes, node_free)

@@ -33,7 +33,6 @@ from shipyard.executors.base import (
     Exited,
     NodeInventory,
     NodeLost,
-    Request,
     Running,
     Unplaceable,
     Vanished,
@@ -254,13 +253,14 @@ def _start_leased(
             why = "; ".join(cordoned[sick[0]])
             reasons[waiting.id] = Pending(Reason.CORDONED, f"node {sick[0]} is cordoned: {why}")
             continue
-        job = session.get_one(Job, waiting.id)
-        spec = stored_job_spec(job.spec)
-        request = Request.of(spec.resources, [lease.accelerator_type])
+        # The lease's type, and the resources the job was submitted with (read once per job):
+        # thousands of leases that wait on a busy cluster must not each load their job's spec.
+        request = dataclasses.replace(waiting.submitted.request, accelerator_types=[lease.accelerator_type])
         placed = ctx.executor.place(request, busy, on=nodes)
         if isinstance(placed, Unplaceable):
             reasons[waiting.id] = Pending(Reason.UNPLACEABLE, f"0/{len(nodes)} nodes: {placed.reason}")
             continue
+        job = session.get_one(Job, waiting.id)
         if not _claim(session, job):
             continue  # cancelled between our read and now
         launching.crash_point(ctx, "claimed")

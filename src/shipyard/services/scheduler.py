@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -72,6 +73,16 @@ class LiveJob:
 
 
 _IS_LIVE = Job.state.in_([JobState.QUEUED, JobState.RUNNING])
+_ATTEMPT_COLUMNS = (
+    Attempt.job_id,
+    Attempt.state,
+    Attempt.accelerator_type,
+    Attempt.node,
+    Attempt.started_at,
+    Attempt.finished_at,
+)
+"""What a snapshot reads of the live jobs' attempts: not whole rows, whose documents (devices,
+health, inputs) took a third of the snapshot to decode for 2,000 running jobs."""
 _LIVE = select(
     Job.id, Job.state, Job.pending_reason, Job.pending_code, Job.cancel_requested, Job.restart_at
 ).where(_IS_LIVE)
@@ -86,9 +97,9 @@ def snapshot(
     # measured rates grouped.
     rows = session.execute(_LIVE).all()
     submitted_jobs.remember(session, [job_id for job_id, *_ in rows])
-    attempts: dict[str, list[Attempt]] = {}
-    for attempt in session.scalars(
-        select(Attempt).join(Job, Job.id == Attempt.job_id).where(_IS_LIVE).order_by(Attempt.number)
+    attempts: dict[str, list[Any]] = {}  # rows of _ATTEMPT_COLUMNS
+    for attempt in session.execute(
+        select(*_ATTEMPT_COLUMNS).join(Job, Job.id == Attempt.job_id).where(_IS_LIVE).order_by(Attempt.number)
     ):
         attempts.setdefault(attempt.job_id, []).append(attempt)
     peaks = _peaks(devices_of(inventory))

@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shipyard.db import Job
+from shipyard.executors.base import Request
 from shipyard.scheduling import model
 from shipyard.schemas.jobspec import total_steps
 
@@ -37,6 +38,8 @@ class Submitted:
     """What earlier jobs of its shape measured, by accelerator type (``with_measurements``)."""
     never_ran: model.Job
     """The job as the scheduler sees it until it first runs (most waiting jobs)."""
+    request: Request
+    """What it asks of an executor (its resources), to place a lease without reading its spec."""
 
 
 MAX_REMEMBERED = 65536
@@ -114,6 +117,13 @@ def _read(session: Session, job_ids: list[str]) -> Iterator[tuple[str, Submitted
                     planned_on=planned_on,
                     planned_tokens_per_s=planned_rate or 0.0,
                     shape_tokens_per_s=shape_rates or {},
+                    request=Request(
+                        accelerator_types=tuple(types),
+                        devices=devices,
+                        nodes=node_count or 1,
+                        cpus_per_device=cpus,
+                        min_memory_gib=memory or 0.0,
+                    ),
                     never_ran=model.Job(
                         id=job_id,
                         job_type=job_id,
