@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, joinedload
 
 from shipyard import audit
@@ -149,6 +150,8 @@ class Quarantine:
     def blaming(self, attempt_id: int) -> Iterator[None]:
         try:
             yield
+        except OperationalError:
+            raise  # the database went away or is locked: nobody's record is to blame
         except Exception as exc:
             failures = self._failures.get(attempt_id, (0, ""))[0] + 1
             error = f"{type(exc).__name__}: {exc}"
