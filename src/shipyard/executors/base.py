@@ -176,7 +176,11 @@ class AttemptHandle:
 
 @dataclass(frozen=True, slots=True)
 class Running:
-    """Its processes run."""
+    """Its processes run. ``found``: the handle the engine knows it by, where the attempt was
+    asked about by the handle recorded before its launch (an agent died before recording the
+    engine's answer): the agent records it."""
+
+    found: AttemptHandle | None = None
 
 
 @dataclass(frozen=True, slots=True)

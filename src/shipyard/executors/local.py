@@ -307,7 +307,11 @@ class LocalExecutor:
             del self._children[pid]
             return Exited.of(code)
         # Launched by an earlier agent: we cannot wait on it, only see whether it still runs.
-        return Running() if self._runs_still(handle) else Vanished()
+        if not self._runs_still(handle):
+            return Vanished()
+        if handle.handle.startswith(PLANNED):  # found by its folder: name it as launch would
+            return Running(found=AttemptHandle(nodes=handle.nodes, handle=f"{pid}@{found[1]}", pid=pid))
+        return Running()
 
     def _runs_still(self, handle: AttemptHandle) -> bool:
         """Whether the attempt's process runs (and is the one launched, not another with its pid)."""

@@ -485,6 +485,8 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
             attempt.health = waiting
         return
     if isinstance(status, Running):
+        if status.found is not None:  # its launch's answer was never recorded: now it is
+            attempt.handle, attempt.pid = status.found.handle, status.found.pid
         return
     _WATCHED.pop(_watch_key(attempt), None)
     _SPECS.pop(attempt.job_id, None)
