@@ -563,8 +563,11 @@ def run(
                 at = time.strftime("%H:%M:%S")
                 print(f"{at} fault {injected}/{faults}: {kind} {nemesis.target}", file=sys.stderr, flush=True)
                 nemesis.target = ""
-            elif rng.random() < 0.2:
-                attempts += 1  # nothing to strike of this kind for now: the next kind
+            elif (finished.is_set() or kind not in ("train", "hang")) and rng.random() < 0.2:
+                # Nothing to strike of this kind for now: the next kind. A training process is
+                # waited for while the workload runs (between jobs there may be none a moment;
+                # a short run that moved on lost its only hang).
+                attempts += 1
         worker.join()
         final = wait_all_done(site, 1800)
         for watcher in nemesis.watchers:
