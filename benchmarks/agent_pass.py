@@ -46,6 +46,8 @@ from shipyard.executors.base import (  # noqa: E402
     Placement,
     Request,
     Running,
+    StoreAccess,
+    Synced,
     Unplaceable,
 )
 from shipyard.scheduling import cycle as scheduling_cycle  # noqa: E402
@@ -132,7 +134,9 @@ class AdvertisedNodes:
         return AttemptHandle(nodes=placement.nodes, handle=f"{HANDLE}{run_dir.name}")
 
     @_counted
-    def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> AttemptHandle:
+    def launch(
+        self, placement: Placement, run_dir: Path, log_path: Path, store: StoreAccess | None = None
+    ) -> AttemptHandle:
         return AttemptHandle(nodes=placement.nodes, handle=f"{HANDLE}{run_dir.name}")
 
     def runs(self, handle: AttemptHandle) -> bool:
@@ -148,8 +152,8 @@ class AdvertisedNodes:
         return None
 
     @_counted
-    def sync(self, handle: AttemptHandle, run_dir: Path) -> None:
-        return None
+    def sync(self, handle: AttemptHandle, run_dir: Path) -> Synced:
+        return Synced()
 
     @_counted
     def release(self, handle: AttemptHandle) -> None:

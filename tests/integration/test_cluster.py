@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from shipyard.storage import config as storage_config
 from tests.builders import SMALL_CORPUS, spec_dict, write_spec
 from tests.conftest import Cli
 from tests.integration.test_runtime import final_weights, metrics, run_runtime
+from tests.support.checkpoints import checkpoint_tensors
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray, pytest.mark.slow]
 
@@ -80,6 +82,17 @@ def run_folder(cli: Cli, job_id: str) -> Path:
     return cli.home / "runs" / job_id
 
 
+def stored_checkpoint(cli: Cli, job_id: str, step: int, into: Path) -> Path:
+    """The job's checkpoint of ``step`` read back from the artifact store, once committed there."""
+    name = f"jobs/{job_id}/checkpoint/step-{step}"
+    deadline = time.monotonic() + 120
+    while cli.run("storage", "stat", name, check=False).returncode != 0:
+        assert time.monotonic() < deadline, f"{name} never reached the store"
+        time.sleep(2)
+    cli.run("storage", "get", name, str(into))
+    return into
+
+
 def test_nodes_lists_each_node_with_its_accelerators_labels_and_health(on_cluster: Cli) -> None:
     nodes = {n["id"]: n for n in on_cluster.json("nodes")}
     assert set(nodes) == set(NODES)
@@ -104,7 +117,9 @@ def test_a_two_node_job_matches_one_process_with_the_same_global_batch(
     reference = one_process_reference(tmp_path, parallelism)
     losses = [m["loss"] for m in metrics(ran, "train")]
     assert losses == pytest.approx([m["loss"] for m in metrics(reference, "train")], abs=1e-5)
-    a, b = final_weights(reference), final_weights(ran)
+    # The final checkpoint as its nodes stored it: the agent's run folder keeps only its record.
+    stored = stored_checkpoint(on_cluster, job["id"], 6, tmp_path / "stored")
+    a, b = final_weights(reference), checkpoint_tensors(stored)
     for name in a:
         assert torch.allclose(a[name], b[name], atol=1e-5), name
     log = on_cluster.run("jobs", "logs", job["id"]).stdout
@@ -177,10 +192,11 @@ def test_cancel_checkpoints_every_rank_and_the_job_resumes_on_the_cluster(
     # Every rank exited cleanly after the checkpoint (a killed or failed rank would show here).
     assert attempt["exit_reason"] == "cancelled" and attempt["exit_code"] == 0
     step = int(stopped["message"].split("after step ")[1].split()[0])
-    # Each node wrote its own rank's shards; the agent holds the whole checkpoint.
-    checkpoint = run_folder(on_cluster, job["id"]) / "checkpoints" / f"step_{step:06d}"
-    assert (checkpoint / "checkpoint.json").is_file()
-    assert sorted(p.name for p in checkpoint.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    # Each node wrote its own rank's shards into the store; the agent keeps only their record.
+    record = run_folder(on_cluster, job["id"]) / "checkpoints" / f"step_{step:06d}"
+    assert (record / "checkpoint.json").is_file() and not list(record.glob("*.distcp"))
+    stored = stored_checkpoint(on_cluster, job["id"], step, tmp_path / "stored")
+    assert sorted(p.name for p in stored.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     resumed = json.loads(on_cluster.run("jobs", "submit", str(spec), "--resume", "--wait", "--json").stdout)
     assert resumed["state"] == "succeeded"
     assert f"steps {step}->60" in on_cluster.run("jobs", "logs", resumed["id"]).stdout
@@ -262,7 +278,9 @@ def test_a_lost_node_requeues_the_job_which_resumes_elsewhere_with_the_same_weig
             tmp_path / "reference", tmp_path / "cache",
             spec_dict(training=training, checkpoint={"interval": interval, "keep": 2}), world=2,
         )  # fmt: skip
-        a, b = final_weights(reference), final_weights(run_folder(on_cluster, job["id"]))
+        # The final weights as the store holds them: the nodes wrote them, the agent never did.
+        stored = stored_checkpoint(on_cluster, job["id"], training["steps"], tmp_path / "stored")
+        a, b = final_weights(reference), checkpoint_tensors(stored)
         for name in a:
             assert torch.allclose(a[name], b[name], atol=1e-5), name
     finally:

@@ -180,6 +180,9 @@ class Artifact(Base):
     lineage: Mapped[dict[str, Any] | None]
     """An export's origin as the runtime recorded it: the digests of its base model and data,
     the fine-tuning method and its settings."""
+    written: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    """A checkpoint its nodes wrote into the store themselves: its files' records (blob names,
+    digests, sizes, keys wrapped), from which the catalog commits it and a relaunch reads it."""
 
 
 class ShapeMeasurement(Base):

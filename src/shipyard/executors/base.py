@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from shipyard.hardware.discovery import Device
 from shipyard.hardware.probe import HostRates
@@ -227,12 +227,72 @@ AttemptStatus = Running | Waiting | Exited | Vanished | NodeLost
 """What ``Executor.status`` says of an attempt."""
 
 
+class FolderMover(Protocol):
+    """How a node moves a folder into the artifact store and back by itself (the services hand
+    one in, made by the storage layer, which the executors do not import)."""
+
+    def write(self, folder: Path) -> list[dict[str, Any]]:
+        """Store the folder's files; their records (path, blob), no bytes."""
+        ...
+
+    def read(self, records: list[dict[str, Any]], into: Path) -> Path:
+        """The recorded files as folder ``into``, verified."""
+        ...
+
+    def cached(self, records: list[dict[str, Any]], cache: Path, holder: str) -> Path:
+        """The recorded folder in the node's cache under ``cache``, fetched once per content and
+        held by ``holder`` while the calling process lives."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StoredInput:
+    """A stored folder an attempt reads (a ``store:`` dataset, a base model), which each node
+    fetches into its own cache: its files' records, and the path inside it the job is given."""
+
+    files: list[dict[str, Any]]
+    within: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreAccess:
+    """What an attempt whose nodes move their own data gets at launch: the mover for its
+    project, the checkpoint it resumes from and the stored folders it reads, as file records."""
+
+    mover: FolderMover
+    resume: tuple[str, list[dict[str, Any]]] | None = None
+    """(the checkpoint's folder name, its files)."""
+    inputs: Mapping[str, StoredInput] = field(default_factory=dict)
+    """What its nodes fetch: ``data:N`` (the ``data.paths`` entry N) and ``model``."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCheckpoint:
+    """A checkpoint an attempt's nodes wrote into the store themselves, every node's part of it
+    durable: what reaches the agent is its files' records, never their bytes."""
+
+    name: str
+    files: tuple[dict[str, Any], ...]
+    description: str | None = None
+    """Its ``checkpoint.json`` (what it was written from), which the agent keeps."""
+
+
+@dataclass(frozen=True, slots=True)
+class Synced:
+    """What a look at an attempt brought besides its small files: the newest checkpoint its
+    nodes stored whole since the last look, and the records of its export once its node stored
+    it (``result.json`` names its folder)."""
+
+    checkpoint: StoredCheckpoint | None = None
+    export: tuple[dict[str, Any], ...] | None = None
+
+
 @runtime_checkable
 class Executor(Protocol):
     shares_run_folders: bool
     """Whether attempts write into the agent's own run folders (this machine's executor); if not,
-    ``sync`` brings their files over and each new checkpoint goes to the store at once, since
-    the node's disk is the only other copy."""
+    ``sync`` brings their small files over, and each node writes its part of every checkpoint
+    into the store itself (``StoreAccess``), since the node's disk is the only other copy."""
 
     def nodes(self) -> Sequence[NodeInventory]:
         """The nodes this executor may run attempts on now, with their devices and labels."""
@@ -259,8 +319,11 @@ class Executor(Protocol):
         that dies before ``launch`` returns leaves an attempt the next one can ask about."""
         ...
 
-    def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> AttemptHandle:
-        """Start the attempt; ``LaunchFailed`` says whether a later try may succeed."""
+    def launch(
+        self, placement: Placement, run_dir: Path, log_path: Path, store: StoreAccess | None = None
+    ) -> AttemptHandle:
+        """Start the attempt; ``LaunchFailed`` says whether a later try may succeed. ``store``:
+        how its nodes reach the artifact store, where they do not share the agent's folders."""
         ...
 
     def runs(self, handle: AttemptHandle) -> bool:
@@ -278,9 +341,10 @@ class Executor(Protocol):
         ``faulthandler``). How a hang is diagnosed."""
         ...
 
-    def sync(self, handle: AttemptHandle, run_dir: Path) -> None:
-        """Bring what the attempt wrote on its nodes (metrics, heartbeats, result, logs, its newest
-        complete checkpoint, its export) into ``run_dir`` here; nothing to do where both are the same."""
+    def sync(self, handle: AttemptHandle, run_dir: Path) -> Synced:
+        """Bring what the attempt wrote on its nodes (metrics, heartbeats, result, logs) into
+        ``run_dir`` here, and say what its nodes stored (``Synced``); nothing to do where both
+        folders are the same."""
         ...
 
     def release(self, handle: AttemptHandle) -> None:

@@ -28,6 +28,8 @@ from shipyard.executors.base import (
     Placement,
     Request,
     Running,
+    StoreAccess,
+    Synced,
     Unplaceable,
     Vanished,
 )
@@ -252,7 +254,10 @@ class LocalExecutor:
         del placement
         return AttemptHandle(nodes=(self.node.id,), handle=f"{PLANNED}{run_dir.resolve()}")
 
-    def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> AttemptHandle:
+    def launch(
+        self, placement: Placement, run_dir: Path, log_path: Path, store: StoreAccess | None = None
+    ) -> AttemptHandle:
+        del store  # the attempt reads and writes the agent's own folders
         log_path.parent.mkdir(parents=True, exist_ok=True)
         cores = set(placement.core_ids)
 
@@ -352,8 +357,9 @@ class LocalExecutor:
                 os.kill(pid, signal.SIGUSR1)
         return "\n".join(dumps) or None
 
-    def sync(self, handle: AttemptHandle, run_dir: Path) -> None:
+    def sync(self, handle: AttemptHandle, run_dir: Path) -> Synced:
         del handle, run_dir  # the attempt writes into the run directory itself
+        return Synced()
 
     def release(self, handle: AttemptHandle) -> None:
         del handle  # an ended process holds nothing

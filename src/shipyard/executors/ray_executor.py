@@ -17,7 +17,6 @@ import functools
 import json
 import logging
 import os
-import shutil
 import signal
 import socket
 import time
@@ -36,8 +35,12 @@ from shipyard.executors.base import (
     Placement,
     Request,
     Running,
+    StoreAccess,
+    StoredCheckpoint,
+    Synced,
     Unplaceable,
     Vanished,
+    Waiting,
 )
 from shipyard.executors.cluster_nodes import (
     NAMESPACE,
@@ -48,11 +51,9 @@ from shipyard.executors.cluster_nodes import (
     pin_resource,
 )
 from shipyard.executors.local import TORCH_DEVICE, read_log_file
-from shipyard.executors.ray_ranks import RankGroup, pack, unpack, unpack_merged
+from shipyard.executors.ray_ranks import RankGroup
 from shipyard.executors.stacks import DUMP_S
 from shipyard.schemas.launch import (
-    CHECKPOINT_DIR,
-    CHECKPOINT_POINTER,
     FAULTS_ENV,
     HEARTBEAT_DIR,
     LAUNCH_FILE,
@@ -221,7 +222,13 @@ class RayExecutor:
         plan = json.loads((run_dir / LAUNCH_FILE).read_text())
         return AttemptHandle(nodes=placement.nodes, handle=ray_handle(plan["job_id"], plan["attempt"]))
 
-    def launch(self, placement: Placement, run_dir: Path, log_path: Path) -> AttemptHandle:
+    def launch(
+        self, placement: Placement, run_dir: Path, log_path: Path, store: StoreAccess | None = None
+    ) -> AttemptHandle:
+        if store is None:
+            raise LaunchFailed(
+                "a cluster attempt needs the artifact store's access for its nodes", transient=False
+            )
         ray = self.ray
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -268,16 +275,12 @@ class RayExecutor:
         self._actors[name] = actors
         try:
             master_addr, master_port = ray.get(actors[0].address.remote(), timeout=CALL_TIMEOUT_S)
-            resume = plan.get("resume_from")
-            shipped = pack(Path(resume)) if resume else None
-            datasets = _fetched_datasets(plan)
             cpu_only = placement.torch_device == "cpu"
             ray.get(
                 [
                     actor.start.remote(
                         plan,
-                        shipped,
-                        datasets,
+                        store,
                         {
                             "node_rank": rank,
                             "per_node": per_node,
@@ -326,11 +329,7 @@ class RayExecutor:
         if actors is None:
             return Vanished()
         try:
-            codes = [
-                c
-                for group in ray.get([a.poll.remote() for a in actors], timeout=CALL_TIMEOUT_S)
-                for c in group
-            ]
+            polled = ray.get([a.poll.remote() for a in actors], timeout=CALL_TIMEOUT_S)
         except ray.exceptions.GetTimeoutError:
             return Running()  # a node too busy to answer: asked again at the next look
         except ray.exceptions.RayActorError:
@@ -340,10 +339,13 @@ class RayExecutor:
             if lost := self._lost_nodes(handle):
                 return NodeLost(lost)
             return Vanished() if time.monotonic() - gone > NODE_VERDICT_S else Running()
+        codes = [code for node in polled for code in node["codes"]]
         if any(code is None for code in codes):
             if any(code for code in codes if code is not None):
                 self.stop(handle)  # a rank failed: its peers would wait on it in a collective
             return Running()
+        if storing := sorted({node["storing"] for node in polled if node["storing"]}):
+            return Waiting(f"its nodes are writing checkpoint {storing[-1]} into the artifact store")
         failed = next((code for code in codes if code), 0)
         return Exited.of(failed)
 
@@ -365,62 +367,49 @@ class RayExecutor:
             return None
         return "\n".join(d for d in dumps if d) or None
 
-    def sync(self, handle: AttemptHandle, run_dir: Path) -> None:
+    def sync(self, handle: AttemptHandle, run_dir: Path) -> Synced:
         ray = self.ray
         actors = self._group(handle)
         if actors is None:
-            return
+            return Synced()
         attempt = handle.handle.rpartition(".")[2]
         state_path = run_dir / _SYNC_STATE.format(attempt=attempt)
         state: dict[str, Any] = {"metrics": 0, "checkpoint": None}
         if state_path.exists():
             state = json.loads(state_path.read_text())
-        try:
-            logs = ray.get([a.drain_log.remote() for a in actors], timeout=CALL_TIMEOUT_S)
-            beats = ray.get([a.heartbeats.remote() for a in actors], timeout=CALL_TIMEOUT_S)
-            pulled = ray.get(
-                actors[0].pull.remote(state["metrics"], state["checkpoint"], True), timeout=CALL_TIMEOUT_S
+        try:  # one round trip: every node's report at once
+            reports = ray.get(
+                [a.report.remote(state["metrics"] if rank == 0 else None) for rank, a in enumerate(actors)],
+                timeout=CALL_TIMEOUT_S,
             )
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-            return  # a lost node: the agent's poll says so
+            return Synced()  # a lost node: the agent's poll says so
         log_path = run_dir / "logs" / f"attempt-{attempt}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
-            for chunk in logs:
-                log.write(chunk)
+            for report in reports:
+                log.write(report["log"])
         heartbeats = run_dir / HEARTBEAT_DIR
         heartbeats.mkdir(exist_ok=True)
-        for name, beat in (item for node in beats for item in node.items()):
+        for name, beat in (item for report in reports for item in report["heartbeats"].items()):
             _write_atomic(heartbeats / name, beat.decode())
-        if pulled["checkpoint"] is not None:
-            # Each node wrote its own ranks' shards: the checkpoint is whole once every node's
-            # part is in place (the others rename theirs a moment after rank 0).
-            checkpoint_name, archive = pulled["checkpoint"]
-            try:
-                parts = ray.get([a.part.remote(checkpoint_name) for a in actors[1:]], timeout=CALL_TIMEOUT_S)
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                parts = [None]
-            if all(part is not None for part in parts):
-                checkpoints = run_dir / CHECKPOINT_DIR
-                unpack_merged([archive, *parts], checkpoints)
-                _write_atomic(checkpoints / CHECKPOINT_POINTER, checkpoint_name)
-                state["checkpoint"] = checkpoint_name
-        if pulled["metrics"]:
+        stored = _stored_whole(reports, state["checkpoint"])
+        if stored is not None:
+            state["checkpoint"] = stored.name
+        first = reports[0]
+        if first["metrics"]:
             with open(run_dir / METRICS_FILE, "ab") as metrics:
-                metrics.write(pulled["metrics"])
-            state["metrics"] += len(pulled["metrics"])
-        result = pulled["result"]
+                metrics.write(first["metrics"])
+            state["metrics"] += len(first["metrics"])
+        result = first["result"]
         if result is not None:
-            if pulled["export"] is not None:
-                export = run_dir / result["export_dir"]
-                if export.exists():
-                    shutil.rmtree(export)
-                unpack(pulled["export"], export.parent)
             for key in ("checkpoint", "export_dir"):
                 if result.get(key):
                     result[key] = str(run_dir / result[key])
             write_json_atomic(run_dir / RESULT_FILE, result)
         write_json_atomic(state_path, state)
+        export = first["export"]
+        return Synced(stored, tuple(export) if export is not None else None)
 
     def release(self, handle: AttemptHandle) -> None:
         ray = self.ray
@@ -437,16 +426,20 @@ class RayExecutor:
         return read_log_file(log_path, offset, limit)
 
 
-def _fetched_datasets(plan: dict[str, Any]) -> dict[int, bytes]:
-    """The ``store:`` datasets the agent fetched into its cache for this attempt, by their index
-    in ``data.paths``: the nodes cannot read the agent's cache, so each gets its own copy."""
-    cache = Path(plan["cache_dir"]).resolve()
-    shipped = {}
-    for index, path in enumerate(plan["spec"]["data"]["paths"]):
-        local = Path(path)
-        if local.exists() and local.resolve().is_relative_to(cache):
-            shipped[index] = pack(local)
-    return shipped
+def _stored_whole(reports: list[dict[str, Any]], have: str | None) -> StoredCheckpoint | None:
+    """The newest checkpoint every node stored its part of, newer than ``have``: its files, the
+    description (``checkpoint.json``) of the node that wrote it first."""
+    common = set.intersection(*(set(report["stored"]) for report in reports))
+    newest = max(common, default=None)
+    if newest is None or (have is not None and newest <= have):
+        return None
+    parts = [report["stored"][newest] for report in reports]
+    files: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for record in part["files"]:
+            files.setdefault(record["path"], record)
+    description = next((part["description"] for part in parts if part["description"]), None)
+    return StoredCheckpoint(newest, tuple(files.values()), description)
 
 
 def _units(ad: Advertisement, accelerator_type: str, request: Request) -> tuple[int, int]:

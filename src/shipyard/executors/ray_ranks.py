@@ -12,80 +12,35 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import io
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tarfile
 import threading
+import time
 from pathlib import Path
 from typing import IO, Any
 
+from shipyard.executors.base import FolderMover, StoreAccess
 from shipyard.executors.stacks import python_stacks
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
+    CHECKPOINT_MARKER,
     FAULTS_ENV,
     HEARTBEAT_DIR,
     LAUNCH_FILE,
     METRICS_FILE,
     RESULT_FILE,
-    latest_checkpoint,
     write_json_atomic,
 )
 
 RESUME_DIR = "resume"
-"""Where a shipped checkpoint is unpacked in the node's run folder."""
-DATASETS_DIR = "datasets"
-"""Where shipped ``store:`` datasets are unpacked in the node's run folder."""
+"""Where the checkpoint an attempt resumes from is read in the node's run folder."""
+STORE_CACHE = "store"
+"""The node's cache of stored datasets and base models, under its cache folder."""
 _PR_SET_PDEATHSIG = 1
-
-
-def pack(directory: Path) -> bytes:
-    """A folder as an uncompressed tar (checkpoints compress poorly; speed matters more)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        tar.add(directory, arcname=directory.name)
-    return buffer.getvalue()
-
-
-def unpack(archive: bytes, into: Path) -> Path:
-    """Unpack a ``pack``ed folder under ``into``, atomically: a reader sees all of it or none."""
-    into.mkdir(parents=True, exist_ok=True)
-    staging = into / f".unpack-{os.getpid()}-{threading.get_ident()}"
-    with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as tar:
-        tar.extractall(staging, filter="data")  # refuses links and paths that leave ``staging``
-    (name,) = os.listdir(staging)
-    target = into / name
-    if target.exists():  # unpacked before (the same checkpoint, shipped again)
-        shutil.rmtree(staging)
-        return target
-    os.replace(staging / name, target)
-    staging.rmdir()
-    return target
-
-
-def unpack_merged(archives: list[bytes], into: Path) -> Path:
-    """Several ``pack``ed folders of one name (the parts of a checkpoint each node wrote) as one
-    folder under ``into``, atomically."""
-    into.mkdir(parents=True, exist_ok=True)
-    staging = into / f".merge-{os.getpid()}-{threading.get_ident()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    names = set()
-    for archive in archives:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r") as tar:
-            tar.extractall(staging, filter="data")  # refuses links and paths that leave ``staging``
-        names.update(os.listdir(staging))
-    (name,) = names
-    target = into / name
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(staging / name, target)
-    staging.rmdir()
-    return target
 
 
 class RankGroup:
@@ -100,6 +55,14 @@ class RankGroup:
         self.log_path = self.run_dir / "logs" / "node.log"
         self.log_cursor = 0
         self._log_lock = threading.Lock()
+        self.mover: FolderMover | None = None
+        self.stored: dict[str, dict[str, Any]] = {}
+        """The newest checkpoints this node stored: name -> its part's file records and, on the
+        node that holds it, ``checkpoint.json``'s text."""
+        self.failed: set[str] = set()
+        self.export: list[dict[str, Any]] | None = None
+        """The export's file records, once this node (rank 0's) stored it."""
+        self.export_failed = False
 
     def address(self) -> tuple[str, int]:
         """This node's address and a free port on it: the rendezvous of rank 0."""
@@ -110,28 +73,31 @@ class RankGroup:
             probe.bind((host, 0))
             return host, int(probe.getsockname()[1])
 
-    def start(
-        self,
-        plan: dict[str, Any],
-        resume: bytes | None,
-        datasets: dict[int, bytes],
-        layout: dict[str, Any],
-    ) -> None:
-        """Write the node's launch plan (its own folders; the shipped checkpoint and datasets)
-        and start the node's ranks with their place in the world."""
+    def start(self, plan: dict[str, Any], store: StoreAccess, layout: dict[str, Any]) -> None:
+        """Write the node's launch plan (its own folders; the checkpoint it resumes from and the
+        stored datasets and base model it reads, fetched from the store by this node), start the
+        node's ranks with their place in the world, and from then on store each checkpoint they
+        complete."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for stale in (METRICS_FILE, RESULT_FILE):  # the agent already has an earlier attempt's
             (self.run_dir / stale).unlink(missing_ok=True)
         plan = {**plan, "run_dir": str(self.run_dir), "cache_dir": str(self.cache_dir)}
-        if resume is not None:
-            plan["resume_from"] = str(unpack(resume, self.run_dir / RESUME_DIR))
-        paths = list(plan["spec"]["data"]["paths"])
-        for index, archive in datasets.items():
-            paths[index] = str(unpack(archive, self.run_dir / DATASETS_DIR / str(index)))
-        plan["spec"] = {**plan["spec"], "data": {**plan["spec"]["data"], "paths": paths}}
+        self.mover = store.mover
+        if store.resume is not None:
+            name, files = store.resume
+            plan["resume_from"] = str(self.mover.read(files, self.run_dir / RESUME_DIR / name))
+        spec = plan["spec"]
+        paths = list(spec["data"]["paths"])
+        holder = f"{self.run_dir.name}-{os.getpid()}"
+        for key, stored in store.inputs.items():
+            local = str(self.mover.cached(stored.files, self.cache_dir / STORE_CACHE, holder) / stored.within)
+            if key == "model":
+                spec = {**spec, "model": {"path": local}}
+            else:
+                paths[int(key.removeprefix("data:"))] = local
+        plan["spec"] = {**spec, "data": {**spec["data"], "paths": paths}}
         if plan.get("data_roots") is not None:
-            shipped = [str((self.run_dir / DATASETS_DIR).resolve())] if datasets else []
-            plan["data_roots"] = [*plan["data_roots"], str(self.cache_dir.resolve()), *shipped]
+            plan["data_roots"] = [*plan["data_roots"], str(self.cache_dir.resolve())]
         write_json_atomic(self.run_dir / LAUNCH_FILE, plan)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         per_node, node_rank = layout["per_node"], layout["node_rank"]
@@ -167,6 +133,7 @@ class RankGroup:
             assert process.stdout is not None
             threading.Thread(target=self._copy_log, args=(rank, process.stdout), daemon=True).start()
             self.processes.append(process)
+        threading.Thread(target=self._store_checkpoints, daemon=True).start()
 
     def _copy_log(self, rank: int, stream: IO[bytes]) -> None:
         """Each line of a rank's output, prefixed with its rank, into the node's log."""
@@ -175,9 +142,12 @@ class RankGroup:
             with self._log_lock, open(self.log_path, "ab") as log:
                 log.write(prefix + line)
 
-    def poll(self) -> list[int | None]:
-        """Each rank's exit code, None while it runs."""
-        return [p.poll() for p in self.processes]
+    def poll(self) -> dict[str, Any]:
+        """Each rank's exit code (None while it runs), and the checkpoint this node is still
+        storing, if any: the attempt is not over before its last checkpoint is stored."""
+        codes = [p.poll() for p in self.processes]
+        pending = self._unstored() or (self._unstored_export() if None not in codes else None)
+        return {"codes": codes, "storing": pending.name if pending is not None else None}
 
     def signal(self, signum: int) -> None:
         for process in self.processes:
@@ -200,11 +170,22 @@ class RankGroup:
                     os.killpg(process.pid, signal.SIGUSR1)
         return "\n".join(dumps) or None
 
-    def heartbeats(self) -> dict[str, bytes]:
-        """The newest heartbeat of each of the node's ranks (``rank-N.json``)."""
-        return {path.name: path.read_bytes() for path in (self.run_dir / HEARTBEAT_DIR).glob("rank-*.json")}
+    def report(self, metrics_offset: int | None) -> dict[str, Any]:
+        """Everything the agent takes at a look, in one call: the node's new log lines, its
+        ranks' heartbeats and the checkpoints it stored; from the first node (``metrics_offset``
+        given) also the metric lines from that offset, the result and the export."""
+        report: dict[str, Any] = {
+            "log": self._drain_log(),
+            "heartbeats": {
+                p.name: p.read_bytes() for p in (self.run_dir / HEARTBEAT_DIR).glob("rank-*.json")
+            },
+            "stored": dict(self.stored),
+        }
+        if metrics_offset is not None:
+            report.update(self._rank0_outputs(metrics_offset))
+        return report
 
-    def drain_log(self) -> bytes:
+    def _drain_log(self) -> bytes:
         """The node's log lines written since the last call."""
         if not self.log_path.exists():
             return b""
@@ -215,37 +196,93 @@ class RankGroup:
         self.log_cursor += len(complete)
         return complete
 
-    def part(self, checkpoint: str) -> bytes | None:
-        """This node's part of checkpoint ``checkpoint`` (the shards its ranks wrote), once its
-        first rank has renamed it into place; None before."""
-        folder = self.run_dir / CHECKPOINT_DIR / checkpoint
-        return pack(folder) if folder.is_dir() else None
-
-    def pull(self, metrics_offset: int, have_checkpoint: str | None, with_export: bool) -> dict[str, Any]:
-        """What rank 0 wrote since the agent last asked: complete metric lines from
-        ``metrics_offset``, the newest complete checkpoint unless the agent ``have``s it, the
-        result (its paths relative to the run folder) and, once asked, the export."""
-        pulled: dict[str, Any] = {"metrics": b"", "checkpoint": None, "result": None, "export": None}
+    def _rank0_outputs(self, metrics_offset: int) -> dict[str, Any]:
+        """Complete metric lines from ``metrics_offset``, the result (its paths relative to the
+        run folder) and, once this node stored it, the export's file records."""
+        outputs: dict[str, Any] = {"metrics": b"", "result": None, "export": None}
         metrics = self.run_dir / METRICS_FILE
         if metrics.exists():
             with open(metrics, "rb") as f:
                 f.seek(metrics_offset)
                 chunk = f.read()
-            pulled["metrics"] = chunk[: chunk.rfind(b"\n") + 1]
-        newest = latest_checkpoint(self.run_dir / CHECKPOINT_DIR)
-        if newest is not None and newest.name != have_checkpoint:
-            pulled["checkpoint"] = (newest.name, pack(newest))
+            outputs["metrics"] = chunk[: chunk.rfind(b"\n") + 1]
         result_path = self.run_dir / RESULT_FILE
         if result_path.exists():
             result = json.loads(result_path.read_text())
             for key in ("checkpoint", "export_dir"):
                 if result.get(key):
                     result[key] = os.path.relpath(result[key], self.run_dir)
-            pulled["result"] = result
-            export = result.get("export_dir")
-            if with_export and export and (self.run_dir / export).is_dir():
-                pulled["export"] = pack(self.run_dir / export)
-        return pulled
+            outputs["result"] = result
+            outputs["export"] = self.export
+        return outputs
+
+    # --- checkpoints: each node stores its own part ----------------------------------------
+
+    def _unstored(self) -> Path | None:
+        """The newest checkpoint folder this node completed and has not stored (nor failed to)."""
+        complete = sorted(
+            p for p in (self.run_dir / CHECKPOINT_DIR).glob("step_*") if ".tmp" not in p.name and p.is_dir()
+        )
+        newest = complete[-1] if complete else None
+        if newest is None or newest.name in self.stored or newest.name in self.failed:
+            return None
+        return newest
+
+    def _store_checkpoints(self) -> None:
+        """Store each checkpoint the node's ranks complete, newest first (one that a newer
+        replaced before its turn is skipped), while any rank runs and until the last is stored."""
+        while True:
+            running = any(p.poll() is None for p in self.processes)
+            folder = self._unstored()
+            if folder is None:
+                if not running:
+                    if (export := self._unstored_export()) is not None:
+                        self._store_export(export)
+                    return
+                time.sleep(STORE_POLL_S)
+                continue
+            self._store(folder)
+
+    def _unstored_export(self) -> Path | None:
+        """The export the result names, on this node, not yet stored (nor failed to be)."""
+        result_path = self.run_dir / RESULT_FILE
+        if self.export is not None or self.export_failed or not result_path.exists():
+            return None
+        export = json.loads(result_path.read_text()).get("export_dir")
+        return Path(export) if export and Path(export).is_dir() else None
+
+    def _store_export(self, folder: Path) -> None:
+        assert self.mover is not None
+        try:
+            self.export = self.mover.write(folder)
+        except Exception as exc:  # the store unreachable or full: said in the log
+            self.export_failed = True
+            self._note(f"could not store the export {folder.name}: {exc}")
+
+    def _store(self, folder: Path) -> None:
+        assert self.mover is not None
+        try:
+            files = self.mover.write(folder)
+        except FileNotFoundError:  # pruned by the run meanwhile: a newer one is there
+            self.failed.add(folder.name)
+            return
+        except Exception as exc:  # the store unreachable or full: said in the log, the run goes on
+            self.failed.add(folder.name)
+            self._note(f"could not store checkpoint {folder.name}: {exc}")
+            return
+        marker = folder / CHECKPOINT_MARKER
+        entry = {"files": files, "description": marker.read_text() if marker.is_file() else None}
+        self.stored = dict(list({**self.stored, folder.name: entry}.items())[-STORED_KEPT:])
+
+    def _note(self, line: str) -> None:
+        with self._log_lock, open(self.log_path, "ab") as log:
+            log.write(f"[node {self.node}] {line}\n".encode())
+
+
+STORE_POLL_S = 1.0
+"""How often a node looks for a checkpoint its ranks completed."""
+STORED_KEPT = 3
+"""Checkpoints whose records a node keeps for the agent to take."""
 
 
 def _die_with_parent() -> None:  # runs in the child before exec

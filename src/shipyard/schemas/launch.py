@@ -137,9 +137,21 @@ class AttemptResult(BaseModel):
     """Digests of the base model and data, the fine-tuning method and its settings."""
 
 
+STORED_ONLY_MARKER = "stored-only"
+"""In the agent's run folder, a checkpoint whose files only the artifact store holds (its nodes
+wrote them there): the folder keeps its ``checkpoint.json`` and this marker, never its shards."""
+
+
 def is_checkpoint(folder: Path) -> bool:
-    """Whether ``folder`` is a complete checkpoint (of this Shipyard or an earlier one)."""
-    return (folder / CHECKPOINT_MARKER).is_file() or (folder / CHECKPOINT_STATE_FILE).is_file()
+    """Whether ``folder`` is a complete checkpoint (of this Shipyard or an earlier one), or the
+    agent's record of one in the store."""
+    return any(
+        (folder / name).is_file() for name in (CHECKPOINT_MARKER, CHECKPOINT_STATE_FILE, STORED_ONLY_MARKER)
+    )
+
+
+def is_stored_only(folder: Path) -> bool:
+    return (folder / STORED_ONLY_MARKER).is_file()
 
 
 def latest_checkpoint(checkpoints: Path) -> Path | None:

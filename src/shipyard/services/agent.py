@@ -35,6 +35,7 @@ from shipyard.executors.base import (
     NodeInventory,
     NodeLost,
     Running,
+    Synced,
     Unplaceable,
     Vanished,
     Waiting,
@@ -54,10 +55,10 @@ from shipyard.schemas.launch import (
     latest_checkpoint,
     write_text_atomic,
 )
-from shipyard.services import launching, recovery, telemetry
+from shipyard.services import launching, recovery, storage, telemetry
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import record_measurements
-from shipyard.services.outputs import record_checkpoint, register_outputs
+from shipyard.services.outputs import keep_stored_only, record_checkpoint, register_outputs
 from shipyard.services.scheduler import LiveJob, executor_node, plan_round
 from shipyard.services.submitted_jobs import aware
 
@@ -328,16 +329,22 @@ def _claim(session: Session, job: Job) -> bool:
     return rows_changed(claimed)
 
 
-def _collect(ctx: ServiceContext, session: Session, attempt: Attempt) -> None:
+def _collect(ctx: ServiceContext, session: Session, attempt: Attempt) -> Synced:
     """What the attempt wrote since the last pass: its metrics and its newest checkpoint,
-    recorded at once so that the committer copies it into the artifact store while the attempt
-    runs (a SIGKILL or a lost node or disk then loses at most one checkpoint interval)."""
+    recorded at once so that the committer commits it to the artifact store while the attempt
+    runs (a SIGKILL or a lost node or disk then loses at most one checkpoint interval). Where
+    its nodes stored the checkpoint themselves, what is recorded is its files' records."""
     run_dir = Path(attempt.job.run_dir)
-    ctx.executor.sync(handle_of(ctx, attempt), run_dir)
+    synced = ctx.executor.sync(handle_of(ctx, attempt), run_dir)
     _ingest_metrics(session, attempt)
+    if (stored := synced.checkpoint) is not None:
+        folder = keep_stored_only(run_dir / CHECKPOINT_DIR, stored)
+        sealed = storage.sealed(ctx, list(stored.files))
+        record_checkpoint(session, attempt.job, folder, checkpoint_step(folder), written=sealed)
     newest = latest_checkpoint(run_dir / CHECKPOINT_DIR)
     if newest is not None:
         record_checkpoint(session, attempt.job, newest, checkpoint_step(newest))
+    return synced
 
 
 def _ingest_metrics(session: Session, attempt: Attempt) -> None:
@@ -490,8 +497,8 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
         return
     _WATCHED.pop(_watch_key(attempt), None)
     _SPECS.pop(attempt.job_id, None)
-    if not isinstance(status, NodeLost):
-        _collect(ctx, session, attempt)  # what was written between the last look and the exit
+    # What was written between the last look and the exit.
+    synced = Synced() if isinstance(status, NodeLost) else _collect(ctx, session, attempt)
     ctx.executor.release(handle)
     job = attempt.job
     result_path = Path(job.run_dir) / RESULT_FILE
@@ -523,7 +530,8 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
         job.move(ended.job_state, exit_reason=ended.attempt_reason, message=ended.message, hint=ended.hint)
     if ended.job_state == JobState.SUCCEEDED:
         assert result is not None
-        register_outputs(ctx, session, job, result)
+        export = None if synced.export is None else storage.sealed(ctx, list(synced.export))
+        register_outputs(ctx, session, job, result, export)
     audit.append(
         session,
         ctx.audit_key,

@@ -9,6 +9,7 @@ import signal
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, object_session
@@ -18,7 +19,7 @@ from shipyard.db import Artifact, Attempt, Job
 from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
 from shipyard.errors import LaunchFailed
-from shipyard.executors.base import Placement
+from shipyard.executors.base import Placement, StoreAccess, StoredInput
 from shipyard.scheduling.reasons import Reason
 from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, stored_job_spec, validate_job_spec
 from shipyard.schemas.launch import (
@@ -28,6 +29,7 @@ from shipyard.schemas.launch import (
     METRICS_FILE,
     RESULT_FILE,
     LaunchPlan,
+    is_stored_only,
     latest_checkpoint,
 )
 from shipyard.services import data_roots, model_sources, storage
@@ -95,6 +97,8 @@ class Prepared:
     placement: Placement
     run_dir: Path
     log_path: Path
+    store: StoreAccess | None = None
+    """How its nodes reach the store, where they do not share the agent's folders."""
 
 
 def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> Prepared:
@@ -111,21 +115,32 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
     session = object_session(job)
     assert session is not None
     resume_from = job.resume_from
+    nodes_own_data = not ctx.executor.shares_run_folders
     if number > 1:  # a relaunch continues from the job's own newest checkpoint
-        own = latest_checkpoint(run_dir / CHECKPOINT_DIR) or _fetch_checkpoint(
-            ctx, session, job, run_dir / CHECKPOINT_DIR
-        )
+        own = latest_checkpoint(run_dir / CHECKPOINT_DIR)
+        if own is None and not nodes_own_data:
+            own = _fetch_checkpoint(ctx, session, job, run_dir / CHECKPOINT_DIR)
         resume_from = str(own) if own else resume_from
-    spec, inputs = _with_fetched_data(ctx, job)
-    model = model_sources.local(ctx, session, spec, job.project)
-    spec = planned_layout(
-        _with_micro_batch(model.spec, job.micro_batch_size), job.estimate or {}, placed.accelerator_type
-    )
+    store = None
     roots = data_roots.roots_of_owner(ctx, job.owner or "", job.project)
-    if roots is not None:  # and the verified copies of its store: datasets and model, not the whole cache
-        given = job.spec["data"]["paths"]
-        roots += [Path(local) for local, path in zip(spec.data.paths, given, strict=True) if path != local]
-        roots += [model.fetched] if model.fetched else []
+    if nodes_own_data:  # its nodes read what it needs from the store and write theirs there
+        spec, inputs, fetched = _inputs_for_nodes(ctx, session, job)
+        resume = _resume_for_nodes(ctx, session, job, resume_from)
+        store = StoreAccess(storage.transfer_for(ctx, job.project), resume, fetched)
+        resume_from = None  # each node names its own copies
+    else:
+        spec, inputs = _with_fetched_data(ctx, job)
+        model = model_sources.local(ctx, session, spec, job.project)
+        spec = model.spec
+        if roots is not None:  # and the verified copies of its store: inputs, not the whole cache
+            given = job.spec["data"]["paths"]
+            roots += [
+                Path(local) for local, path in zip(spec.data.paths, given, strict=True) if path != local
+            ]
+            roots += [model.fetched] if model.fetched else []
+    spec = planned_layout(
+        _with_micro_batch(spec, job.micro_batch_size), job.estimate or {}, placed.accelerator_type
+    )
     LaunchPlan(
         job_id=job.id,
         attempt=number,
@@ -162,7 +177,53 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
     job.restart_at = None
     job.started_at = job.started_at or utcnow()
     session.flush()  # the attempt's id
-    return Prepared(job.id, attempt.id, placed, run_dir, log_path)
+    return Prepared(job.id, attempt.id, placed, run_dir, log_path, store)
+
+
+def _inputs_for_nodes(
+    ctx: ServiceContext, session: Session, job: Job
+) -> tuple[JobSpec, dict[str, str], dict[str, StoredInput]]:
+    """The job's spec as stored (``store:`` references kept), the content digest of each
+    ``store:`` dataset (recorded with the attempt, for lineage), and what each node fetches into
+    its own cache: those datasets (``data:N``) and the base model (``model``)."""
+    spec = stored_job_spec(job.spec)
+    inputs, fetched = {}, {}
+    for index, path in enumerate(spec.data.paths):
+        if path.startswith(STORE_SCHEME):
+            name = path.removeprefix(STORE_SCHEME)
+            fetched[f"data:{index}"], inputs[path] = storage.node_input(ctx, session, name, job.project)
+    model = model_sources.for_nodes(ctx, session, spec, job.project)
+    if model is not None:
+        fetched["model"] = model
+    return spec, inputs, fetched
+
+
+def _resume_for_nodes(
+    ctx: ServiceContext, session: Session, job: Job, resume_from: str | None
+) -> tuple[str, list[dict[str, Any]]] | None:
+    """The checkpoint a cluster attempt resumes from, as the records of its files in the store:
+    one its nodes stored (this job's, or the job ``--resume`` names), else the newest this job
+    stored; a folder of this machine (``--resume-from FOLDER``) is stored for them first."""
+    newest = (
+        select(Artifact)
+        .where(Artifact.kind == "checkpoint", Artifact.written.is_not(None))
+        .order_by(Artifact.step.desc())
+        .limit(1)
+    )
+    if resume_from is None:
+        row = session.scalars(newest.where(Artifact.job_id == job.id)).first()
+        return None if row is None else (Path(row.path).name, storage.handed(ctx, row.written or []))
+    path = Path(resume_from)
+    row = session.scalars(newest.where(Artifact.path == resume_from)).first()
+    if row is not None:
+        return path.name, storage.handed(ctx, row.written or [])
+    if is_stored_only(path):
+        raise LaunchFailed(
+            f"checkpoint {path.name} is in the artifact store but its record was lost",
+            hint="resume from another checkpoint of the job (`shipyard jobs show` lists them)",
+            transient=False,
+        )
+    return path.name, storage.transfer_for(ctx, job.project).write(path)
 
 
 def start(ctx: ServiceContext, prepared: Prepared) -> None:
@@ -170,7 +231,9 @@ def start(ctx: ServiceContext, prepared: Prepared) -> None:
     minute to reserve nodes), and record what it answered in a short transaction of its own."""
     crash_point(ctx, "attempt_recorded")
     try:
-        launched = ctx.executor.launch(prepared.placement, prepared.run_dir, prepared.log_path)
+        launched = ctx.executor.launch(
+            prepared.placement, prepared.run_dir, prepared.log_path, store=prepared.store
+        )
     except LaunchFailed as exc:
         with ctx.db.transaction() as session:
             attempt = session.get_one(Attempt, prepared.attempt_id)

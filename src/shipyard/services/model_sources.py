@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from shipyard import registry
 from shipyard.auth import Permission
 from shipyard.errors import InvalidSpec
+from shipyard.executors.base import StoredInput
 from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, validate_job_spec
 from shipyard.schemas.launch import MERGED_DIR
 from shipyard.services import models, storage
@@ -57,13 +58,45 @@ def local(ctx: ServiceContext, session: Session, spec: JobSpec, project: str) ->
     return LocalModel(validate_job_spec(document), folder)
 
 
+def for_nodes(ctx: ServiceContext, session: Session, spec: JobSpec, project: str) -> StoredInput | None:
+    """The base model of a cluster attempt as its nodes fetch it from the store themselves
+    (None: a folder the nodes have)."""
+    model = spec.model
+    if model.version is not None:
+        ref = models.ModelRef.parse(model.version)
+        found = registry.find(session, ref.project or project, ref.name, ref.version)
+        export = found.artifact
+        if export.written:  # its node stored it; the catalog may not have committed it yet
+            files = storage.handed(ctx, export.written)
+        elif export.stored_name:
+            files = storage.node_input(ctx, session, export.stored_name, found.project)[0].files
+        else:
+            raise InvalidSpec(
+                f"model version {model.version} is not in the artifact store, which the nodes read",
+                hint="wait for the agent to commit it (`shipyard storage ls` lists it), then resubmit",
+            )
+        paths = {record["path"] for record in files}
+        if "adapter_config.json" not in paths:
+            return StoredInput(files)
+        if f"{MERGED_DIR}/config.json" in paths:
+            return StoredInput([r for r in files if r["path"].startswith(f"{MERGED_DIR}/")], MERGED_DIR)
+        raise _adapters_only(model.version)
+    if model.path is not None and model.path.startswith(STORE_SCHEME):
+        return storage.node_input(ctx, session, model.path.removeprefix(STORE_SCHEME), project)[0]
+    return None
+
+
 def _weights_of(folder: Path, ref: str) -> Path:
     """A version's full weights: its export, or the merged model beside a version of adapters."""
     if not (folder / "adapter_config.json").is_file():
         return folder
     if (folder / MERGED_DIR / "config.json").is_file():
         return folder / MERGED_DIR
-    raise InvalidSpec(
+    raise _adapters_only(ref)
+
+
+def _adapters_only(ref: str) -> InvalidSpec:
+    return InvalidSpec(
         f"model version {ref} holds adapters without a merged model to train on",
         hint="fine-tune the base it was trained from, or train that version again with finetune.merge: true",
     )

@@ -113,12 +113,18 @@ def resolve(ctx: ServiceContext, ref: str) -> tuple[str, Path]:
 def export_folder(ctx: ServiceContext, session: Session, version: ModelVersion) -> Path:
     """The version's export: the job's folder on this node, else a copy fetched (once, verified)
     from the artifact store into the cache."""
-    folder = Path(version.artifact.path)
-    if folder.is_dir() or not version.artifact.stored_name:
+    artifact = version.artifact
+    folder = Path(artifact.path)
+    if folder.is_dir() or not (artifact.stored_name or artifact.written):
         return folder
     cached = ctx.settings.cache_dir / "models" / version.job_id / f"step-{version.step}"
-    if not cached.is_dir():
-        storage.get(ctx, version.artifact.stored_name, cached, project=version.project, session=session)
+    if cached.is_dir():
+        return cached
+    if artifact.stored_name:
+        storage.get(ctx, artifact.stored_name, cached, project=version.project, session=session)
+    else:  # its node stored it a moment ago; the catalog commits it at the end of the pass
+        files = storage.handed(ctx, artifact.written or [])
+        storage.transfer_for(ctx, version.project).read(files, cached)
     return cached
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -15,7 +17,15 @@ from shipyard.auth import Permission
 from shipyard.db import Artifact, Job, User
 from shipyard.domain import JobState
 from shipyard.errors import Conflict, NotFound, ShipyardError
-from shipyard.schemas.launch import AttemptResult
+from shipyard.executors.base import StoredCheckpoint
+from shipyard.schemas.launch import (
+    CHECKPOINT_MARKER,
+    CHECKPOINT_POINTER,
+    STORED_ONLY_MARKER,
+    AttemptResult,
+    is_stored_only,
+    write_text_atomic,
+)
 from shipyard.services import models, rbac, storage
 from shipyard.services.context import LOCAL_PREFIX, ServiceContext
 
@@ -28,16 +38,28 @@ def commit_outputs(ctx: ServiceContext, at_most: int = 4) -> int:
     A relaunch on another node, and every model download, then read them from there."""
     with ctx.db.transaction() as session:
         pending = session.execute(
-            select(Artifact.id, Artifact.path, Artifact.kind, Artifact.step, Job.id, Job.project, Job.owner)
+            select(
+                Artifact.id,
+                Artifact.path,
+                Artifact.kind,
+                Artifact.step,
+                Artifact.written,
+                Job.id,
+                Job.project,
+                Job.owner,
+            )
             .join(Job, Job.id == Artifact.job_id)
             .where(Artifact.stored_name.is_(None))
             .order_by(Artifact.id)
             .limit(at_most)
         ).all()
-    for artifact_id, path, kind, step, job_id, project, owner in pending:
+    for artifact_id, path, kind, step, written, job_id, project, owner in pending:
         name = f"jobs/{job_id}/{kind}/step-{step}"
         try:
-            storage.put(ctx, Path(path), name, project=project, owner=owner)
+            if written is not None:  # its nodes wrote the files: only the catalog is left to do
+                storage.commit_written(ctx, written, name, project=project, owner=owner)
+            else:
+                storage.put(ctx, Path(path), name, project=project, owner=owner)
         except Conflict:
             pass  # committed by an earlier pass that died before recording it
         except NotFound:
@@ -89,21 +111,56 @@ def _prune_superseded(ctx: ServiceContext) -> None:
             session.execute(update(Artifact).where(Artifact.id == artifact_id).values(stored_name=""))
 
 
-def record_checkpoint(session: Session, job: Job, path: Path, step: int) -> None:
-    """Record a complete checkpoint of the job, once (the next pass commits it to the store)."""
+def record_checkpoint(
+    session: Session, job: Job, path: Path, step: int, written: list[dict[str, Any]] | None = None
+) -> None:
+    """Record a complete checkpoint of the job, once (the next pass commits it to the store);
+    ``written``: the records of its files, which its nodes wrote into the store themselves."""
     known = session.scalar(
         select(Artifact.id).where(
             Artifact.job_id == job.id, Artifact.kind == "checkpoint", Artifact.path == str(path)
         )
     )
-    if known is None:
-        session.add(
-            Artifact(job_id=job.id, kind="checkpoint", path=str(path), step=step, size_bytes=_size(path))
+    if known is not None:
+        return
+    if written is None and is_stored_only(path):
+        return  # its records were lost with a pass that died: the next checkpoint replaces it
+    size = _size(path) if written is None else sum(record["size_bytes"] for record in written)
+    session.add(
+        Artifact(
+            job_id=job.id, kind="checkpoint", path=str(path), step=step, size_bytes=size, written=written
         )
+    )
 
 
-def register_outputs(ctx: ServiceContext, session: Session, job: Job, result: AttemptResult) -> None:
-    """Record the final checkpoint and export, and publish the export as a new model version."""
+def keep_stored_only(checkpoints: Path, stored: StoredCheckpoint) -> Path:
+    """The agent's record of a checkpoint whose nodes stored it: its folder in the run folder
+    with its ``checkpoint.json`` and the stored-only marker (no shard), named the newest, so that
+    the job's resume, ``--resume`` and the checks of a later submit find it as any checkpoint."""
+    folder = checkpoints / stored.name
+    if not folder.is_dir():
+        staging = checkpoints / f".{stored.name}.stored"
+        staging.mkdir(parents=True, exist_ok=True)
+        if stored.description is not None:
+            (staging / CHECKPOINT_MARKER).write_text(stored.description)
+        total = sum(record["size_bytes"] for record in stored.files)
+        (staging / STORED_ONLY_MARKER).write_text(
+            f"{len(stored.files)} files, {total} bytes in the artifact store\n"
+        )
+        os.replace(staging, folder)
+    write_text_atomic(checkpoints / CHECKPOINT_POINTER, stored.name)
+    return folder
+
+
+def register_outputs(
+    ctx: ServiceContext,
+    session: Session,
+    job: Job,
+    result: AttemptResult,
+    export_written: list[dict[str, Any]] | None = None,
+) -> None:
+    """Record the final checkpoint and export, and publish the export as a new model version.
+    ``export_written``: the records of the export's files, which its node stored itself."""
     if result.checkpoint:
         record_checkpoint(session, job, Path(result.checkpoint), result.step)
     if not result.export_dir:
@@ -113,8 +170,11 @@ def register_outputs(ctx: ServiceContext, session: Session, job: Job, result: At
         kind="export",
         path=result.export_dir,
         step=result.step,
-        size_bytes=_size(Path(result.export_dir)),
+        size_bytes=_size(Path(result.export_dir))
+        if export_written is None
+        else sum(record["size_bytes"] for record in export_written),
         lineage=result.lineage or None,
+        written=export_written,
     )
     session.add(export)
     session.flush()

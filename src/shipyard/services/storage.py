@@ -13,6 +13,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -22,6 +23,7 @@ from shipyard.auth import Permission
 from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
 from shipyard.domain.paths import refuse_overwrite
 from shipyard.errors import Conflict, InvalidSpec, NotFound
+from shipyard.executors.base import StoredInput
 from shipyard.schemas.jobspec import STORE_SCHEME
 from shipyard.schemas.views import (
     StoredArtifactView,
@@ -30,12 +32,14 @@ from shipyard.schemas.views import (
 from shipyard.services import manifests, rbac, store_health
 from shipyard.services.context import ServiceContext
 from shipyard.storage import config as storage_config
+from shipyard.storage import transfer
 from shipyard.storage.backend import ScrubTally
 from shipyard.storage.blobs import Blob, Progress
 from shipyard.storage.config import StorageConfig
 from shipyard.storage.files import fsync_dir
 from shipyard.storage.names import check_name
 from shipyard.storage.opening import Store, open_store
+from shipyard.storage.transfer import FolderTransfer
 
 DEFAULT_PROJECT = "default"
 
@@ -85,19 +89,38 @@ def put(
         (path, *store.blobs.put_file(file, replicas=copies, encrypt=encrypted, progress=report))
         for path, file, _ in files
     ]
+    kind = "folder" if source.is_dir() else "file"
+    view = _commit(ctx, store, project, name, kind, [(path, blob) for path, blob, _ in placed], copies, owner)
+    warnings = notes + [warning for _, _, written in placed for warning in written.warnings]
+    return view.model_copy(update={"warnings": warnings})
+
+
+def _commit(
+    ctx: ServiceContext,
+    store: Store,
+    project: str,
+    name: str,
+    kind: str,
+    placed: list[tuple[str, Blob]],
+    copies: int,
+    owner: str | None,
+) -> StoredArtifactView:
+    """Make durable blobs visible as artifact ``project/name``: its catalog rows and manifest, in
+    one transaction."""
+    total = sum(blob.size_bytes for _, blob in placed)
     with ctx.db.transaction() as session:
         _refuse_taken(session, project, name)  # again: another writer may have committed meanwhile
         artifact = StoredArtifact(
             project=project,
             name=name,
-            kind="folder" if source.is_dir() else "file",
+            kind=kind,
             size_bytes=total,
             replicas=copies,
-            encrypted=encrypted,
+            encrypted=any(blob.encrypted for _, blob in placed),
             created_by=owner or ctx.actor.name,
         )
         rows = {}
-        for path, blob, _ in placed:
+        for path, blob in placed:
             row = _catalog(session, store, blob, copies, project)
             artifact.entries.append(StoredEntry(path=path, blob_name=row.name))
             rows[row.name] = row
@@ -111,11 +134,82 @@ def put(
             ctx.actor,
             "artifact.put",
             f"artifact/{project}/{name}",
-            detail={"bytes": total, "files": len(files), "replicas": copies, "encrypted": encrypted},
+            detail={
+                "bytes": total,
+                "files": len(placed),
+                "replicas": copies,
+                "encrypted": artifact.encrypted,
+            },
         )
-        view = _view(artifact, with_entries=False)
-    warnings = notes + [warning for _, _, written in placed for warning in written.warnings]
-    return view.model_copy(update={"warnings": warnings})
+        return _view(artifact, with_entries=False)
+
+
+# -- folders nodes move themselves ----------------------------------------------------------------
+
+
+def transfer_for(ctx: ServiceContext, project: str) -> FolderTransfer:
+    """What a node needs to write the project's folders into the store, and read them back."""
+    store = open_tended_store(ctx)
+    return FolderTransfer(store.config, _copies(store, project), store.config.project(project).encrypt)
+
+
+def sealed(ctx: ServiceContext, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records a node wrote, each handed data key wrapped by the master keys (so that no key is
+    kept unwrapped, not even until the catalog commits them)."""
+    if not any(record["key_id"] == transfer.HANDED for record in records):
+        return records
+    keys = open_tended_store(ctx).blobs.master_keys()
+    blobs = transfer.handed(records, keys.wrap)
+    return [transfer.record_of(record["path"], blob) for record, blob in zip(records, blobs, strict=True)]
+
+
+def commit_written(
+    ctx: ServiceContext, records: list[dict[str, Any]], name: str, *, project: str, owner: str | None
+) -> None:
+    """Commit as artifact ``project/name`` a folder whose files a node wrote into the store itself
+    (``FolderTransfer.write``): the blobs are durable already, the catalog makes them visible,
+    within the project's quota. Blobs a refusal leaves unreferenced go at garbage collection."""
+    check_name(name)
+    store = open_tended_store(ctx)
+    with ctx.db.transaction() as session:
+        rbac.require(ctx, session, Permission.ARTIFACT_WRITE, f"artifact/{project}/{name}", project)
+        _refuse_taken(session, project, name)
+        _check_quota(session, store.config, project, sum(r["size_bytes"] for r in records))
+    records = sealed(ctx, records)
+    placed = [(record["path"], transfer.blob_of(record)) for record in records]
+    _commit(ctx, store, project, name, "folder", placed, _copies(store, project), owner)
+
+
+def handed(ctx: ServiceContext, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records of stored files for a node to read them back with ``FolderTransfer.read``, each
+    encrypted blob's data key unwrapped for it (it travels with the launch, never to a disk)."""
+    if not any(record["key_id"] for record in records):
+        return records
+    keys = open_tended_store(ctx).blobs.master_keys()
+    out = []
+    for record in records:
+        blob = transfer.blob_of(record)
+        if blob.encrypted:
+            assert blob.key_id is not None and blob.wrapped_key is not None
+            key = keys.unwrap(blob.key_id, blob.wrapped_key, blob.name)
+            blob = Blob(blob.name, blob.digest, blob.size_bytes, transfer.HANDED, key, blob.block_crcs)
+        out.append(transfer.record_of(record["path"], blob))
+    return out
+
+
+def node_input(ctx: ServiceContext, session: Session, name: str, project: str) -> tuple[StoredInput, str]:
+    """Stored artifact ``project/name`` as a cluster node fetches it into its own cache (the
+    caller must be allowed to read it), and its content digest (for lineage)."""
+    artifact = _readable(ctx, session, project, name, Permission.ARTIFACT_READ)
+    files = [transfer.record_of(e.path, blob_of(e.blob)) for e in artifact.entries]
+    within = artifact.entries[0].path if artifact.kind == "file" else ""
+    return StoredInput(handed(ctx, files), within), content_digest(artifact)
+
+
+def _copies(store: Store, project: str) -> int:
+    """The copies of a project's blobs, at most as many as the local roots can hold apart."""
+    copies = store.config.replicas_for(project)
+    return min(copies, len(store.backend.describe())) if store.backend.kind == "local" else copies
 
 
 def check_upload(ctx: ServiceContext, name: str, *, project: str, size_bytes: int | None) -> None:

@@ -55,6 +55,9 @@ class BlobStore:
         self._damaged = damaged
         """Told what a read found and repaired (the store's upkeep takes it from there)."""
 
+    def master_keys(self) -> MasterKeys:
+        return self._keys()
+
     def put_file(
         self, path: Path, *, replicas: int, encrypt: bool, progress: Progress | None = None
     ) -> tuple[Blob, Written]:

@@ -10,6 +10,7 @@ and readable (and editable) by an operator::
       vision: {replicas: 3, encrypt: true, quota_gib: 500}
     gc_grace_s: 86400         # unreferenced blobs younger than this are kept
     kms: mypackage.kms:open   # optional: a factory returning master keys (see crypto.MasterKeys)
+    node_cache_gib: 100       # each cluster node's cache of stored datasets and base models
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ class StorageConfig(_Strict):
     gc_grace_s: float = Field(default=86400.0, ge=0)
     scrub: ScrubConfig = Field(default_factory=ScrubConfig)
     kms: str | None = None
+    node_cache_gib: float = Field(default=100.0, ge=0)
+    """The most a cluster node's cache of stored inputs (datasets, base models) holds before it
+    evicts those no job on the node reads, least recently used first."""
 
     def project(self, name: str) -> ProjectStorage:
         return self.projects.get(name, ProjectStorage())

@@ -40,21 +40,26 @@ def open_store(
     roots whose copies are being moved off; ``damaged``: told what a read found missing or
     damaged, and repaired)."""
     config = config or storage_config.load(home)
-    backend: Backend
+    if config.backend == "local":
+        roots = config.roots or [storage_config.default_root(home)]
+        for root in roots:
+            if root == storage_config.default_root(home):
+                root.path.mkdir(parents=True, exist_ok=True)
+        config = config.model_copy(update={"roots": roots})
+    backend = backend_of(config, retiring)
+    return Store(config, BlobStore(backend, lambda: master_keys(home, config), damaged))
+
+
+def backend_of(config: StorageConfig, retiring: Sequence[RootConfig] = ()) -> Backend:
+    """The backend a configuration names (a local one's roots given: a node has no home)."""
     if config.backend == "s3":
         if config.s3 is None:
             raise InvalidSpec(
                 "storage.yaml says backend: s3 but has no s3 section",
                 hint="add s3: {endpoint_url: ..., bucket: ..., access_key: ..., secret_key: ...}",
             )
-        backend = S3Objects(config.s3)
-    else:
-        roots = config.roots or [storage_config.default_root(home)]
-        for root in roots:
-            if root == storage_config.default_root(home):
-                root.path.mkdir(parents=True, exist_ok=True)
-        backend = ReplicatedRoots(roots, retiring=list(retiring))
-    return Store(config, BlobStore(backend, lambda: master_keys(home, config), damaged))
+        return S3Objects(config.s3)
+    return ReplicatedRoots(config.roots, retiring=list(retiring))
 
 
 def master_keys(home: Path, config: StorageConfig, *, create: bool = True) -> MasterKeys:

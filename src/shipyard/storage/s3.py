@@ -85,7 +85,16 @@ class S3Objects:
         except StorageError as exc:
             if not isinstance(exc.__cause__, ClientError):
                 raise
-            self._call("creating the bucket", self.client.create_bucket, Bucket=self.config.bucket)
+            try:
+                self._call("creating the bucket", self.client.create_bucket, Bucket=self.config.bucket)
+            except StorageError as exc:  # another node created it at the same moment
+                code = (
+                    exc.__cause__.response["Error"].get("Code")
+                    if isinstance(exc.__cause__, ClientError)
+                    else None
+                )
+                if code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                    raise
         self._bucket_checked = True
 
     # -- writing ----------------------------------------------------------------------------------
