@@ -37,6 +37,7 @@ from sqlalchemy import Table, event, insert, select
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.own_postgres import Postgres  # noqa: E402
+from shipyard import agent  # noqa: E402
 from shipyard.db import Attempt, Job  # noqa: E402
 from shipyard.executors.base import (  # noqa: E402
     AttemptHandle,
@@ -52,7 +53,7 @@ from shipyard.executors.base import (  # noqa: E402
 )
 from shipyard.scheduling import cycle as scheduling_cycle  # noqa: E402
 from shipyard.schemas.jobspec import validate_job_spec  # noqa: E402
-from shipyard.services import agent, jobs  # noqa: E402
+from shipyard.services import jobs  # noqa: E402
 from shipyard.services.context import ServiceContext, open_context  # noqa: E402
 from shipyard.settings import Settings  # noqa: E402
 from tests.builders import spec_dict  # noqa: E402

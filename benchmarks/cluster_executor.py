@@ -234,7 +234,7 @@ def scheduling_pass(ray_cluster: RayCluster, home: Home, count: int) -> dict[str
 import json, sys, time
 from datetime import UTC, datetime
 from shipyard.services.context import open_context
-from shipyard.services.scheduler import plan_round
+from shipyard.agent.scheduler import plan_round
 ctx = open_context()
 ctx.executor.nodes()  # connect
 started = time.perf_counter()

@@ -15,9 +15,9 @@ pytestmark = pytest.mark.integration  # real servers, databases or processes
 
 def test_concurrent_agents_claim_each_queued_job_once(tmp_path: Path, db_url: str) -> None:
     """Agents racing over the same queue (SKIP LOCKED on PostgreSQL): every job started once."""
+    from shipyard.agent.passes import _claim
     from shipyard.db import Job
     from shipyard.domain import JobState
-    from shipyard.services.agent import _claim
 
     ctx = open_context(Settings(home=tmp_path / "home", db_url=db_url))
     try:

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from shipyard.agent.telemetry import cluster_metrics
 from shipyard.hardware import discover
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.launch import LaunchPlan
 from shipyard.services.context import open_context
-from shipyard.services.telemetry import cluster_metrics
 from shipyard.settings import Settings
 from tests.builders import spec_dict, write_spec
 from tests.conftest import Cli

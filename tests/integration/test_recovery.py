@@ -250,7 +250,7 @@ def test_a_job_whose_record_keeps_failing_the_pass_is_set_aside_and_the_others_r
 def test_an_agent_killed_at_each_boundary_of_a_launch_loses_no_job_and_starts_none_twice(
     tmp_path: Path, db_url: str, boundary: str, attempts: list[str]
 ) -> None:
-    from shipyard.services.launching import CRASH_ENV
+    from shipyard.agent.launching import CRASH_ENV
 
     cli = Cli(tmp_path / "home")
     cli.env.update({"SHIPYARD_DB_URL": db_url, CRASH_ENV: boundary})

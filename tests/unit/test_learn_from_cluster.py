@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from shipyard.agent.scheduler import snapshot
 from shipyard.db import Attempt, Job, Metric, ShapeMeasurement
 from shipyard.hardware import VendorQueries
 from shipyard.hardware.discovery import CpuInfo
@@ -22,7 +23,6 @@ from shipyard.services import calibrate, jobs
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.services.estimates import estimate_job, record_measurements
 from shipyard.services.planning import hardware_catalog
-from shipyard.services.scheduler import snapshot
 from shipyard.settings import Settings
 from tests.builders import spec_dict
 

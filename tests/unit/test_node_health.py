@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from shipyard.agent.telemetry import node_problems
 from shipyard.hardware.discovery import CpuInfo, VendorQueries
 from shipyard.hardware.health import disk_problems
 from shipyard.services.context import ServiceContext
-from shipyard.services.telemetry import node_problems
 from shipyard.settings import Settings
 
 

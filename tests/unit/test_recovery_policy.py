@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from shipyard.agent.recovery import Silence, progress, smaller_micro_batch
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.launch import Heartbeat
-from shipyard.services.recovery import Silence, progress, smaller_micro_batch
 from shipyard.services.submission_checks import recovery_warnings
 from tests.builders import spec_dict
 

@@ -11,13 +11,14 @@ from typing import NoReturn
 
 import pytest
 
-from shipyard import audit
+from shipyard import agent, audit
+from shipyard.agent import outputs, passes, telemetry
 from shipyard.db import Job
 from shipyard.errors import Conflict, Forbidden, InvalidSpec, NotFound, Unschedulable
 from shipyard.hardware import VendorQueries
 from shipyard.hardware.discovery import CpuInfo
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.services import agent, jobs, outputs, submissions, telemetry
+from shipyard.services import jobs, submissions
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
 from tests.builders import spec_dict
@@ -59,7 +60,7 @@ def test_cancel_wins_over_a_later_claim(ctx: ServiceContext) -> None:
         job = session.get(Job, view.id)
         assert job is not None
         jobs.cancel(ctx, view.id)  # another process cancels after the agent read the job
-        assert agent._claim(session, job) is False
+        assert passes._claim(session, job) is False
         assert job.state == "cancelled"
     with pytest.raises(Conflict, match="already cancelled"):
         jobs.cancel(ctx, view.id)
@@ -71,7 +72,7 @@ def test_cancelling_a_running_job_asks_it_to_stop(ctx: ServiceContext) -> None:
         from shipyard.db import Job
 
         job = session.get(Job, view.id)
-        assert job is not None and agent._claim(session, job)
+        assert job is not None and passes._claim(session, job)
     assert jobs.cancel(ctx, view.id).state == "running"
     assert jobs.get(ctx, view.id).state == "running"
     with ctx.db.transaction() as session:
@@ -355,7 +356,7 @@ def test_more_nodes_than_the_platform_has_names_nodes_and_the_cluster_setup(ctx:
 
 def test_jobs_list_and_queue_give_a_waiting_job_the_same_reason(tmp_path: Path) -> None:
     """Both read the reason the scheduler's pass recorded, before the first pass and after it."""
-    from shipyard.services.scheduler import queue_status
+    from shipyard.agent.scheduler import queue_status
 
     (tmp_path / "queues.yaml").write_text(
         "clusterQueues: [{name: hold, nominal: {cpu: 0}}]\nlocalQueues: {default: hold}\n"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sqlalchemy import delete, update
 
+from shipyard.agent.scheduler import executor_node, plan_round, snapshot
 from shipyard.db import Attempt, Job, Metric
 from shipyard.domain import JobState
 from shipyard.executors import capacity_of
@@ -21,7 +22,6 @@ from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.services import jobs
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.services.queues import load_queues
-from shipyard.services.scheduler import executor_node, plan_round, snapshot
 from shipyard.settings import Settings
 from shipyard.sim.simulator import SimConfig, simulate
 from shipyard.sim.workload import TraceJob

@@ -8,7 +8,7 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from shipyard.services import telemetry
+from shipyard.agent import telemetry
 
 
 class Metrics:

@@ -21,7 +21,7 @@ queues_app = typer.Typer(
 
 
 def _status() -> QueueStatusView:
-    from shipyard.services.scheduler import queue_status
+    from shipyard.agent.scheduler import queue_status
 
     return either(lambda c: c.queues(), queue_status)
 

@@ -1,7 +1,7 @@
 """The local agent process: ``python -m shipyard.daemon`` (started on demand by ``supervisor``).
 
 Holds the home's agent lock for its lifetime and, while it leads (``leader``: one scheduling loop
-per database), runs ``services.agent.tick`` every poll interval. Beside it, a committer thread
+per database), runs ``agent.tick`` every poll interval. Beside it, a committer thread
 copies checkpoints and exports into the artifact store as they are written (a multi-GB copy never
 stalls scheduling) and the background scrubber verifies and repairs the store. It exits after a
 while with nothing queued or running. Jobs run in their own sessions, so stopping the agent (even
@@ -21,12 +21,13 @@ import threading
 import time
 from types import FrameType
 
+from shipyard import agent
+from shipyard.agent.outputs import commit_outputs
 from shipyard.daemon.leader import Leadership
 from shipyard.daemon.supervisor import AGENT_LOCK
 from shipyard.domain.paths import PRIVATE_UMASK
-from shipyard.services import agent, store_health
+from shipyard.services import store_health
 from shipyard.services.context import ServiceContext, local_actor, open_context
-from shipyard.services.outputs import commit_outputs
 from shipyard.services.scrubber import scrub_in_background
 from shipyard.settings import Settings
 

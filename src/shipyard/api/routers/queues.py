@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from shipyard.agent.scheduler import queue_status
 from shipyard.api.deps import QueuePath, Reader, Writer
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.queues import ClusterQueueSpec, QueueConfig
 from shipyard.schemas.requests import QueueUpdate
 from shipyard.schemas.views import QueueChangeView, QueueSettingsView, QueueStatusView
 from shipyard.services import queues as queue_settings
-from shipyard.services.scheduler import queue_status
 
 router = APIRouter(prefix="/api/v1", tags=["queues"], responses=PROBLEM_RESPONSES)
 

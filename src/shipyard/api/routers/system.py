@@ -7,10 +7,10 @@ from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from shipyard import __version__
+from shipyard.agent import telemetry
 from shipyard.api.deps import Served
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.views import HealthView
-from shipyard.services import telemetry
 
 router = APIRouter(tags=["system"], responses=PROBLEM_RESPONSES)
 

@@ -23,6 +23,8 @@ from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 
+from shipyard.agent import scheduler
+from shipyard.agent.telemetry import cluster_metrics
 from shipyard.api.deps import MAX_VERSION, Name, Platform, Served, Version, checked_name
 from shipyard.api.errors import in_words
 from shipyard.api.ui.rendering import HERE, render
@@ -48,12 +50,11 @@ from shipyard.registry import STAGES
 from shipyard.schemas.documents import MAX_DOCUMENT_BYTES
 from shipyard.schemas.jobspec import parse_job_spec, validate_job_spec
 from shipyard.schemas.views import JobView
-from shipyard.services import auditing, cluster, job_access, models, planning, scheduler, submissions
+from shipyard.services import auditing, cluster, job_access, models, planning, submissions
 from shipyard.services import jobs as job_service
 from shipyard.services import storage as storage_service
 from shipyard.services import storage_upkeep as upkeep
 from shipyard.services.context import ServiceContext
-from shipyard.services.telemetry import cluster_metrics
 
 _log = logging.getLogger("shipyard.ui")
 PAGE_SIZE = 50

@@ -25,6 +25,9 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, joinedload
 
 from shipyard import audit
+from shipyard.agent import launching, recovery, telemetry
+from shipyard.agent.outputs import keep_stored_only, record_checkpoint, register_outputs
+from shipyard.agent.scheduler import LiveJob, executor_node, plan_round
 from shipyard.db import Attempt, Job, Metric, rows_changed
 from shipyard.domain import ExitReason, JobState
 from shipyard.domain.transitions import job_transition
@@ -55,11 +58,9 @@ from shipyard.schemas.launch import (
     latest_checkpoint,
     write_text_atomic,
 )
-from shipyard.services import launching, recovery, storage, telemetry
+from shipyard.services import storage
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import record_measurements
-from shipyard.services.outputs import keep_stored_only, record_checkpoint, register_outputs
-from shipyard.services.scheduler import LiveJob, executor_node, plan_round
 from shipyard.services.submitted_jobs import aware
 
 _log = logging.getLogger("shipyard.agent")
