@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -33,6 +34,7 @@ from shipyard.schemas.jobspec import validate_job_spec  # noqa: E402
 from shipyard.schemas.launch import LaunchPlan  # noqa: E402
 from shipyard.storage import config as storage_config  # noqa: E402
 from tests.builders import spec_dict  # noqa: E402
+from tests.conftest import agents_of  # noqa: E402
 from tests.support.ray_cluster import RayCluster, emulated_devices  # noqa: E402
 from tests.support.seaweedfs import SeaweedCluster  # noqa: E402
 
@@ -198,6 +200,9 @@ def main() -> None:
         results["steady_tokens_per_s"] = rates
         results["scheduling_pass_64_nodes"] = scheduling_pass(ray_cluster, on_ray, args.nodes)
     finally:
+        for home in (base / "local", base / "ray"):  # a cluster's agent does not leave when idle
+            for pid in agents_of(home):
+                os.kill(pid, signal.SIGTERM)
         ray_cluster.stop()
         store.stop()
     if args.json:

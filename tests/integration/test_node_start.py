@@ -7,16 +7,44 @@ import json
 import shlex
 import shutil
 import socket
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from shipyard.executors.processes import descendants, has_ended
 from shipyard.services import cluster
 from shipyard.storage import config as storage_config
-from tests.conftest import Cli
+from tests.conftest import Cli, Server
 
 pytestmark = [pytest.mark.integration, pytest.mark.ray]
+
+
+def served_nodes_without_joining_ray(cli: Cli, port: int) -> None:
+    """The server of the cluster lists its nodes as its agent recorded them, and never joins
+    Ray itself (a process that joins dies a minute after the head; the server must not): Ray's
+    core library is not even loaded in its process. Its watchdog keeps the agent that keeps the
+    record running, with no job submitted."""
+    ray_env = {"SHIPYARD_EXECUTOR": "ray", "SHIPYARD_RAY_ADDRESS": f"127.0.0.1:{port}"}
+    served = Server(
+        cli.home / "served", f"sqlite:///{cli.home / 'served.sqlite'}", "horse battery", env=ray_env
+    )
+    storage_config.save(served.home, storage_config.load(cli.home))
+    try:
+        issued = httpx.post(
+            f"{served.url}/api/v1/auth/token", json={"username": "admin", "password": served.admin_password}
+        )
+        headers = {"Authorization": f"Bearer {issued.json()['token']}"}
+        deadline = time.monotonic() + 120
+        while {n["id"] for n in httpx.get(f"{served.url}/api/v1/nodes/status", headers=headers).json()} != {
+            "here", "two"
+        }:  # fmt: skip
+            assert time.monotonic() < deadline, (served.home / "agent.log").read_text()
+            time.sleep(1)
+        assert "_raylet" not in Path(f"/proc/{served.process.pid}/maps").read_text()
+    finally:
+        served.stop()
 
 
 def free_port() -> int:
@@ -73,6 +101,7 @@ def test_a_second_node_joins_as_the_readme_says_and_each_node_stops_alone(cli: C
         assert nodes["here"]["capacity"]["cpu"] >= 1
         # Each node measured its host as it joined; the cluster's estimates plan that host with it.
         assert nodes["two"]["host_op_us"] > 0 and "its host dispatches an operation in" in joined.stdout
+        served_nodes_without_joining_ray(cli, port)
         heads = cluster._naming(str(cluster.ray_temp_dir(cli.home)))  # its GCS, its raylet, …
         assert heads and ray_processes(second.home)
         stopped = second.run("node", "stop", timeout=60)

@@ -480,3 +480,52 @@ def test_a_launch_that_fails_for_a_passing_cause_waits_and_one_that_cannot_start
     failed = jobs.get(ctx, view.id)
     assert failed.state == "failed" and failed.attempts == [] and not refusals
     assert (failed.message, failed.hint) == ("could not start the training process", "install it")
+
+
+def test_a_server_sees_a_cluster_through_the_nodes_its_agent_recorded(tmp_path: Path) -> None:
+    """The server of a cluster never joins the engine (a process that joins a Ray cluster dies
+    with its head): it lists the nodes and checks requests against what the agent recorded.
+    The nodes are built here, as an engine would report them (the seam for absent H100s)."""
+    from shipyard.agent import telemetry
+    from shipyard.executors.base import NodeInventory, Request
+    from shipyard.hardware.discovery import Device
+    from shipyard.hardware.probe import HostRates
+
+    def node(name: str, *, up: bool = True) -> NodeInventory:
+        h100 = [
+            Device(accelerator_type="h100-sxm", index=i, name="H100", vendor="nvidia", memory_gib=80.0,
+                   peak_bf16_tflops=989.0, peak_fp32_tflops=67.0, nvlink_peers=(1 - i,))
+            for i in range(2)
+        ]  # fmt: skip
+        cpu = Device(accelerator_type="cpu", index=0, name="Xeon", vendor="intel", memory_gib=64.0,
+                     peak_bf16_tflops=1.0, peak_fp32_tflops=1.0, cores=16)  # fmt: skip
+        return NodeInventory(id=name, devices=(*h100, cpu), labels={"rack": "r1"}, up=up,
+                             host=HostRates(gemm_gflops_per_thread=10.0, memory_gb_per_s_per_thread=5.0,
+                                           op_overhead_us=20.0))  # fmt: skip
+
+    settings = Settings(home=tmp_path, db_url=f"sqlite:///{tmp_path / 'db.sqlite'}", executor="ray")
+    agent_ctx = open_context(settings)
+    server_ctx = open_context(settings, inventory_from_agent=True)
+    try:
+        assert (
+            "no node of the ray cluster is known yet"
+            in server_ctx.inventory.check_feasible(Request(accelerator_types=["h100-sxm"], devices=1)).reason
+        )  # type: ignore[union-attr]
+        recorded = [node("n1"), node("n2"), node("n3", up=False)]
+        telemetry.record_inventory(agent_ctx, recorded)
+        server_ctx.inventory._cache = (-1.0, [])  # type: ignore[attr-defined]  # past its 1 s
+        assert list(server_ctx.inventory.known_nodes()) == recorded  # the same values, read back
+        assert [n.id for n in server_ctx.inventory.nodes()] == ["n1", "n2"]
+        assert (
+            server_ctx.inventory.check_feasible(Request(accelerator_types=["h100-sxm"], devices=2, nodes=3))
+            is None
+        )
+        refused = server_ctx.inventory.check_feasible(Request(accelerator_types=["h100-sxm"], devices=4))
+        assert refused is not None and "n1 has 2, n2 has 2, n3 has 2" in refused.reason
+        telemetry.record_inventory(agent_ctx, recorded[:1])  # the engine forgot two nodes
+        server_ctx.inventory._cache = (-1.0, [])  # type: ignore[attr-defined]
+        assert [n.id for n in server_ctx.inventory.known_nodes()] == ["n1"]
+        assert "executor" not in server_ctx.__dict__  # it never made (nor joined) the engine
+    finally:
+        agent_ctx.close()
+        server_ctx.close()

@@ -86,6 +86,7 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
     """One pass of the agent over every queued and running job."""
     started = time.perf_counter()
     known = list(ctx.executor.known_nodes())  # the pass's one read of the inventory
+    telemetry.record_inventory(ctx, known)  # for the server, which does not ask the engine
     # This machine's own health (a cluster's nodes are the cluster's to judge).
     problems = telemetry.node_problems(ctx) if ctx.executor.shares_run_folders else []
     cordoned = {node.id: problems for node in known if node.up} if problems else {}

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from shipyard.db import AgentStatus, Attempt, Job
+from shipyard.db import AgentStatus, Attempt, ClusterNode, Job
 from shipyard.db.tables import utcnow
 from shipyard.domain import JobState
 from shipyard.executors import NodeInventory
@@ -72,6 +72,45 @@ def record_pass(
                 session.execute(update(AgentStatus), seen)  # one UPDATE by key, many rows
     except IntegrityError:
         _log.info("another agent reported for this node at the same moment; this pass's report is dropped")
+
+
+_recorded: dict[str, tuple[list[NodeInventory], dict[str, dict[str, Any]]]] = {}
+"""What this process last recorded of each node, per database (a pass writes what changed)."""
+
+
+def record_inventory(ctx: ServiceContext, known: Sequence[NodeInventory]) -> None:
+    """Record the nodes the engine knows (down ones too) for the processes that do not ask the
+    engine (the API server: ``executors/recorded.py``); only what changed since the last pass,
+    and the nodes the engine forgot are dropped."""
+    last_read, last = _recorded.get(ctx.settings.db_url, ([], {}))
+    if list(known) == last_read:
+        return  # the usual pass: nothing to write, nothing to convert
+    now = {node.id: node.record() for node in known}
+    try:
+        _write_inventory(ctx, now, last)
+    except IntegrityError:  # another agent of the database wrote it at the same moment
+        _log.info("another agent recorded the nodes at the same moment; this pass's record is dropped")
+        return
+    _recorded[ctx.settings.db_url] = (list(known), now)
+
+
+def _write_inventory(
+    ctx: ServiceContext, now: dict[str, dict[str, Any]], last: dict[str, dict[str, Any]]
+) -> None:
+    with ctx.db.transaction() as session:
+        stored = set(session.scalars(select(ClusterNode.node)))
+        gone = stored - set(now)
+        if gone:
+            session.execute(delete(ClusterNode).where(ClusterNode.node.in_(gone)))
+        changed = [
+            {"node": node, "inventory": record, "recorded_at": utcnow()}
+            for node, record in now.items()
+            if node not in stored or last.get(node) != record
+        ]
+        if fresh := [row for row in changed if row["node"] not in stored]:
+            session.execute(insert(ClusterNode), fresh)
+        if seen := [row for row in changed if row["node"] in stored]:
+            session.execute(update(ClusterNode), seen)
 
 
 def _held_by_node(session: Session) -> dict[str, dict[str, int]]:

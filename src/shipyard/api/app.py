@@ -69,10 +69,14 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         starter = Supervisor() if run_agent else None
-        ctx = open_context(settings, verified_tokens=VerifiedTokens(), start_agent=starter)
+        # A cluster's nodes come from its agent's record: the server never joins the engine, so
+        # it answers while a Ray head is away (a process that joins dies with the head).
+        ctx = open_context(
+            settings, verified_tokens=VerifiedTokens(), start_agent=starter, inventory_from_agent=True
+        )
         if init_admin:
             accounts.ensure_initial_admin(ctx, init_admin)
-        ctx.executor.nodes()  # discover devices now (may import torch), not in the first request
+        ctx.inventory.nodes()  # discover devices now (may import torch), not in the first request
         writer = SubmissionWriter(ctx.db)
         app.state.platform = Platform(ctx=ctx, writer=writer, metrics=metrics)
         # What startup made (modules, the catalog, the app) lives as long as the process: out of

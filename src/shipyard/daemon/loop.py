@@ -26,6 +26,7 @@ from shipyard.agent.outputs import commit_outputs
 from shipyard.daemon.leader import Leadership
 from shipyard.daemon.supervisor import AGENT_LOCK
 from shipyard.domain.paths import PRIVATE_UMASK
+from shipyard.executors.registry import engine_named
 from shipyard.services import store_health
 from shipyard.services.context import ServiceContext, local_actor, open_context
 from shipyard.services.scrubber import scrub_in_background
@@ -79,6 +80,8 @@ def run(settings: Settings) -> int:
     ctx = open_context(settings, actor=local_actor("agent"))
     agent_id = f"{os.uname().nodename}:{os.getpid()}"
     ctx.executor.nodes()  # discover devices before the first pass, so its time measures the queue
+    # A cluster's agent keeps the nodes' record current for the server: it never leaves idle.
+    keeps_record = engine_named(settings.executor).shared_store
     leadership = Leadership(ctx.db)
     stopping_helpers = threading.Event()
     helpers = [
@@ -108,7 +111,7 @@ def run(settings: Settings) -> int:
             spent = time.monotonic() - started
             if seen.active or store_health.owed(settings.home) is not None:  # jobs, or a repair owed
                 idle_since = time.monotonic()
-            elif time.monotonic() - idle_since > settings.agent_idle_exit_s:
+            elif not keeps_record and time.monotonic() - idle_since > settings.agent_idle_exit_s:
                 break
             # Poll fast right after a change, then back off while jobs just run.
             changed = seen.fingerprint != last_fingerprint

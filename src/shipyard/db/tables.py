@@ -408,6 +408,18 @@ class QueueConfigVersion(Base):
     applied_at: Mapped[datetime]
 
 
+class ClusterNode(Base):
+    """Each node the agent's engine knows, as the agent last read it (down ones too): what the API
+    server lists and checks requests against, so that it never joins the engine itself."""
+
+    __tablename__ = "cluster_nodes"
+
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    inventory: Mapped[dict[str, Any]]
+    """``NodeInventory.record()``: devices, labels, up, what others use, the host's rates."""
+    recorded_at: Mapped[datetime]
+
+
 class AgentStatus(Base):
     """What each node's agent saw at its last pass: for ``/metrics`` and for telling a live node
     from a silent one. One row per node, overwritten by every pass."""

@@ -9,6 +9,7 @@ local process id.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,47 @@ class NodeInventory:
             kind = device.accelerator_type
             memory[kind] = min(memory.get(kind, device.memory_gib), device.memory_gib)
         return memory
+
+    def record(self) -> dict[str, Any]:
+        """The node as plain values (what the agent records for the processes that do not ask the
+        engine themselves)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> NodeInventory:
+        devices = tuple(Device(**{**d, "nvlink_peers": tuple(d["nvlink_peers"])}) for d in record["devices"])
+        host = HostRates(**record["host"]) if record.get("host") else None
+        fields = {k: v for k, v in record.items() if k not in ("devices", "host")}
+        return cls(devices=devices, host=host, **fields)
+
+
+def units_on(node: NodeInventory, accelerator_type: str, request: Request) -> tuple[int, int]:
+    """What one node of the request takes of the type (cores for the CPU), and what the node has."""
+    have = node.capacity().get(accelerator_type, 0)
+    if accelerator_type == "cpu":
+        threads = request.cpus_per_device or max(1, have // request.devices)
+        return threads * request.devices, have
+    return request.devices, have
+
+
+def feasible_on(known: Sequence[NodeInventory], request: Request, empty: str) -> Unplaceable | None:
+    """Could the request ever run on ``known`` nodes, each idle and up? If not, which nodes fall
+    short and by how much (``empty``: why when there are none)."""
+    if not known:
+        return Unplaceable(empty, transient=False)
+    reasons = []
+    for accelerator_type in request.accelerator_types:
+        sized = {node.id: units_on(node, accelerator_type, request) for node in known}
+        need = next(iter(sized.values()))[0]
+        large = [name for name, (units, have) in sized.items() if have >= units]
+        if len(large) >= request.nodes:
+            return None
+        nodes = ", ".join(f"{name} has {have}" for name, (_, have) in sized.items())
+        reasons.append(
+            f"{accelerator_type}: needs {request.nodes} node(s) with {need} each; "
+            f"{len(large)} of the {len(known)} nodes are that large ({nodes})"
+        )
+    return Unplaceable("; ".join(reasons), transient=False)
 
 
 def devices_of(nodes: Sequence[NodeInventory]) -> list[Device]:
@@ -288,11 +330,10 @@ class Synced:
 
 
 @runtime_checkable
-class Executor(Protocol):
-    shares_run_folders: bool
-    """Whether attempts write into the agent's own run folders (this machine's executor); if not,
-    ``sync`` brings their small files over, and each node writes its part of every checkpoint
-    into the store itself (``StoreAccess``), since the node's disk is the only other copy."""
+class Inventory(Protocol):
+    """What every engine has: its nodes, and whether a request could ever run on them. A process
+    that only answers questions (the API server of a cluster) reads the inventory the agent
+    recorded instead of joining the engine (``executors/recorded.py``)."""
 
     def nodes(self) -> Sequence[NodeInventory]:
         """The nodes this executor may run attempts on now, with their devices and labels."""
@@ -305,6 +346,17 @@ class Executor(Protocol):
     def check_feasible(self, request: Request) -> Unplaceable | None:
         """Why the request could never run on these nodes, even idle; None if it could."""
         ...
+
+
+@runtime_checkable
+class Executor(Inventory, Protocol):
+    """An engine the agent runs attempts on: its inventory, placement on it, and the attempts'
+    life (launch, status, sync, stop, release, logs)."""
+
+    shares_run_folders: bool
+    """Whether attempts write into the agent's own run folders (this machine's executor); if not,
+    ``sync`` brings their small files over, and each node writes its part of every checkpoint
+    into the store itself (``StoreAccess``), since the node's disk is the only other copy."""
 
     def place(
         self, request: Request, busy: Mapping[str, Busy], on: Collection[str] | None = None

@@ -41,6 +41,8 @@ from shipyard.executors.base import (
     Unplaceable,
     Vanished,
     Waiting,
+    feasible_on,
+    units_on,
 )
 from shipyard.executors.cluster_nodes import (
     NAMESPACE,
@@ -165,22 +167,8 @@ class RayExecutor:
         """Could the request ever run here, with every node idle and every node the cluster knows
         up (a job that needs a node that is down waits for it)? If not, say which nodes fall
         short and by how much."""
-        known = {ad.node: (ad, record) for ad, record in self._cluster()}
-        if not known:
-            return Unplaceable(f"the Ray cluster at {self.address} has no Shipyard node", transient=False)
-        reasons = []
-        for accelerator_type in request.accelerator_types:
-            sized = {name: _units(ad, accelerator_type, request) for name, (ad, _) in known.items()}
-            need = next(iter(sized.values()))[0]
-            large = [name for name, (units, have) in sized.items() if have >= units]
-            if len(large) >= request.nodes:
-                return None
-            nodes = ", ".join(f"{name} has {have}" for name, (_, have) in sized.items())
-            reasons.append(
-                f"{accelerator_type}: needs {request.nodes} node(s) with {need} each; "
-                f"{len(large)} of the {len(known)} nodes are that large ({nodes})"
-            )
-        return Unplaceable("; ".join(reasons), transient=False)
+        known = [ad.inventory() for ad, _ in self._cluster()]
+        return feasible_on(known, request, f"the Ray cluster at {self.address} has no Shipyard node")
 
     def place(
         self, request: Request, busy: Mapping[str, Busy], on: Collection[str] | None = None
@@ -201,7 +189,7 @@ class RayExecutor:
                     reasons.append(f"node {name} is not up")
                     continue
                 ad, record = live[name]
-                units, have = _units(ad, accelerator_type, request)
+                units, have = units_on(ad.inventory(), accelerator_type, request)
                 free = available.get(record["NodeID"], {})
                 if have < units:
                     reasons.append(f"{name}: {accelerator_type} has {have}, needs {units}")
@@ -440,15 +428,6 @@ def _stored_whole(reports: list[dict[str, Any]], have: str | None) -> StoredChec
             files.setdefault(record["path"], record)
     description = next((part["description"] for part in parts if part["description"]), None)
     return StoredCheckpoint(newest, tuple(files.values()), description)
-
-
-def _units(ad: Advertisement, accelerator_type: str, request: Request) -> tuple[int, int]:
-    """What one node of the request takes of the type (cores for the CPU), and what the node has."""
-    have = ad.inventory().capacity().get(accelerator_type, 0)
-    if accelerator_type == "cpu":
-        threads = request.cpus_per_device or max(1, have // request.devices)
-        return threads * request.devices, have
-    return request.devices, have
 
 
 def _placement(ads: Sequence[Advertisement], accelerator_type: str, request: Request) -> Placement:

@@ -240,7 +240,7 @@ def list_nodes(ctx: ServiceContext) -> list[NodeView]:
         statuses = session.execute(select(AgentStatus.node, AgentStatus.problems)).all()
         problems: dict[str, list[str] | None] = {row.node: row.problems for row in statuses}
     views = []
-    for node in ctx.executor.known_nodes():
+    for node in ctx.inventory.known_nodes():
         used: dict[str, int] = {}
         jobs = []
         for job_id, nodes, accelerator_type, device_ids, threads, per_node, project, owner in running:

@@ -9,13 +9,17 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sqlalchemy import select
+
 from shipyard.audit import audit_key
-from shipyard.db import Database, open_database
+from shipyard.db import ClusterNode, Database, open_database
 from shipyard.domain.actor import Actor
 from shipyard.domain.clock import SYSTEM_CLOCK, Clock
 from shipyard.domain.paths import make_private
 from shipyard.errors import InvalidSpec
-from shipyard.executors import Executor, devices_of
+from shipyard.executors import Executor, NodeInventory, devices_of
+from shipyard.executors.base import Inventory
+from shipyard.executors.recorded import RecordedInventory
 from shipyard.executors.registry import engine_named
 from shipyard.hardware import Device, VendorQueries
 from shipyard.services.submitted_jobs import SubmittedJobs
@@ -51,6 +55,9 @@ class ServiceContext:
     """What the scheduler read of each job (shared by the contexts of a process's requests)."""
     clock: Clock = SYSTEM_CLOCK
     """What token expiry and login throttling read the time from (tests move a fake one)."""
+    inventory_from_agent: bool = False
+    """Read a cluster's nodes from the agent's record instead of joining its engine (the API
+    server: it must keep answering while a cluster's head is away)."""
 
     @property
     def trusts_paths(self) -> bool:
@@ -69,15 +76,29 @@ class ServiceContext:
             _refuse_local_store(self.settings)
         return engine.make(self.settings, self.vendor_queries)
 
+    @property
+    def reads_recorded_inventory(self) -> bool:
+        """Whether this process sees a cluster through its agent's record (then an agent must
+        run for as long as this process does, to keep the record current)."""
+        return self.inventory_from_agent and engine_named(self.settings.executor).shared_store
+
+    @functools.cached_property
+    def inventory(self) -> Inventory:
+        """The nodes the use cases list and check requests against: the executor's own, or, for
+        a cluster seen from a process that does not drive it, what its agent recorded."""
+        if self.reads_recorded_inventory:
+            return RecordedInventory(lambda: _recorded_nodes(self.db), self.settings.executor)
+        return self.executor
+
     def devices(self) -> list[Device]:
         """Every device of the executor's nodes."""
-        return devices_of(self.executor.nodes())
+        return devices_of(self.inventory.nodes())
 
     def acting_as(self, actor: Actor) -> ServiceContext:
         """The same platform, for another caller (the server makes one per request); the
         discovered devices and the audit key are shared, not looked up again."""
         other = dataclasses.replace(self, actor=actor)
-        for shared in ("executor", "audit_key"):
+        for shared in ("executor", "inventory", "audit_key"):
             if shared in self.__dict__:
                 other.__dict__[shared] = self.__dict__[shared]
         return other
@@ -96,6 +117,12 @@ def _refuse_local_store(settings: Settings) -> None:
             hint="point the store at an S3-compatible service (SeaweedFS, MinIO, Ceph): "
             "backend: s3 with an s3: section (README: Artifact storage)",
         )
+
+
+def _recorded_nodes(db: Database) -> list[NodeInventory]:
+    with db.read() as session:
+        rows = session.scalars(select(ClusterNode).order_by(ClusterNode.node))
+        return [NodeInventory.from_record(row.inventory) for row in rows]
 
 
 def open_context(settings: Settings | None = None, **options: object) -> ServiceContext:

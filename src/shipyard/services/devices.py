@@ -10,7 +10,7 @@ from shipyard.services.context import ServiceContext
 def list_devices(ctx: ServiceContext) -> list[DeviceView]:
     return [
         DeviceView.model_validate({**_fields(device), "node": node.id})
-        for node in ctx.executor.nodes()
+        for node in ctx.inventory.nodes()
         for device in node.devices
     ]
 

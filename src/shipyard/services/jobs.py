@@ -114,11 +114,12 @@ home looks for the lead once in each)."""
 
 
 def revive_agent(ctx: ServiceContext) -> None:
-    """Start the home's agent again if jobs are queued or running and no agent has scheduled
-    for a while (its machine rebooted), or a few polls after the last one, of this host, ended
-    (it was killed): the new one adopts the attempts that still run and the restart policy
-    requeues the others. A standby agent of the same database (another home)
-    that took the lead counts as serving them."""
+    """Start the home's agent again if jobs are queued or running (or this process sees a
+    cluster through the agent's record, which must stay current) and no agent has scheduled
+    for a while (its machine rebooted, its cluster's head was away), or a few polls after the
+    last one, of this host, ended (it was killed): the new one adopts the attempts that still
+    run and the restart policy requeues the others. A standby agent of the same database
+    (another home) that took the lead counts as serving them."""
     if ctx.start_agent is None:
         return
     with ctx.db.read() as session:
@@ -128,7 +129,7 @@ def revive_agent(ctx: ServiceContext) -> None:
         last = session.execute(
             select(AgentStatus.agent_id, AgentStatus.last_pass_at).order_by(AgentStatus.last_pass_at.desc())
         ).first()
-    if live is None:
+    if live is None and not ctx.reads_recorded_inventory:
         return
     silent = max(AGENT_SILENT_S, 5 * ctx.settings.agent_max_poll_s)
     if last is not None and _ended_here(last.agent_id):

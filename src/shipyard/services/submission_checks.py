@@ -68,9 +68,9 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
         local = model_sources.local(ctx, session, spec, spec.project).spec  # the base model, here
         _check_model(local, catalog)
         request = Request.of(spec.resources)
-        unplaceable = ctx.executor.check_feasible(request)
+        unplaceable = ctx.inventory.check_feasible(request)
         if unplaceable is not None:
-            nodes = ctx.executor.nodes()
+            nodes = ctx.inventory.nodes()
             if request.nodes > 1 and len(nodes) == 1:  # a cluster's own reason names its nodes
                 raise Unschedulable(
                     f"job {spec.name!r} asks for resources.nodes: {request.nodes}, and this platform "
@@ -88,7 +88,7 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
                 "list an accelerator type they have in resources.accelerator",
             )
         spec.training.grad_accum_steps(request.devices * request.nodes)
-        planned = estimate_job(local, ctx.executor.nodes(), catalog, cluster_calibration(session))
+        planned = estimate_job(local, ctx.inventory.nodes(), catalog, cluster_calibration(session))
         estimate = with_measurements(session, local, planned)
         checkpoint = _resume_point(ctx, session, spec, resume, resume_from)
         if checkpoint is not None:
