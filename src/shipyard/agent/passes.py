@@ -15,7 +15,7 @@ import logging
 import signal
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -33,6 +33,7 @@ from shipyard.domain import ExitReason, JobState
 from shipyard.domain.transitions import job_transition
 from shipyard.executors.base import (
     AttemptHandle,
+    AttemptStatus,
     Busy,
     Exited,
     NodeInventory,
@@ -90,14 +91,22 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
     # This machine's own health (a cluster's nodes are the cluster's to judge).
     problems = telemetry.node_problems(ctx) if ctx.executor.shares_run_folders else []
     cordoned = {node.id: problems for node in known if node.up} if problems else {}
+    looks = _look(ctx)  # the engine asked outside any transaction: it may take seconds
+    ended: list[AttemptHandle] = []
     try:
         with ctx.db.transaction() as session:
             running = _running(ctx, session)
             watched = [a for a in running if not _quarantine.holds(a.id)]
             for attempt in watched:
                 with _quarantine.blaming(attempt.id):
-                    _collect(ctx, session, attempt)
-                    _finish_if_exited(ctx, session, attempt)
+                    look = looks.get(attempt.id)
+                    if look is None:  # launched after the look: the next pass looks at it
+                        continue
+                    if look.error is not None:
+                        raise look.error
+                    _collect(ctx, session, attempt, look.synced)
+                    if _finish_if_exited(ctx, session, attempt, look):
+                        ended.append(handle_of(ctx, attempt))
             running = [a for a in running if a.state == JobState.RUNNING]
             for attempt in (a for a in watched if a.state == JobState.RUNNING):
                 with _quarantine.blaming(attempt.id):
@@ -113,6 +122,11 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
             _quarantine.record(ctx)
         raise
     _quarantine.cleared(a.id for a in watched)
+    for handle in ended:  # what the ended attempts held, freed once their end is recorded
+        try:
+            ctx.executor.release(handle)
+        except Exception:
+            _log.exception("attempt %s: releasing what it held failed", handle.handle)
     # The attempts are recorded: the engines are asked outside any transaction, each answer
     # recorded on its own (one that raises is found vanished at the next pass, the rest start).
     for launch in prepared:
@@ -331,13 +345,43 @@ def _claim(session: Session, job: Job) -> bool:
     return rows_changed(claimed)
 
 
-def _collect(ctx: ServiceContext, session: Session, attempt: Attempt) -> Synced:
+@dataclass(frozen=True, slots=True)
+class _Look:
+    """What the engine answered of one running attempt: its status, then what it brought over
+    (asked after the status, so that an attempt seen ended has all it wrote)."""
+
+    status: AttemptStatus | None = None
+    synced: Synced = field(default_factory=Synced)
+    error: Exception | None = None
+    """What asking raised: the pass fails on it, blaming the attempt (``Quarantine``)."""
+
+
+def _look(ctx: ServiceContext) -> dict[int, _Look]:
+    """Ask the engine about every running attempt, outside any transaction (a cluster's answer
+    may take seconds; the pass's transaction must not wait on it)."""
+    with ctx.db.read() as session:
+        asked = [
+            (attempt.id, handle_of(ctx, attempt), Path(attempt.job.run_dir))
+            for attempt in _running(ctx, session)
+            if not _quarantine.holds(attempt.id)
+        ]
+    looks = {}
+    for attempt_id, handle, run_dir in asked:
+        try:
+            status = ctx.executor.status(handle)
+            synced = Synced() if isinstance(status, NodeLost) else ctx.executor.sync(handle, run_dir)
+            looks[attempt_id] = _Look(status, synced)
+        except Exception as exc:
+            looks[attempt_id] = _Look(error=exc)
+    return looks
+
+
+def _collect(ctx: ServiceContext, session: Session, attempt: Attempt, synced: Synced) -> None:
     """What the attempt wrote since the last pass: its metrics and its newest checkpoint,
     recorded at once so that the committer commits it to the artifact store while the attempt
     runs (a SIGKILL or a lost node or disk then loses at most one checkpoint interval). Where
     its nodes stored the checkpoint themselves, what is recorded is its files' records."""
     run_dir = Path(attempt.job.run_dir)
-    synced = ctx.executor.sync(handle_of(ctx, attempt), run_dir)
     _ingest_metrics(session, attempt)
     if (stored := synced.checkpoint) is not None:
         folder = keep_stored_only(run_dir / CHECKPOINT_DIR, stored)
@@ -346,7 +390,6 @@ def _collect(ctx: ServiceContext, session: Session, attempt: Attempt) -> Synced:
     newest = latest_checkpoint(run_dir / CHECKPOINT_DIR)
     if newest is not None:
         record_checkpoint(session, attempt.job, newest, checkpoint_step(newest))
-    return synced
 
 
 def _ingest_metrics(session: Session, attempt: Attempt) -> None:
@@ -484,24 +527,23 @@ def _keep_stacks(attempt: Attempt, stacks: str) -> None:
         _log.warning("job %s: could not keep the hung attempt's stacks: %s", attempt.job_id, exc)
 
 
-def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -> None:
+def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt, look: _Look) -> bool:
+    """Record the attempt's end if the engine said it ended; whether it did (the caller frees
+    what it held once this is committed)."""
     assert _launched(attempt)
-    handle = handle_of(ctx, attempt)
-    status = ctx.executor.status(handle)
+    status, synced = look.status, look.synced
     if isinstance(status, Waiting):
         waiting = {**(attempt.health or {}), "waiting": status.reason}
         if waiting != attempt.health:
             attempt.health = waiting
-        return
+        return False
     if isinstance(status, Running):
         if status.found is not None:  # its launch's answer was never recorded: now it is
             attempt.handle, attempt.pid = status.found.handle, status.found.pid
-        return
+        return False
+    assert status is not None
     _WATCHED.pop(_watch_key(attempt), None)
     _SPECS.pop(attempt.job_id, None)
-    # What was written between the last look and the exit.
-    synced = Synced() if isinstance(status, NodeLost) else _collect(ctx, session, attempt)
-    ctx.executor.release(handle)
     job = attempt.job
     result_path = Path(job.run_dir) / RESULT_FILE
     result = AttemptResult.model_validate_json(result_path.read_text()) if result_path.exists() else None
@@ -543,6 +585,7 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt) -
         outcome=attempt.exit_reason or attempt.state,
         detail={"attempt": attempt.number, "exit_code": attempt.exit_code, "job_state": job.state},
     )
+    return True
 
 
 @dataclass(frozen=True, slots=True)
