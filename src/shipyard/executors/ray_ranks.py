@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -38,6 +39,8 @@ from shipyard.schemas.launch import (
 
 RESUME_DIR = "resume"
 """Where the checkpoint an attempt resumes from is read in the node's run folder."""
+RENDEZVOUS_PORTS = range(20000, 32000)
+"""Where rank 0's rendezvous port is drawn: below Linux's default ephemeral range (32768-60999)."""
 STORE_CACHE = "store"
 """The node's cache of stored datasets and base models, under its cache folder."""
 _PR_SET_PDEATHSIG = 1
@@ -65,11 +68,21 @@ class RankGroup:
         self.export_failed = False
 
     def address(self) -> tuple[str, int]:
-        """This node's address and a free port on it: the rendezvous of rank 0."""
+        """This node's address and a free port on it: the rendezvous of rank 0. The port is
+        free now and rank 0 binds it a moment later, so it is drawn below the kernel's ephemeral
+        range, where no outgoing connection of the host can take it meanwhile (one drawn by
+        binding port 0 was once taken by another process's connection before rank 0 bound it)."""
         import ray
 
         host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
-        with socket.socket() as probe:
+        for port in random.sample(RENDEZVOUS_PORTS, 64):
+            with socket.socket() as probe:
+                try:
+                    probe.bind((host, port))
+                except OSError:
+                    continue
+                return host, port
+        with socket.socket() as probe:  # all drawn were taken: any free one
             probe.bind((host, 0))
             return host, int(probe.getsockname()[1])
 
