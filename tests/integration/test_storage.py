@@ -584,6 +584,12 @@ def test_a_root_deleted_and_another_rotting_heal_while_a_server_runs(tmp_path: P
         cli.run("storage", "put", str(tmp_path / f"a{i}.bin"), f"heal/a{i}")
     server = Server(home, f"sqlite:///{home / 'shipyard.db'}", "correct horse battery staple")
     try:
+        # The server's first deep pass (the store was never scrubbed) ends before the faults: a
+        # pass under way could read a blob before its rot and finish without seeing it.
+        first_pass = time.monotonic() + 60
+        while not cli.json("storage", "status")["background_scrub"].get("finished_at"):
+            assert time.monotonic() < first_pass, "the server's scrubber never finished a pass"
+            time.sleep(0.5)
         gone = sorted(p for p in (tmp_path / "root0" / "blobs").rglob("*") if p.is_file())
         for blob in gone:
             blob.unlink()
