@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import signal
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.exc import OperationalError
@@ -65,6 +66,7 @@ from shipyard.services.estimates import record_measurements
 from shipyard.services.submitted_jobs import aware
 
 _log = logging.getLogger("shipyard.agent")
+T = TypeVar("T")
 
 
 def utcnow() -> datetime:
@@ -92,41 +94,28 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
     problems = telemetry.node_problems(ctx) if ctx.executor.shares_run_folders else []
     cordoned = {node.id: problems for node in known if node.up} if problems else {}
     looks = _look(ctx)  # the engine asked outside any transaction: it may take seconds
-    ended: list[AttemptHandle] = []
-    try:
-        with ctx.db.transaction() as session:
-            running = _running(ctx, session)
-            watched = [a for a in running if not _quarantine.holds(a.id)]
-            for attempt in watched:
-                with _quarantine.blaming(attempt.id):
-                    look = looks.get(attempt.id)
-                    if look is None:  # launched after the look: the next pass looks at it
-                        continue
-                    if look.error is not None:
-                        raise look.error
-                    _collect(ctx, session, attempt, look.synced)
-                    if _finish_if_exited(ctx, session, attempt, look):
-                        ended.append(handle_of(ctx, attempt))
-            running = [a for a in running if a.state == JobState.RUNNING]
-            for attempt in (a for a in watched if a.state == JobState.RUNNING):
-                with _quarantine.blaming(attempt.id):
-                    _stop_if_cancelled(ctx, attempt)
-                    _watch(ctx, attempt)
-                    if handle_of(ctx, attempt).node in cordoned and ctx.settings.unhealthy_node == "drain":
-                        _preempt(ctx, attempt, utcnow())
-            scheduling = time.perf_counter()
-            # A set-aside attempt still holds its devices: ``running``, not ``watched``.
-            live, prepared = _start_leased(ctx, session, agent_id, running, known, cordoned)
-    except Exception:
-        with contextlib.suppress(Exception):  # the pass's own error is the one to report
-            _quarantine.record(ctx)
-        raise
-    _quarantine.cleared(a.id for a in watched)
-    for handle in ended:  # what the ended attempts held, freed once their end is recorded
-        try:
-            ctx.executor.release(handle)
-        except Exception:
-            _log.exception("attempt %s: releasing what it held failed", handle.handle)
+    # One session for the pass, a short transaction for each thing it records: a record that
+    # raises rolls back its own outcome only (the attempt is blamed, see ``Quarantine``).
+    with ctx.db.session() as session:
+        running = _running(ctx, session)
+        session.commit()  # the snapshot's read ends here
+        watched = [a for a in running if not _quarantine.holds(a.id)]
+        for attempt in watched:
+            look = looks.get(attempt.id)
+            if look is None:  # launched after the look: the next pass looks at it
+                continue
+            draining = handle_of(ctx, attempt).node in cordoned
+            record = functools.partial(_record_outcome, ctx, session, attempt, look, draining=draining)
+            if _on_its_own(session, attempt, record):
+                _release(ctx, handle_of(ctx, attempt))
+        _quarantine.record(ctx)
+        running = [a for a in running if a.state == JobState.RUNNING]
+        scheduling = time.perf_counter()
+        # A set-aside attempt still holds its devices: ``running``, not ``watched``.
+        with session.begin():
+            live, prepared, preempted = _start_leased(ctx, session, agent_id, running, known, cordoned)
+        for attempt in preempted:  # decided and recorded: now signalled, each on its own
+            _on_its_own(session, attempt, functools.partial(_stop_if_cancelled, ctx, attempt))
     # The attempts are recorded: the engines are asked outside any transaction, each answer
     # recorded on its own (one that raises is found vanished at the next pass, the rest start).
     for launch in prepared:
@@ -145,15 +134,16 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
 
 
 QUARANTINE_AFTER = 3
-"""Passes in a row an attempt's record may make fail before the agent sets it aside."""
+"""Passes in a row an attempt's record may raise in before the agent sets it aside."""
 QUARANTINE_S = 600.0
 """How long an attempt stays set aside before the agent looks at it again."""
 
 
 class Quarantine:
-    """Attempts whose records keep making the pass fail (a damaged run folder, a record no code
-    path expected): after ``QUARANTINE_AFTER`` failed passes in a row the agent sets the attempt
-    aside for ``QUARANTINE_S``, writes why into its health, and the other jobs proceed."""
+    """Attempts whose records keep raising (a damaged run folder, a record no code path
+    expected): each such pass rolls back that attempt's outcome alone, and after
+    ``QUARANTINE_AFTER`` passes in a row the agent sets the attempt aside for ``QUARANTINE_S``
+    and writes why into its health, so it stops costing every pass a failure and a log."""
 
     def __init__(self) -> None:
         self._failures: dict[int, tuple[int, str]] = {}
@@ -177,7 +167,7 @@ class Quarantine:
                 self._until[attempt_id] = time.monotonic() + QUARANTINE_S
                 self._unrecorded.add(attempt_id)
                 _log.error(
-                    "attempt %s made %d passes fail in a row (%s): set aside for %gs",
+                    "attempt %s raised in %d passes in a row (%s): set aside for %gs",
                     attempt_id, failures, error, QUARANTINE_S,
                 )  # fmt: skip
             raise
@@ -190,7 +180,7 @@ class Quarantine:
 
     def record(self, ctx: ServiceContext) -> None:
         """Why each newly set-aside attempt is, in its health (``jobs show``), in a transaction of
-        its own: the failed pass's was rolled back."""
+        its own: the one that raised was rolled back."""
         if not self._unrecorded:
             return
         with ctx.db.transaction() as session:
@@ -208,6 +198,52 @@ class Quarantine:
 
 _quarantine = Quarantine()
 """One agent loop runs in a process: its attempts set aside."""
+
+
+def _record_outcome(
+    ctx: ServiceContext, session: Session, attempt: Attempt, look: _Look, *, draining: bool
+) -> bool:
+    """Record what the engine said of one running attempt (its metrics, checkpoint, end), then
+    stop it if it is to stop and watch its ranks' beats; whether it ended (the caller frees what
+    it held, its end being committed)."""
+    if look.error is not None:
+        raise look.error
+    _collect(ctx, session, attempt, look.synced)
+    if _finish_if_exited(ctx, session, attempt, look):
+        return True
+    if draining and ctx.settings.unhealthy_node == "drain":
+        _preempt(attempt)
+    _stop_if_cancelled(ctx, attempt)
+    _watch(ctx, attempt)
+    return False
+
+
+def _on_its_own(session: Session, attempt: Attempt, record: Callable[[], T]) -> T | None:
+    """Run what records one attempt's outcome in a transaction of its own; what it returned, or
+    None where it raised: then its outcome is rolled back, the attempt blamed (``Quarantine``),
+    and the pass goes on with the others."""
+    try:
+        with _quarantine.blaming(attempt.id):
+            outcome = record()
+            session.commit()
+    except OperationalError:
+        session.rollback()
+        raise  # the database went away or is locked: the pass fails, no record is to blame
+    except Exception:
+        session.rollback()  # the session's objects are read again where next used
+        _log.exception("attempt %s: recording its outcome failed", attempt.id)
+        return None
+    _quarantine.cleared([attempt.id])
+    return outcome
+
+
+def _release(ctx: ServiceContext, handle: AttemptHandle) -> None:
+    """What an ended attempt held (a placement group, a reservation), freed once its end is
+    committed."""
+    try:
+        ctx.executor.release(handle)
+    except Exception:
+        _log.exception("attempt %s: releasing what it held failed", handle.handle)
 
 
 def _running(ctx: ServiceContext, session: Session) -> list[Attempt]:
@@ -238,11 +274,12 @@ def _start_leased(
     running: list[Attempt],
     known: list[NodeInventory],
     cordoned: dict[str, list[str]],
-) -> tuple[dict[str, LiveJob], list[launching.Prepared]]:
+) -> tuple[dict[str, LiveJob], list[launching.Prepared], list[Attempt]]:
     """Ask the scheduler which jobs run now; claim and record the attempts of those it leases
     (unless on a ``cordoned`` node), preempt those it drops (once they held their devices for a
     round), and tell every waiting job why it waits. Returns the live jobs as the scheduler read
-    them, and the attempts to hand to the engine once the pass's transaction is committed."""
+    them, the attempts to hand to the engine, and those to stop, once the transaction is
+    committed (the engine is not asked inside it)."""
     now = utcnow()
     decision, rows = plan_round(ctx, session, now, known)
     plan = decision.plan
@@ -252,9 +289,11 @@ def _start_leased(
             attempt.accelerator_type, attempt.device_ids
         )
     running_of = {attempt.job_id: attempt for attempt in running}
-    for job_id in plan.preempted:
-        if job_id in running_of:
-            _preempt_if_due(ctx, running_of[job_id], now)
+    preempted = [
+        running_of[job_id]
+        for job_id in plan.preempted
+        if job_id in running_of and _preempt_if_due(ctx, running_of[job_id], now)
+    ]
     queued = sorted(
         (r for r in rows.values() if r.state == JobState.QUEUED),
         key=lambda r: (r.submitted.submitted_at, r.id),
@@ -294,7 +333,7 @@ def _start_leased(
     ]
     if changed:  # most reasons stay as they were from one pass to the next
         session.execute(_SET_REASON, changed)
-    return rows, prepared
+    return rows, prepared, preempted
 
 
 _JOBS = cast(Table, Job.__table__)
@@ -305,20 +344,22 @@ _SET_REASON = (
 )
 
 
-def _preempt_if_due(ctx: ServiceContext, attempt: Attempt, now: datetime) -> None:
-    """Preempt the attempt once it held its devices a round."""
-    if (now - aware(attempt.started_at)).total_seconds() >= ctx.settings.round_s:
-        _preempt(ctx, attempt, now)
+def _preempt_if_due(ctx: ServiceContext, attempt: Attempt, now: datetime) -> bool:
+    """Preempt the attempt once it held its devices a round; whether it is to be stopped."""
+    if (now - aware(attempt.started_at)).total_seconds() < ctx.settings.round_s:
+        return False
+    return _preempt(attempt)
 
 
-def _preempt(ctx: ServiceContext, attempt: Attempt, now: datetime) -> None:
-    """SIGTERM: the runtime checkpoints, then exits, and the job requeues to resume."""
+def _preempt(attempt: Attempt) -> bool:
+    """Record that the attempt is to stop for another (``_stop_if_cancelled`` then sends SIGTERM:
+    the runtime checkpoints, then exits, and the job requeues to resume); whether it was newly
+    asked to."""
     job = attempt.job
     if not _launched(attempt) or job.preempt_requested or job.cancel_requested:
-        return
+        return False
     job.preempt_requested = True
-    ctx.executor.stop(handle_of(ctx, attempt))
-    attempt.signalled_at = now
+    return True
 
 
 def _claim(session: Session, job: Job) -> bool:
@@ -353,7 +394,7 @@ class _Look:
     status: AttemptStatus | None = None
     synced: Synced = field(default_factory=Synced)
     error: Exception | None = None
-    """What asking raised: the pass fails on it, blaming the attempt (``Quarantine``)."""
+    """What asking raised: its outcome is not recorded, the attempt blamed (``Quarantine``)."""
 
 
 def _look(ctx: ServiceContext) -> dict[int, _Look]:

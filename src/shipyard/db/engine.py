@@ -37,6 +37,13 @@ class Database:
             yield session
 
     @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session whose caller commits (or rolls back) one short transaction after another,
+        keeping the objects it read: a pass records each outcome on its own."""
+        with self.sessions() as session:
+            yield session
+
+    @contextmanager
     def begin(self) -> Iterator[Connection]:
         """One unit of work on a Core connection, for writes made of Core statements only (queuing
         submitted jobs): no ORM session to set up and flush around them. Committed when the block
