@@ -10,7 +10,7 @@ the scheduling cycle and the executor, with the engine calls per running attempt
 also reads each job's unchanging fields once (the agent keeps them); the steady passes follow.
 
     .venv/bin/python benchmarks/agent_pass.py [--nodes 1000] [--queued 10000] [--running 2000]
-                                              [--passes 4] [--json]
+                                              [--passes 4] [--json] [--profile]
 """
 
 # ruff: noqa: ARG002 - the seam answers at once, without looking at what it is asked
@@ -18,9 +18,13 @@ also reads each job's unchanging fields once (the agent keeps them); the steady 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import cProfile
+import dataclasses
 import functools
 import json
 import platform
+import pstats
 import random
 import statistics
 import sys
@@ -107,27 +111,33 @@ class AdvertisedNodes:
         return None
 
     @_counted
-    def place(
-        self, request: Request, busy: Mapping[str, Busy], on: Collection[str] | None = None
-    ) -> Placement | Unplaceable:
-        """The first of the nodes ``on`` names with the devices free that ``busy`` leaves, as
-        this machine's executor places."""
+    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Unplaceable:
+        """The first of the nodes ``on`` names with the type: its devices are picked by ``pick``."""
         for name in sorted(on or self.by_id):
-            node = self.by_id[name]
-            for device in node.accelerators:
-                kind = device.accelerator_type
-                if kind not in request.accelerator_types:
-                    continue
-                held = busy[name].devices.get(kind, set()) if name in busy else set()
-                free = [d.index for d in node.accelerators if d.index not in held]
-                if len(free) >= request.devices:
-                    return Placement(
-                        node=name, accelerator_type=kind, torch_device="cuda",
-                        device_ids=tuple(free[: request.devices]), core_ids=(), threads_per_process=1,
-                        world_size=request.devices * request.nodes, peak_tflops_bf16=device.peak_bf16_tflops,
-                        peak_tflops_fp32=device.peak_fp32_tflops,
-                    )  # fmt: skip
-                break
+            device = next(
+                (d for d in self.by_id[name].accelerators if d.accelerator_type in request.accelerator_types),
+                None,
+            )
+            if device is not None:
+                return Placement(
+                    node=name, accelerator_type=device.accelerator_type, torch_device="cuda",
+                    device_ids=(), core_ids=(), threads_per_process=1,
+                    world_size=request.devices * request.nodes, peak_tflops_bf16=device.peak_bf16_tflops,
+                    peak_tflops_fp32=device.peak_fp32_tflops,
+                )  # fmt: skip
+        return Unplaceable("no node of the type", transient=False)
+
+    @_counted
+    def pick(
+        self, placement: Placement, request: Request, held: Mapping[str, Busy]
+    ) -> Placement | Unplaceable:
+        """The devices ``held`` leaves free on the placement's node, as this machine's executor
+        picks them."""
+        name, kind = placement.node, placement.accelerator_type
+        taken = held[name].devices.get(kind, set()) if name in held else set()
+        free = [d.index for d in self.by_id[name].accelerators if d.index not in taken]
+        if len(free) >= request.devices:
+            return dataclasses.replace(placement, device_ids=tuple(free[: request.devices]))
         return Unplaceable("its devices are held by attempts that still run", transient=True)
 
     @_counted
@@ -273,7 +283,7 @@ def one_pass(ctx: ServiceContext, executor: AdvertisedNodes, timed: Timed) -> di
     with ctx.db.read() as session:
         running = len(session.scalars(select(Attempt.id).where(Attempt.state == "running")).all())
     calls = executor.calls - before[4]
-    engine = sum(n for name, n in calls.items() if name not in ("known_nodes", "nodes", "runs"))
+    engine = sum(n for name, n in calls.items() if name not in ("known_nodes", "nodes", "runs", "pick"))
     return {
         "pass_s": round(pass_s, 3),
         "database_s": round(timed.database - before[0], 3),
@@ -295,6 +305,7 @@ def main() -> None:
     parser.add_argument("--running", type=int, default=2_000)
     parser.add_argument("--passes", type=int, default=4)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="where the steady passes spend time")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="agent-pass-") as scratch:
         database = Postgres(Path(scratch))
@@ -307,7 +318,10 @@ def main() -> None:
             seed(ctx, executor.inventory, args.queued, args.running)
             seeded_s = time.perf_counter() - seeded
             timed = Timed(ctx)
-            passes = [one_pass(ctx, executor, timed) for _ in range(args.passes)]
+            passes = [one_pass(ctx, executor, timed)]
+            profile = cProfile.Profile() if args.profile else None
+            with profile or contextlib.nullcontext():
+                passes += [one_pass(ctx, executor, timed) for _ in range(args.passes - 1)]
             ctx.close()
         finally:
             database.stop()
@@ -324,6 +338,8 @@ def main() -> None:
         "target_pass_s": 1.0,
         "machine": f"{platform.machine()}, {platform.python_version()}",
     }
+    if profile is not None:
+        pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(25)
     if args.json:
         print(json.dumps(report, indent=2))
         return

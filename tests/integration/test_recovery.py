@@ -220,9 +220,7 @@ def _training_process(parent: int) -> int:
     return int(child)
 
 
-def test_a_job_whose_record_keeps_failing_the_pass_is_set_aside_and_the_others_run(
-    cli: Cli, tmp_path: Path
-) -> None:
+def test_a_job_whose_record_keeps_raising_is_set_aside_and_the_others_run(cli: Cli, tmp_path: Path) -> None:
     cli.env["SHIPYARD_FAULTS"] = json.dumps({"slow_rank": 0, "slow_s": 0.05})
     damaged = cli.json("jobs", "submit", str(write_spec(tmp_path, "damaged", training={"steps": 400})))
     cli.wait_for(damaged["id"], lambda j: j["step"] >= 2)
@@ -236,6 +234,9 @@ def test_a_job_whose_record_keeps_failing_the_pass_is_set_aside_and_the_others_r
     [attempt] = cli.json("jobs", "show", damaged["id"])["attempts"]
     assert "IsADirectoryError" in attempt["health"]["quarantined"]
     assert "set aside for 600s after 3 passes in a row" in attempt["health"]["quarantined"]
+    # Its outcome alone was rolled back each time: no pass failed for it.
+    log = (cli.home / "agent.log").read_text()
+    assert "recording its outcome failed" in log and "the agent's pass failed" not in log
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from shipyard.executors.base import AttemptHandle, Busy, Placement, Request, Unplaceable
+from shipyard.executors.base import AttemptHandle, Busy, Placement, Request, Unplaceable, place_now
 from shipyard.executors.local import LocalExecutor
 from shipyard.hardware import VendorQueries, discover, match_accelerator_type
 from shipyard.hardware.discovery import GIB, CpuInfo, RawDevice
@@ -128,7 +128,7 @@ def test_a_cpu_that_splits_512_bit_ops_gets_the_avx2_peak(
 def test_placement_prefers_an_nvlink_island_and_hides_other_gpus() -> None:
     executor = LocalExecutor(discover(fake(nvidia=dgx_h100())), node=NODE)
     request = Request(accelerator_types=["h100-sxm"], devices=4)
-    placed = executor.place(request, {NODE: Busy(devices={"h100-sxm": {0}})})
+    placed = place_now(executor, request, {NODE: Busy(devices={"h100-sxm": {0}})})
     assert isinstance(placed, Placement)
     assert placed.device_ids == (4, 5, 6, 7)  # 1-3 are one short of a full island
     env = executor.environment(placed)
@@ -150,7 +150,7 @@ def test_the_inventory_is_one_node_with_its_devices_labels_and_nvlink_islands(
     assert node.memory_gib()["h100-sxm"] == pytest.approx(80, abs=1)
     assert node.labels["rack"] == "r7" and node.labels["zone"] == "a"
     assert node.labels["nvlink_islands"] == "0,1,2,3 4,5,6,7"
-    elsewhere = executor.place(Request(accelerator_types=["h100-sxm"], devices=1), {}, on={"other"})
+    elsewhere = executor.place(Request(accelerator_types=["h100-sxm"], devices=1), on={"other"})
     assert isinstance(elsewhere, Unplaceable) and not elsewhere.transient
     assert executor.runs(AttemptHandle(nodes=(NODE,), handle="1")) and not executor.runs(
         AttemptHandle(nodes=("other",), handle="1")
@@ -159,39 +159,40 @@ def test_the_inventory_is_one_node_with_its_devices_labels_and_nvlink_islands(
 
 def test_any_of_list_falls_through_to_the_first_type_present() -> None:
     executor = LocalExecutor(discover(fake(nvidia=dgx_h100())), node=NODE)
-    placed = executor.place(Request(accelerator_types=["a800", "h100-sxm", "cpu"], devices=2), {})
+    placed = place_now(executor, Request(accelerator_types=["a800", "h100-sxm", "cpu"], devices=2), {})
     assert isinstance(placed, Placement) and placed.accelerator_type == "h100-sxm"
 
 
 def test_impossible_requests_say_why_and_are_not_transient() -> None:
     executor = LocalExecutor(discover(fake(nvidia=dgx_h100())), node=NODE)
-    placed = executor.place(Request(accelerator_types=["a800", "h100-sxm"], devices=16), {})
+    placed = place_now(executor, Request(accelerator_types=["a800", "h100-sxm"], devices=16), {})
     assert isinstance(placed, Unplaceable) and not placed.transient
     assert (
         placed.reason
         == "a800: needs 16 devices, this node has none; h100-sxm: needs 16 devices, this node has 8"
     )
-    multi = executor.place(Request(accelerator_types=["h100-sxm"], devices=8, nodes=2), {})
+    multi = place_now(executor, Request(accelerator_types=["h100-sxm"], devices=8, nodes=2), {})
     assert isinstance(multi, Unplaceable) and "single-node" in multi.reason
 
 
 def test_a_minimum_device_memory_rules_out_smaller_devices() -> None:
     # Fake vendor query (no GPU on the test machine): a DGX H100 reports 80 GiB per device.
     executor = LocalExecutor(discover(fake(nvidia=dgx_h100())), node=NODE)
-    fits = executor.place(Request(accelerator_types=["h100-sxm"], devices=2, min_memory_gib=64), {})
+    fits = place_now(executor, Request(accelerator_types=["h100-sxm"], devices=2, min_memory_gib=64), {})
     assert isinstance(fits, Placement)
-    too_big = executor.place(Request(accelerator_types=["h100-sxm"], devices=2, min_memory_gib=100), {})
+    too_big = place_now(executor, Request(accelerator_types=["h100-sxm"], devices=2, min_memory_gib=100), {})
     assert isinstance(too_big, Unplaceable) and not too_big.transient
     assert too_big.reason == (
         "h100-sxm: needs 2 devices, this node has none with 100 GiB or more (the largest has 80 GiB)"
     )
-    host = executor.place(Request(accelerator_types=["cpu"], devices=1, min_memory_gib=1e6), {})
+    host = place_now(executor, Request(accelerator_types=["cpu"], devices=1, min_memory_gib=1e6), {})
     assert isinstance(host, Unplaceable) and host.reason.startswith("cpu: needs 1e+06 GiB of memory")
 
 
 def test_busy_devices_make_a_job_wait_with_a_reason() -> None:
     executor = LocalExecutor(discover(fake(nvidia=dgx_h100())), node=NODE)
-    placed = executor.place(
+    placed = place_now(
+        executor,
         Request(accelerator_types=["h100-sxm"], devices=4),
         {NODE: Busy(devices={"h100-sxm": {0, 1, 2, 3, 4}})},
     )
@@ -201,13 +202,15 @@ def test_busy_devices_make_a_job_wait_with_a_reason() -> None:
 
 def test_cpu_jobs_share_cores_without_oversubscribing() -> None:
     executor = LocalExecutor(discover(fake()), node=NODE)
-    whole = executor.place(Request(accelerator_types=["cpu"], devices=2), {})
+    whole = place_now(executor, Request(accelerator_types=["cpu"], devices=2), {})
     assert isinstance(whole, Placement) and whole.threads_per_process == 8 and len(whole.core_ids) == 16
     env = executor.environment(whole)
     assert env["OMP_NUM_THREADS"] == "8" and env["CUDA_VISIBLE_DEVICES"] == ""
-    half = executor.place(
-        Request(accelerator_types=["cpu"], devices=1, cpus_per_device=8), {NODE: Busy(cores=set(range(10)))}
+    half = place_now(
+        executor,
+        Request(accelerator_types=["cpu"], devices=1, cpus_per_device=8),
+        {NODE: Busy(cores=set(range(10)))},
     )
     assert isinstance(half, Unplaceable) and half.reason == "cpu: 6 of 16 cores free, needs 8"
-    too_many = executor.place(Request(accelerator_types=["cpu"], devices=32), {})
+    too_many = place_now(executor, Request(accelerator_types=["cpu"], devices=32), {})
     assert isinstance(too_many, Unplaceable) and not too_many.transient

@@ -36,6 +36,7 @@ from shipyard.executors.base import (
     AttemptHandle,
     AttemptStatus,
     Busy,
+    DevicePicker,
     Exited,
     NodeInventory,
     NodeLost,
@@ -44,6 +45,7 @@ from shipyard.executors.base import (
     Unplaceable,
     Vanished,
     Waiting,
+    place_now,
 )
 from shipyard.scheduling.reasons import Pending, Reason
 from shipyard.schemas.jobspec import JobSpec, stored_job_spec
@@ -112,8 +114,12 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
         running = [a for a in running if a.state == JobState.RUNNING]
         scheduling = time.perf_counter()
         # A set-aside attempt still holds its devices: ``running``, not ``watched``.
-        with session.begin():
+        try:  # the session may have begun already: reading again what a rollback expired
             live, prepared, preempted = _start_leased(ctx, session, agent_id, running, known, cordoned)
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
         for attempt in preempted:  # decided and recorded: now signalled, each on its own
             _on_its_own(session, attempt, functools.partial(_stop_if_cancelled, ctx, attempt))
     # The attempts are recorded: the engines are asked outside any transaction, each answer
@@ -259,9 +265,14 @@ def _running(ctx: ServiceContext, session: Session) -> list[Attempt]:
 
 
 def handle_of(ctx: ServiceContext, attempt: Attempt) -> AttemptHandle:
-    """How the executor knows the attempt; one that recorded no node ran on the agent's machine."""
-    nodes = attempt.node or ctx.executor.nodes()[0].id
-    return AttemptHandle.recorded(nodes, attempt.handle or str(attempt.pid), attempt.pid)
+    """How the executor knows the attempt."""
+    return _handle(ctx, attempt.node, attempt.handle, attempt.pid)
+
+
+def _handle(ctx: ServiceContext, node: str | None, handle: str | None, pid: int | None) -> AttemptHandle:
+    """An attempt's handle from its recorded columns; one that recorded no node ran on the
+    agent's machine."""
+    return AttemptHandle.recorded(node or ctx.executor.nodes()[0].id, handle or str(pid), pid)
 
 
 WAITING = Pending(Reason.WAITING, "waiting for the scheduler")
@@ -283,8 +294,11 @@ def _start_leased(
     now = utcnow()
     decision, rows = plan_round(ctx, session, now, known)
     plan = decision.plan
+    # What the running attempts hold, where Shipyard picks the devices (an engine that picks its
+    # own keeps its own account).
     busy: dict[str, Busy] = {}
-    for attempt in running:
+    picks = isinstance(ctx.executor, DevicePicker)
+    for attempt in running if picks else ():
         busy.setdefault(handle_of(ctx, attempt).node, Busy()).hold(
             attempt.accelerator_type, attempt.device_ids
         )
@@ -315,7 +329,7 @@ def _start_leased(
         # The lease's type, and the resources the job was submitted with (read once per job):
         # thousands of leases that wait on a busy cluster must not each load their job's spec.
         request = dataclasses.replace(waiting.submitted.request, accelerator_types=[lease.accelerator_type])
-        placed = ctx.executor.place(request, busy, on=nodes)
+        placed = place_now(ctx.executor, request, busy, on=nodes)
         if isinstance(placed, Unplaceable):
             reasons[waiting.id] = Pending(Reason.UNPLACEABLE, f"0/{len(nodes)} nodes: {placed.reason}")
             continue
@@ -324,8 +338,9 @@ def _start_leased(
             continue  # cancelled between our read and now
         launching.crash_point(ctx, "claimed")
         prepared.append(launching.prepare(ctx, job, placed, agent_id))
-        ids = placed.core_ids if placed.accelerator_type == "cpu" else placed.device_ids
-        busy.setdefault(placed.node, Busy()).hold(placed.accelerator_type, ids)
+        if picks:
+            ids = placed.core_ids if placed.accelerator_type == "cpu" else placed.device_ids
+            busy.setdefault(placed.node, Busy()).hold(placed.accelerator_type, ids)
     changed = [
         {"job_id": job_id, "reason": reason.message, "code": reason.code.value}
         for job_id, reason in reasons.items()
@@ -400,17 +415,20 @@ class _Look:
 def _look(ctx: ServiceContext) -> dict[int, _Look]:
     """Ask the engine about every running attempt, outside any transaction (a cluster's answer
     may take seconds; the pass's transaction must not wait on it)."""
-    with ctx.db.read() as session:
-        asked = [
-            (attempt.id, handle_of(ctx, attempt), Path(attempt.job.run_dir))
-            for attempt in _running(ctx, session)
-            if not _quarantine.holds(attempt.id)
-        ]
+    with ctx.db.read() as session:  # columns, not objects: what asking needs, read fast
+        rows = session.execute(
+            select(Attempt.id, Attempt.node, Attempt.handle, Attempt.pid, Job.run_dir)
+            .join(Job, Job.id == Attempt.job_id)
+            .where(Attempt.state == JobState.RUNNING)
+        ).all()
     looks = {}
-    for attempt_id, handle, run_dir in asked:
+    for attempt_id, node, engine_name, pid, run_dir in rows:
+        handle = _handle(ctx, node, engine_name, pid)
+        if _quarantine.holds(attempt_id) or not ctx.executor.runs(handle):
+            continue
         try:
             status = ctx.executor.status(handle)
-            synced = Synced() if isinstance(status, NodeLost) else ctx.executor.sync(handle, run_dir)
+            synced = Synced() if isinstance(status, NodeLost) else ctx.executor.sync(handle, Path(run_dir))
             looks[attempt_id] = _Look(status, synced)
         except Exception as exc:
             looks[attempt_id] = _Look(error=exc)

@@ -4,20 +4,25 @@ them as subprocesses of this machine (one process, or ``torchrun`` for several d
 from shipyard.executors.base import (
     AttemptHandle,
     Busy,
+    DevicePicker,
     Executor,
+    Launcher,
     NodeInventory,
     Placement,
     Request,
     Unplaceable,
     capacity_of,
     devices_of,
+    place_now,
 )
 from shipyard.executors.local import LocalExecutor
 
 __all__ = [
     "AttemptHandle",
     "Busy",
+    "DevicePicker",
     "Executor",
+    "Launcher",
     "LocalExecutor",
     "NodeInventory",
     "Placement",
@@ -25,4 +30,5 @@ __all__ = [
     "Unplaceable",
     "capacity_of",
     "devices_of",
+    "place_now",
 ]

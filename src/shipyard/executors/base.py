@@ -1,10 +1,11 @@
-"""The executor interface: the nodes it runs (inventory), where an attempt fits on them
-(placement), and the attempt's life (launch, poll, graceful stop, logs).
+"""The executor interface, split as engines differ: what every engine has (``Inventory``: its
+nodes; ``Launcher``: an attempt's life, launch, status, graceful stop, logs), where an attempt
+starts (``Executor.place``), and what only some have (``DevicePicker``: the concrete devices, where
+Shipyard owns them, as on this machine; Ray, Slurm and Kubernetes pick their own).
 
-The scheduler decides which accelerator type and node a job gets; the executor obeys and picks
-the concrete devices. Every attempt is known by an ``AttemptHandle``: the node it runs on and the
-executor's own name for it (a process id for the local executor, an actor for Ray), never only a
-local process id.
+The scheduler decides which accelerator type and nodes a job gets; the executor obeys. Every
+attempt is known by an ``AttemptHandle``: its nodes and the engine's own name for it (a process id
+for the local executor, an actor for Ray, a job id for a batch system), never only a local pid.
 """
 
 from __future__ import annotations
@@ -348,22 +349,16 @@ class Inventory(Protocol):
         ...
 
 
-@runtime_checkable
-class Executor(Inventory, Protocol):
-    """An engine the agent runs attempts on: its inventory, placement on it, and the attempts'
-    life (launch, status, sync, stop, release, logs)."""
+class Launcher(Protocol):
+    """An attempt's life in its engine: launch, status, what it brought over, graceful stop, logs.
+    Shaped so that a batch system (``sbatch``, ``squeue``/``sacct``, ``scancel --signal``) and a
+    pod's lifecycle fit it as a process does: an attempt may wait in the engine's own queue
+    (``Waiting``), and its handle is known before the launch (``expected_handle``)."""
 
     shares_run_folders: bool
     """Whether attempts write into the agent's own run folders (this machine's executor); if not,
     ``sync`` brings their small files over, and each node writes its part of every checkpoint
     into the store itself (``StoreAccess``), since the node's disk is the only other copy."""
-
-    def place(
-        self, request: Request, busy: Mapping[str, Busy], on: Collection[str] | None = None
-    ) -> Placement | Unplaceable:
-        """Devices for the request now, given what ``busy`` holds per node; only on the nodes
-        ``on`` names when the scheduler chose them."""
-        ...
 
     def expected_handle(self, placement: Placement, run_dir: Path) -> AttemptHandle:
         """The handle by which this executor finds the attempt whose launch plan is in
@@ -410,3 +405,39 @@ class Executor(Inventory, Protocol):
     def read_log(self, node: str | None, log_path: Path, offset: int, limit: int | None = None) -> bytes:
         """Up to ``limit`` bytes (default: all) of an attempt's log from ``offset`` (empty when none yet)."""
         ...
+
+
+@runtime_checkable
+class DevicePicker(Protocol):
+    """Only where Shipyard owns the devices (this machine's executor): which of a node's devices
+    and cores an attempt gets, given what the running attempts hold. An engine that picks its own
+    (Ray's bundles, Slurm's GRES, a pod's device plugin) is not one, and never sees ``held``."""
+
+    def pick(
+        self, placement: Placement, request: Request, held: Mapping[str, Busy]
+    ) -> Placement | Unplaceable:
+        """``placement`` with its device and core indices, or why they are taken now (transient)."""
+        ...
+
+
+@runtime_checkable
+class Executor(Inventory, Launcher, Protocol):
+    """An engine the agent runs attempts on: its inventory, where an attempt starts on it, and the
+    attempts' life. Chosen by name through ``executors.registry``."""
+
+    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Unplaceable:
+        """Where the attempt starts now: its nodes (only those ``on`` names, where the scheduler
+        chose them), its accelerator type and world size. No device indices: the engine picks
+        them, or, where the executor is a ``DevicePicker``, its ``pick`` does."""
+        ...
+
+
+def place_now(
+    executor: Executor, request: Request, held: Mapping[str, Busy], on: Collection[str] | None = None
+) -> Placement | Unplaceable:
+    """Where the attempt starts now, with its devices where Shipyard picks them (``held``: what
+    the running attempts hold, per node)."""
+    placed = executor.place(request, on)
+    if isinstance(placed, Placement) and isinstance(executor, DevicePicker):
+        return executor.pick(placed, request, held)
+    return placed

@@ -8,6 +8,7 @@ runs in its own session, so stopping it reaches every process it started.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import functools
 import os
@@ -120,17 +121,14 @@ class LocalExecutor:
 
     def check_feasible(self, request: Request) -> Unplaceable | None:
         """Could the request ever run here, on an idle node?"""
-        placed = self.place(request, {})
+        placed = self.place(request)
         return placed if isinstance(placed, Unplaceable) else None
 
-    def place(
-        self, request: Request, busy: Mapping[str, Busy], on: Collection[str] | None = None
-    ) -> Placement | Unplaceable:
-        """The first accelerator type of the request's any-of list that fits now, or why none does."""
+    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Unplaceable:
+        """The first accelerator type of the request's any-of list this node has enough of, or
+        why none does (its devices are picked by ``pick``)."""
         if on is not None and self.node.id not in on:
             return Unplaceable(f"node {self.node.id} is not among {sorted(on)}", transient=False)
-        held = busy.get(self.node.id, Busy())
-        busy_devices, busy_cores = held.devices, held.cores
         if request.nodes > 1:
             return Unplaceable(
                 f"the local executor runs single-node jobs; this job asks for {request.nodes} nodes "
@@ -138,23 +136,14 @@ class LocalExecutor:
                 transient=False,
             )
         reasons: list[str] = []
-        transient = False
         for accelerator_type in request.accelerator_types:
-            placed = self._place_on(accelerator_type, request, busy_devices, busy_cores)
+            placed = self._place_on(accelerator_type, request)
             if isinstance(placed, Placement):
                 return placed
             reasons.append(placed.reason)
-            transient = transient or placed.transient
-        return Unplaceable("; ".join(reasons), transient=transient)
+        return Unplaceable("; ".join(reasons), transient=False)
 
-    def _place_on(
-        self,
-        accelerator_type: str,
-        request: Request,
-        busy_devices: Mapping[str, set[int]],
-        busy_cores: set[int],
-    ) -> Placement | Unplaceable:
-        all_cores = list(range(self.cpu.cores))
+    def _place_on(self, accelerator_type: str, request: Request) -> Placement | Unplaceable:
         if accelerator_type == "cpu":
             if self.cpu.memory_gib < request.min_memory_gib:
                 return Unplaceable(
@@ -170,24 +159,19 @@ class LocalExecutor:
                     f"this node has {self.cpu.cores}",
                     transient=False,
                 )
-            free = [c for c in all_cores if c not in busy_cores]
-            if need > len(free):
-                return Unplaceable(
-                    f"cpu: {len(free)} of {self.cpu.cores} cores free, needs {need}", transient=True
-                )
             return Placement(
                 node=self.node.id,
                 accelerator_type="cpu",
                 torch_device="cpu",
                 device_ids=(),
-                core_ids=tuple(free[:need]),
+                core_ids=(),
                 threads_per_process=threads,
                 world_size=request.devices,
                 peak_tflops_bf16=self.cpu.peak_bf16_tflops / self.cpu.cores * threads,
                 peak_tflops_fp32=self.cpu.peak_fp32_tflops / self.cpu.cores * threads,
             )
         of_type = [d for d in self.accelerators if d.accelerator_type == accelerator_type]
-        matching = [d for d in of_type if d.memory_gib >= request.min_memory_gib]
+        matching = self._matching(accelerator_type, request)
         if len(matching) < request.devices:
             have = f"has {len(matching)}" if matching else "has none"
             if len(matching) < len(of_type):
@@ -197,30 +181,61 @@ class LocalExecutor:
                 f"{accelerator_type}: needs {request.devices} devices, this node {have}",
                 transient=False,
             )
-        busy = busy_devices.get(accelerator_type, set())
-        free_devices = [d for d in matching if d.index not in busy]
-        if len(free_devices) < request.devices:
-            return Unplaceable(
-                f"{accelerator_type}: {len(free_devices)} of {len(matching)} devices free, "
-                f"needs {request.devices}",
-                transient=True,
-            )
-        chosen = _prefer_nvlink_island(free_devices, request.devices)
+        spec = matching[0]
         # Host threads per GPU process: the node's cores shared over its accelerators.
         threads = request.cpus_per_device or max(1, self.cpu.cores // max(1, len(self.accelerators)))
-        free_cores = [c for c in all_cores if c not in busy_cores]
-        cores = tuple(free_cores[: threads * request.devices]) or tuple(all_cores)
-        spec = chosen[0]
         return Placement(
             node=self.node.id,
             accelerator_type=accelerator_type,
             torch_device=TORCH_DEVICE.get(spec.vendor, "cuda"),
-            device_ids=tuple(d.index for d in chosen),
-            core_ids=cores,
-            threads_per_process=threads,
+            device_ids=(),
+            core_ids=(),
+            # Host threads per GPU process: the node's cores shared over its accelerators.
+            threads_per_process=request.cpus_per_device
+            or max(1, self.cpu.cores // max(1, len(self.accelerators))),
             world_size=request.devices,
             peak_tflops_bf16=spec.peak_bf16_tflops,
             peak_tflops_fp32=spec.peak_fp32_tflops,
+        )
+
+    def _matching(self, accelerator_type: str, request: Request) -> list[Device]:
+        """The node's devices of the type with the memory the request asks for."""
+        return [
+            d
+            for d in self.accelerators
+            if d.accelerator_type == accelerator_type and d.memory_gib >= request.min_memory_gib
+        ]
+
+    def pick(
+        self, placement: Placement, request: Request, held: Mapping[str, Busy]
+    ) -> Placement | Unplaceable:
+        """The devices (an NVLink island where one fits) and cores the running attempts leave free
+        (``held``), or why too few are."""
+        busy = held.get(self.node.id, Busy())
+        free_cores = [c for c in range(self.cpu.cores) if c not in busy.cores]
+        kind, count = placement.accelerator_type, placement.world_size
+        if kind == "cpu":
+            need = placement.threads_per_process * count
+            if need > len(free_cores):
+                return Unplaceable(
+                    f"cpu: {len(free_cores)} of {self.cpu.cores} cores free, needs {need}", transient=True
+                )
+            return dataclasses.replace(placement, core_ids=tuple(free_cores[:need]))
+        matching = self._matching(kind, request)
+        taken = busy.devices.get(kind, set())
+        free = [d for d in matching if d.index not in taken]
+        if len(free) < count:
+            return Unplaceable(
+                f"{kind}: {len(free)} of {len(matching)} devices free, needs {count}", transient=True
+            )
+        chosen = _prefer_nvlink_island(free, count)
+        cores = tuple(free_cores[: placement.threads_per_process * count]) or tuple(range(self.cpu.cores))
+        return dataclasses.replace(
+            placement,
+            device_ids=tuple(d.index for d in chosen),
+            core_ids=cores,
+            peak_tflops_bf16=chosen[0].peak_bf16_tflops,
+            peak_tflops_fp32=chosen[0].peak_fp32_tflops,
         )
 
     # --- processes ----------------------------------------------------------------------------

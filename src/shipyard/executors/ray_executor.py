@@ -20,7 +20,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,6 @@ from shipyard.errors import DependencyMissing, ExecutorError, LaunchFailed
 from shipyard.executors.base import (
     AttemptHandle,
     AttemptStatus,
-    Busy,
     Exited,
     NodeInventory,
     NodeLost,
@@ -170,12 +169,9 @@ class RayExecutor:
         known = [ad.inventory() for ad, _ in self._cluster()]
         return feasible_on(known, request, f"the Ray cluster at {self.address} has no Shipyard node")
 
-    def place(
-        self, request: Request, busy: Mapping[str, Busy], on: Collection[str] | None = None
-    ) -> Placement | Unplaceable:
-        """Devices on exactly the nodes the scheduler chose (``on``), in name order for ranks;
-        Ray's own accounting says what is free (``busy`` is the agent's view, not needed)."""
-        del busy
+    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Unplaceable:
+        """Exactly the nodes the scheduler chose (``on``), in name order for ranks, where Ray's own
+        accounting has the devices free; Ray picks them (a bundle's visibility)."""
         live = self._live()
         from ray._private.state import available_resources_per_node
 
