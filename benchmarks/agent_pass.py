@@ -339,7 +339,9 @@ def main() -> None:
         "machine": f"{platform.machine()}, {platform.python_version()}",
     }
     if profile is not None:
-        pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+        stats = pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime")
+        stats.print_stats(25)
+        stats.sort_stats("cumtime").print_stats("shipyard", 30)
     if args.json:
         print(json.dumps(report, indent=2))
         return

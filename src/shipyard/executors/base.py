@@ -11,10 +11,11 @@ for the local executor, an actor for Ray, a job id for a batch system), never on
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from shipyard.hardware.discovery import Device
 from shipyard.hardware.probe import HostRates
@@ -438,6 +439,13 @@ def place_now(
     """Where the attempt starts now, with its devices where Shipyard picks them (``held``: what
     the running attempts hold, per node)."""
     placed = executor.place(request, on)
-    if isinstance(placed, Placement) and isinstance(executor, DevicePicker):
-        return executor.pick(placed, request, held)
+    if isinstance(placed, Placement) and _picks_devices(type(executor)):
+        return cast(DevicePicker, executor).pick(placed, request, held)
     return placed
+
+
+@functools.cache
+def _picks_devices(kind: type) -> bool:
+    """Whether executors of ``kind`` are device pickers, asked once per kind (checking a protocol
+    reads its attributes: thousands of leases a pass would each pay for it)."""
+    return issubclass(kind, DevicePicker)

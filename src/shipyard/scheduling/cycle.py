@@ -209,11 +209,13 @@ def _place(job: Job, nodes: Sequence[Node], node_free: dict[str, int]) -> tuple[
         for node in chosen:
             node_free[node.id] -= job.per_node
         return tuple(node.id for node in chosen for _ in range(job.per_node))
-    single = [n for n in nodes if node_free[n.id] >= devices]
+    # (free, id) pairs compared as tuples: thousands of leases a cycle each look at every node
+    # of their type, and a key function per node was most of a cycle's placement.
+    single = [(free, n.id) for n in nodes if (free := node_free[n.id]) >= devices]
     if single:
-        node = min(single, key=lambda n: (node_free[n.id], n.id))
-        node_free[node.id] -= devices
-        return (node.id,) * devices
+        _, node_id = min(single)
+        node_free[node_id] -= devices
+        return (node_id,) * devices
     if job.per_node or sum(node_free[n.id] for n in nodes) < devices:
         return None
     placed: list[str] = []
