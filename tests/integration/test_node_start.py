@@ -8,7 +8,9 @@ import shlex
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -21,8 +23,25 @@ from tests.conftest import Cli, Server
 pytestmark = [pytest.mark.integration, pytest.mark.ray]
 
 
-def served_nodes_without_joining_ray(cli: Cli, port: int) -> None:
-    """The server of the cluster lists its nodes as its agent recorded them, and never joins
+def _served_nodes(served: Server, headers: dict[str, str]) -> dict[str, dict[str, Any]]:
+    answer = httpx.get(f"{served.url}/api/v1/nodes/status", headers=headers, timeout=30)
+    assert answer.status_code == 200, answer.text  # whether the cluster's head is up or not
+    return {node["id"]: node for node in answer.json()}
+
+
+def _wait_served(
+    served: Server, headers: dict[str, str], until: Callable[[dict[str, Any]], bool]
+) -> dict[str, dict[str, Any]]:
+    deadline = time.monotonic() + 180
+    while not ((nodes := _served_nodes(served, headers)) and all(until(n) for n in nodes.values())):
+        assert time.monotonic() < deadline, (nodes, (served.home / "agent.log").read_text()[-3000:])
+        time.sleep(1)
+    assert set(nodes) == {"here", "two"}
+    return nodes
+
+
+def serve_the_cluster(cli: Cli, port: int) -> tuple[Server, dict[str, str]]:
+    """A server of the cluster: it lists the nodes as its agent recorded them, and never joins
     Ray itself (a process that joins dies a minute after the head; the server must not): Ray's
     core library is not even loaded in its process. Its watchdog keeps the agent that keeps the
     record running, with no job submitted."""
@@ -31,20 +50,13 @@ def served_nodes_without_joining_ray(cli: Cli, port: int) -> None:
         cli.home / "served", f"sqlite:///{cli.home / 'served.sqlite'}", "horse battery", env=ray_env
     )
     storage_config.save(served.home, storage_config.load(cli.home))
-    try:
-        issued = httpx.post(
-            f"{served.url}/api/v1/auth/token", json={"username": "admin", "password": served.admin_password}
-        )
-        headers = {"Authorization": f"Bearer {issued.json()['token']}"}
-        deadline = time.monotonic() + 120
-        while {n["id"] for n in httpx.get(f"{served.url}/api/v1/nodes/status", headers=headers).json()} != {
-            "here", "two"
-        }:  # fmt: skip
-            assert time.monotonic() < deadline, (served.home / "agent.log").read_text()
-            time.sleep(1)
-        assert "_raylet" not in Path(f"/proc/{served.process.pid}/maps").read_text()
-    finally:
-        served.stop()
+    issued = httpx.post(
+        f"{served.url}/api/v1/auth/token", json={"username": "admin", "password": served.admin_password}
+    )
+    headers = {"Authorization": f"Bearer {issued.json()['token']}"}
+    _wait_served(served, headers, lambda node: node["up"])
+    assert "_raylet" not in Path(f"/proc/{served.process.pid}/maps").read_text()
+    return served, headers
 
 
 def free_port() -> int:
@@ -73,9 +85,10 @@ def ray_processes(home: Path) -> list[int]:
 
 def test_a_second_node_joins_as_the_readme_says_and_each_node_stops_alone(cli: Cli, tmp_path: Path) -> None:
     """The README's cluster on one machine: a head, then a second node joining it with `node start
-    --address` (two homes, as two machines would have), both listed by `shipyard nodes`. `node
-    stop` on the second ends its Ray processes and leaves the head's running, as `ray stop`
-    (every Ray of the machine) would not."""
+    --address` (two homes, as two machines would have), both listed by `shipyard nodes` and by a
+    server of the cluster. `node stop` on the second ends its Ray processes and leaves the head's
+    running, as `ray stop` (every Ray of the machine) would not. With the head stopped too, the
+    server answers on, its nodes of unknown state; started again, the nodes are up in it again."""
     pytest.importorskip("ray")
     port = free_port()
     storage_config.save(
@@ -87,6 +100,7 @@ def test_a_second_node_joins_as_the_readme_says_and_each_node_stops_alone(cli: C
     started = cli.run("node", "start", "--head", "--loopback", "--port", str(port), "--name", "here",
                       "--rack", "r1", timeout=180)  # fmt: skip
     second = Cli(tmp_path / "second")
+    served: Server | None = None
     try:
         assert f"node here joined the cluster at 127.0.0.1:{port}" in started.stdout
         assert "to leave: shipyard node stop" in started.stdout
@@ -101,7 +115,7 @@ def test_a_second_node_joins_as_the_readme_says_and_each_node_stops_alone(cli: C
         assert nodes["here"]["capacity"]["cpu"] >= 1
         # Each node measured its host as it joined; the cluster's estimates plan that host with it.
         assert nodes["two"]["host_op_us"] > 0 and "its host dispatches an operation in" in joined.stdout
-        served_nodes_without_joining_ray(cli, port)
+        served, headers = serve_the_cluster(cli, port)
         heads = cluster._naming(str(cluster.ray_temp_dir(cli.home)))  # its GCS, its raylet, …
         assert heads and ray_processes(second.home)
         stopped = second.run("node", "stop", timeout=60)
@@ -110,7 +124,20 @@ def test_a_second_node_joins_as_the_readme_says_and_each_node_stops_alone(cli: C
         assert not any(has_ended(pid) for pid in heads)  # the head runs on
         again = second.run("node", "stop", check=False)
         assert again.returncode == 1 and "nothing to stop" in again.stderr
+        # The head goes away: the server answers on, and says its record is all it knows.
+        cli.run("node", "stop", timeout=60)
+        away = _wait_served(served, headers, lambda node: not node["up"])
+        assert "this is its last record" in away["here"]["unknown"]  # "two" was recorded down
+        # The head comes back, then the second node: the server's agent returns with them.
+        cli.run("node", "start", "--head", "--loopback", "--port", str(port), "--name", "here", timeout=180)
+        second.run(
+            "node", "start", "--address", f"127.0.0.1:{port}", "--loopback", "--name", "two", timeout=180
+        )
+        _wait_served(served, headers, lambda node: node["up"] and node["unknown"] is None)
+        assert served.process.poll() is None  # the same server all along
     finally:
+        if served is not None:
+            served.stop()
         for home in (second, cli):
             home.run("node", "stop", check=False, timeout=60)
             shutil.rmtree(cluster.ray_temp_dir(home.home), ignore_errors=True)  # the nodes' Ray logs

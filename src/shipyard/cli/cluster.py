@@ -99,6 +99,14 @@ def _pairs(values: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(values.items())) or "-"
 
 
+def _health(node: NodeView) -> str:
+    if node.unknown:
+        return f"UNKNOWN: {node.unknown}"
+    if node.problems:
+        return "cordoned: " + "; ".join(node.problems)
+    return "up" if node.up else "DOWN"
+
+
 def nodes(json_out: JsonOpt = False) -> None:
     """Every node: accelerator types, devices used of all, labels, health, its jobs."""
     from shipyard.services.cluster import list_nodes
@@ -110,7 +118,7 @@ def nodes(json_out: JsonOpt = False) -> None:
         ["node", "health", "devices (used/all)", "host op", "labels", "jobs"],
         lambda n: (
             n.id,
-            ("cordoned: " + "; ".join(n.problems)) if n.problems else "up" if n.up else "DOWN",
+            _health(n),
             ", ".join(f"{k} {n.used.get(k, 0)}/{v}" for k, v in sorted(n.capacity.items())),
             "-" if n.host_op_us is None else f"{n.host_op_us:.2g} us",
             ",".join(f"{k}={v}" for k, v in sorted(n.labels.items()) if k != "hostname") or "-",

@@ -118,7 +118,11 @@ class NodeView(_View):
 
     id: str
     up: bool
-    """False while the cluster has lost it: its devices are out of the inventory."""
+    """False while the cluster has lost it (its devices are out of the inventory), or while its
+    state is ``unknown``."""
+    unknown: str | None = None
+    """Why its state is not known now (the agent that records the cluster for the server has not
+    reached it for a while: its head away); what is shown is the last record."""
     capacity: dict[str, int]
     """Devices per accelerator type (cores for ``cpu``)."""
     used: dict[str, int]

@@ -237,10 +237,14 @@ def list_nodes(ctx: ServiceContext) -> list[NodeView]:
             .join(Job, Job.id == Attempt.job_id)
             .where(Attempt.state == JobState.RUNNING)
         ).all()
-        statuses = session.execute(select(AgentStatus.node, AgentStatus.problems)).all()
+        statuses = session.execute(
+            select(AgentStatus.node, AgentStatus.problems, AgentStatus.last_pass_at)
+        ).all()
         problems: dict[str, list[str] | None] = {row.node: row.problems for row in statuses}
+        passed: dict[str, datetime] = {row.node: aware(row.last_pass_at) for row in statuses}
     views = []
     for node in ctx.inventory.known_nodes():
+        unknown = _unknown_since(ctx, passed.get(node.id)) if node.up else None
         used: dict[str, int] = {}
         jobs = []
         for job_id, nodes, accelerator_type, device_ids, threads, per_node, project, owner in running:
@@ -255,7 +259,8 @@ def list_nodes(ctx: ServiceContext) -> list[NodeView]:
         views.append(
             NodeView(
                 id=node.id,
-                up=node.up,
+                up=node.up and unknown is None,
+                unknown=unknown,
                 capacity=node.capacity(),
                 used=used,
                 memory_gib=node.memory_gib(),
@@ -266,6 +271,25 @@ def list_nodes(ctx: ServiceContext) -> list[NodeView]:
             )
         )
     return views
+
+
+RECORD_STALE_S = 30.0
+"""How long after its agent's last pass a recorded node's state counts as unknown (an agent
+passes at least every ``agent_max_poll_s`` while it reaches the cluster)."""
+
+
+def _unknown_since(ctx: ServiceContext, last_pass: datetime | None) -> str | None:
+    """Why a node seen through the agent's record is of unknown state now, or None: its agent has
+    not passed for a while (the cluster's head is away, or the agent cannot start)."""
+    if not ctx.reads_recorded_inventory:
+        return None  # this process asks the engine itself: what it says is now
+    if last_pass is not None and (datetime.now(UTC) - last_pass).total_seconds() <= RECORD_STALE_S:
+        return None
+    since = "never" if last_pass is None else f"not since {last_pass:%Y-%m-%d %H:%M:%S} UTC"
+    return (
+        f"the agent has reached the {ctx.settings.executor} cluster {since}: this is its last record "
+        "(is its head up? `shipyard node start --head` starts it; the server's agent.log says why)"
+    )
 
 
 def allocation_by_hour(ctx: ServiceContext, nodes: list[NodeView], hours: int = 24) -> dict[str, Any]:
