@@ -109,6 +109,9 @@ def admit(jobs: Sequence[Job], queues: Queues) -> Admission:
             used[cq.name][job.running_on] = used[cq.name].get(job.running_on, 0) + job.devices
         admitted.append(job)
     reclaim: list[str] = []
+    # Each queue's room per type, computed again only where an admission used some of it:
+    # thousands of waiting jobs would otherwise each sum their cohort's quota for every type.
+    rooms: dict[tuple[str, str], int] = {}
     for job in waiting:
         cq = queues.cluster_queue_of(job)
         if cq is None:
@@ -121,7 +124,9 @@ def admit(jobs: Sequence[Job], queues: Queues) -> Admission:
         for accelerator_type in sorted(cq.nominal):
             if not job.allows(accelerator_type):
                 continue
-            room = _room(queues, used, cq, accelerator_type)
+            room = rooms.get((cq.name, accelerator_type))
+            if room is None:
+                room = rooms[(cq.name, accelerator_type)] = _room(queues, used, cq, accelerator_type)
             if room >= job.devices:
                 allowed.append(accelerator_type)
             else:
@@ -135,6 +140,8 @@ def admit(jobs: Sequence[Job], queues: Queues) -> Admission:
         # Count the job against the first type that has room, so later jobs see it.
         first = allowed[0]
         used[cq.name][first] = used[cq.name].get(first, 0) + job.devices
+        for member in _cohort(queues, cq):  # their room is the cohort's idle quota too
+            rooms.pop((member.name, first), None)
         admitted.append(replace(job, accelerator_types=tuple(allowed)))
     # In the order given (the policies' tie-breaks follow it), not the order of admission.
     by_id = {j.id: j for j in admitted}
