@@ -113,24 +113,26 @@ def _prune_superseded(ctx: ServiceContext) -> None:
 
 def record_checkpoint(
     session: Session, job: Job, path: Path, step: int, written: list[dict[str, Any]] | None = None
-) -> None:
+) -> bool:
     """Record a complete checkpoint of the job, once (the next pass commits it to the store);
-    ``written``: the records of its files, which its nodes wrote into the store themselves."""
+    ``written``: the records of its files, which its nodes wrote into the store themselves.
+    Whether an earlier transaction had recorded it already."""
     known = session.scalar(
         select(Artifact.id).where(
             Artifact.job_id == job.id, Artifact.kind == "checkpoint", Artifact.path == str(path)
         )
     )
     if known is not None:
-        return
+        return True
     if written is None and is_stored_only(path):
-        return  # its records were lost with a pass that died: the next checkpoint replaces it
+        return False  # its records were lost with a pass that died: the next checkpoint replaces it
     size = _size(path) if written is None else sum(record["size_bytes"] for record in written)
     session.add(
         Artifact(
             job_id=job.id, kind="checkpoint", path=str(path), step=step, size_bytes=size, written=written
         )
     )
+    return False
 
 
 def keep_stored_only(checkpoints: Path, stored: StoredCheckpoint) -> Path:

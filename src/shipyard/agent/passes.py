@@ -446,9 +446,17 @@ def _collect(ctx: ServiceContext, session: Session, attempt: Attempt, synced: Sy
         folder = keep_stored_only(run_dir / CHECKPOINT_DIR, stored)
         sealed = storage.sealed(ctx, list(stored.files))
         record_checkpoint(session, attempt.job, folder, checkpoint_step(folder), written=sealed)
+        return  # it is the newest now, recorded in this transaction
     newest = latest_checkpoint(run_dir / CHECKPOINT_DIR)
-    if newest is not None:
-        record_checkpoint(session, attempt.job, newest, checkpoint_step(newest))
+    if newest is None or _RECORDED.get(attempt.id) == newest:
+        return
+    if record_checkpoint(session, attempt.job, newest, checkpoint_step(newest)):
+        _RECORDED[attempt.id] = newest  # committed before: not looked up again at every pass
+
+
+_RECORDED: dict[int, Path] = {}
+"""Each running attempt's newest checkpoint, once found recorded by an earlier transaction: a pass
+over thousands of attempts would otherwise look each one's up again."""
 
 
 def _ingest_metrics(session: Session, attempt: Attempt) -> None:
@@ -603,6 +611,7 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt, l
     assert status is not None
     _WATCHED.pop(_watch_key(attempt), None)
     _SPECS.pop(attempt.job_id, None)
+    _RECORDED.pop(attempt.id, None)
     job = attempt.job
     result_path = Path(job.run_dir) / RESULT_FILE
     result = AttemptResult.model_validate_json(result_path.read_text()) if result_path.exists() else None
