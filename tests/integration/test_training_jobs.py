@@ -303,3 +303,59 @@ def test_a_cpu_job_runs_within_a_quarter_of_its_plan(cli: Cli, tmp_path: Path) -
     measured = detail["summary"]["tokens_per_s"]
     print(f"planned {planned:,.0f} tokens/s, measured {measured:,.0f}: {measured / planned:.2f}")
     assert 0.75 < measured / planned < 1.25, (planned, measured)
+
+
+def test_a_checkpoint_only_the_store_holds_is_read_back_to_resume_on_this_machine(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """A home that ran on a cluster keeps, in its run folders, checkpoints its nodes stored: their
+    `checkpoint.json` and a marker, the shards in the store alone. Run on this machine again, a
+    job resuming from one gets it read back from the store, verified, and resumes at its step."""
+    from sqlalchemy import update
+
+    from shipyard.agent.outputs import keep_stored_only
+    from shipyard.db import Artifact
+    from shipyard.executors.base import StoredCheckpoint
+    from shipyard.schemas.launch import CHECKPOINT_MARKER, is_stored_only
+    from shipyard.services import storage
+    from shipyard.services.context import open_context
+    from shipyard.settings import Settings
+
+    first = cli.json("jobs", "submit", str(write_spec(tmp_path)), "--wait")
+    assert first["state"] == "succeeded", first
+    folder = Path(first["run_dir"]) / "checkpoints" / "step_000008"  # its last, kept in the store
+    whole = {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    # What a cluster leaves: the nodes wrote its files into the store, the agent kept their records.
+    ctx = open_context(Settings(home=cli.home, db_url=f"sqlite:///{cli.home / 'shipyard.db'}"))
+    try:
+        records = storage.transfer_for(ctx, "default").write(folder)
+        with ctx.db.transaction() as session:
+            session.execute(
+                update(Artifact)
+                .where(Artifact.path == str(folder))
+                .values(written=storage.sealed(ctx, records))
+            )
+    finally:
+        ctx.close()
+    description = (folder / CHECKPOINT_MARKER).read_text()
+    shutil.rmtree(folder)
+    keep_stored_only(folder.parent, StoredCheckpoint(folder.name, tuple(records), description))
+    assert is_stored_only(folder)
+
+    longer = write_spec(tmp_path, "longer", training={"steps": 12})
+    submitted = cli.json("jobs", "submit", str(longer), "--resume-from", str(folder))
+    resumed = cli.wait_for(submitted["id"], lambda j: j["state"] not in ("queued", "running"), timeout=120)
+    assert resumed["state"] == "succeeded", (resumed, (cli.home / "agent.log").read_text()[-3000:])
+    assert f"resumed from {folder} at step 8" in cli.run("jobs", "logs", resumed["id"]).stdout
+    assert not is_stored_only(folder)
+    assert {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()} == whole
+    # One whose record is gone cannot be read back: the job fails saying so, and the others run.
+    orphan = tmp_path / "orphan" / "step_000008"
+    keep_stored_only(orphan.parent, StoredCheckpoint(orphan.name, tuple(records), description))
+    waited = cli.run(
+        "jobs", "submit", str(longer), "--resume-from", str(orphan), "--wait", "--json", check=False
+    )
+    assert waited.returncode == 1  # `--wait` on a job that failed
+    failed = json.loads(waited.stdout)
+    assert failed["state"] == "failed" and "its record was lost" in failed["message"], failed
+    assert cli.json("jobs", "submit", str(write_spec(tmp_path)), "--wait")["state"] == "succeeded"

@@ -18,7 +18,7 @@ from shipyard import audit
 from shipyard.db import Artifact, Attempt, Job
 from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
-from shipyard.errors import LaunchFailed
+from shipyard.errors import LaunchFailed, StorageError
 from shipyard.executors.base import Placement, StoreAccess, StoredInput
 from shipyard.scheduling.reasons import Reason
 from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, stored_job_spec, validate_job_spec
@@ -99,6 +99,9 @@ class Prepared:
     log_path: Path
     store: StoreAccess | None = None
     """How its nodes reach the store, where they do not share the agent's folders."""
+    from_store: tuple[str, Path] | None = None
+    """(project, folder): the checkpoint it resumes from, which only the store holds (a cluster's
+    nodes stored it), read back into its folder before the launch."""
 
 
 def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> Prepared:
@@ -121,6 +124,9 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
         if own is None and not nodes_own_data:
             own = _fetch_checkpoint(ctx, session, job, run_dir / CHECKPOINT_DIR)
         resume_from = str(own) if own else resume_from
+    from_store = None
+    if not nodes_own_data and resume_from is not None and is_stored_only(Path(resume_from)):
+        from_store = (job.project, Path(resume_from))  # read back at the launch, not in here
     store = None
     roots = data_roots.roots_of_owner(ctx, job.owner or "", job.project)
     if nodes_own_data:  # its nodes read what it needs from the store and write theirs there
@@ -177,7 +183,7 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
     job.restart_at = None
     job.started_at = job.started_at or utcnow()
     session.flush()  # the attempt's id
-    return Prepared(job.id, attempt.id, placed, run_dir, log_path, store)
+    return Prepared(job.id, attempt.id, placed, run_dir, log_path, store, from_store)
 
 
 def _inputs_for_nodes(
@@ -198,6 +204,49 @@ def _inputs_for_nodes(
     return spec, inputs, fetched
 
 
+def _make_whole(ctx: ServiceContext, project: str, folder: Path) -> None:
+    """A checkpoint the nodes of a cluster stored, which only the store holds (the home ran on a
+    cluster before, and runs on this machine now): its files read back into its folder, each
+    verified, the folder swapped in whole, so this machine's runtime resumes from it."""
+    with ctx.db.read() as session:
+        row = _stored_checkpoint(session, folder)
+        written = None if row is None else row.written
+    if written is None:
+        raise _lost_record(folder)
+    try:
+        whole = storage.transfer_for(ctx, project).read(
+            storage.handed(ctx, written), folder.with_name(f".{folder.name}.whole")
+        )
+    except (OSError, StorageError) as exc:
+        raise LaunchFailed(
+            f"checkpoint {folder.name} could not be read back from the artifact store: {exc}",
+            hint="`shipyard storage scrub` checks the store; or resume from another checkpoint",
+            transient=False,
+        ) from exc
+    aside = folder.with_name(f".{folder.name}.stored-only")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(folder, aside)
+    os.replace(whole, folder)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _stored_checkpoint(session: Session, folder: Path) -> Artifact | None:
+    """The record of a checkpoint whose nodes stored it, by its folder (any job's)."""
+    return session.scalars(
+        select(Artifact).where(
+            Artifact.kind == "checkpoint", Artifact.path == str(folder), Artifact.written.is_not(None)
+        )
+    ).first()
+
+
+def _lost_record(folder: Path) -> LaunchFailed:
+    return LaunchFailed(
+        f"checkpoint {folder.name} is in the artifact store but its record was lost",
+        hint="resume from another checkpoint of the job (`shipyard jobs show` lists them)",
+        transient=False,
+    )
+
+
 def _resume_for_nodes(
     ctx: ServiceContext, session: Session, job: Job, resume_from: str | None
 ) -> tuple[str, list[dict[str, Any]]] | None:
@@ -214,15 +263,11 @@ def _resume_for_nodes(
         row = session.scalars(newest.where(Artifact.job_id == job.id)).first()
         return None if row is None else (Path(row.path).name, storage.handed(ctx, row.written or []))
     path = Path(resume_from)
-    row = session.scalars(newest.where(Artifact.path == resume_from)).first()
+    row = _stored_checkpoint(session, path)
     if row is not None:
         return path.name, storage.handed(ctx, row.written or [])
     if is_stored_only(path):
-        raise LaunchFailed(
-            f"checkpoint {path.name} is in the artifact store but its record was lost",
-            hint="resume from another checkpoint of the job (`shipyard jobs show` lists them)",
-            transient=False,
-        )
+        raise _lost_record(path)
     return path.name, storage.transfer_for(ctx, job.project).write(path)
 
 
@@ -231,6 +276,8 @@ def start(ctx: ServiceContext, prepared: Prepared) -> None:
     minute to reserve nodes), and record what it answered in a short transaction of its own."""
     crash_point(ctx, "attempt_recorded")
     try:
+        if prepared.from_store is not None:
+            _make_whole(ctx, *prepared.from_store)
         launched = ctx.executor.launch(
             prepared.placement, prepared.run_dir, prepared.log_path, store=prepared.store
         )
