@@ -18,7 +18,10 @@ from typing import Any
 import pytest
 import torch
 
+from shipyard.agent.outputs import keep_stored_only
 from shipyard.errors import DependencyMissing
+from shipyard.executors.base import StoredCheckpoint
+from shipyard.schemas.launch import CHECKPOINT_MARKER
 from shipyard.storage import config as storage_config
 from tests.builders import SMALL_CORPUS, spec_dict, write_spec
 from tests.conftest import Cli
@@ -195,11 +198,25 @@ def test_cancel_checkpoints_every_rank_and_the_job_resumes_on_the_cluster(
     # Each node wrote its own rank's shards into the store; the agent keeps only their record.
     record = run_folder(on_cluster, job["id"]) / "checkpoints" / f"step_{step:06d}"
     assert (record / "checkpoint.json").is_file() and not list(record.glob("*.distcp"))
-    stored = stored_checkpoint(on_cluster, job["id"], step, tmp_path / "stored")
+    (tmp_path / "mine").mkdir()
+    stored = stored_checkpoint(on_cluster, job["id"], step, tmp_path / "mine" / record.name)
     assert sorted(p.name for p in stored.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     resumed = json.loads(on_cluster.run("jobs", "submit", str(spec), "--resume", "--wait", "--json").stdout)
     assert resumed["state"] == "succeeded"
     assert f"steps {step}->60" in on_cluster.run("jobs", "logs", resumed["id"]).stdout
+    # A folder of this machine is written into the store at the launch, for the nodes to resume
+    # from; one whose files only the store holds, its record lost, fails its job alone.
+    orphan = tmp_path / "orphan" / record.name
+    keep_stored_only(
+        orphan.parent, StoredCheckpoint(orphan.name, (), (record / CHECKPOINT_MARKER).read_text())
+    )
+    lost = on_cluster.json("jobs", "submit", str(spec), "--resume-from", str(orphan))
+    from_mine = on_cluster.json("jobs", "submit", str(spec), "--resume-from", str(stored))
+    failed = on_cluster.wait_for(lost["id"], lambda j: j["state"] not in ("queued", "running"))
+    assert failed["state"] == "failed" and "its record was lost" in failed["message"], failed
+    done = on_cluster.wait_for(from_mine["id"], lambda j: j["state"] not in ("queued", "running"))
+    assert done["state"] == "succeeded", done
+    assert f"steps {step}->60" in on_cluster.run("jobs", "logs", from_mine["id"]).stdout
 
 
 def test_quotas_hold_across_nodes(on_cluster: Cli, tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ checkpoint to resume from, the data roots it may read), then the executor's laun
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import signal
@@ -102,6 +103,9 @@ class Prepared:
     from_store: tuple[str, Path] | None = None
     """(project, folder): the checkpoint it resumes from, which only the store holds (a cluster's
     nodes stored it), read back into its folder before the launch."""
+    to_store: Path | None = None
+    """The checkpoint folder of this machine its nodes resume from (``--resume-from FOLDER``),
+    written into the store before the launch."""
 
 
 def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> Prepared:
@@ -124,7 +128,7 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
         if own is None and not nodes_own_data:
             own = _fetch_checkpoint(ctx, session, job, run_dir / CHECKPOINT_DIR)
         resume_from = str(own) if own else resume_from
-    from_store = None
+    from_store = to_store = None
     if not nodes_own_data and resume_from is not None and is_stored_only(Path(resume_from)):
         from_store = (job.project, Path(resume_from))  # read back at the launch, not in here
     store = None
@@ -132,6 +136,8 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
     if nodes_own_data:  # its nodes read what it needs from the store and write theirs there
         spec, inputs, fetched = _inputs_for_nodes(ctx, session, job)
         resume = _resume_for_nodes(ctx, session, job, resume_from)
+        if isinstance(resume, Path):  # written at the launch, outside this transaction
+            to_store, resume = resume, None
         store = StoreAccess(storage.transfer_for(ctx, job.project), resume, fetched)
         resume_from = None  # each node names its own copies
     else:
@@ -183,7 +189,7 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
     job.restart_at = None
     job.started_at = job.started_at or utcnow()
     session.flush()  # the attempt's id
-    return Prepared(job.id, attempt.id, placed, run_dir, log_path, store, from_store)
+    return Prepared(job.id, attempt.id, placed, run_dir, log_path, store, from_store, to_store)
 
 
 def _inputs_for_nodes(
@@ -249,10 +255,11 @@ def _lost_record(folder: Path) -> LaunchFailed:
 
 def _resume_for_nodes(
     ctx: ServiceContext, session: Session, job: Job, resume_from: str | None
-) -> tuple[str, list[dict[str, Any]]] | None:
+) -> tuple[str, list[dict[str, Any]]] | Path | None:
     """The checkpoint a cluster attempt resumes from, as the records of its files in the store:
     one its nodes stored (this job's, or the job ``--resume`` names), else the newest this job
-    stored; a folder of this machine (``--resume-from FOLDER``) is stored for them first."""
+    stored; a folder of this machine (``--resume-from FOLDER``) as its path, for the launch to
+    store (moving a checkpoint's bytes has no place in the scheduling transaction)."""
     newest = (
         select(Artifact)
         .where(Artifact.kind == "checkpoint", Artifact.written.is_not(None))
@@ -264,11 +271,26 @@ def _resume_for_nodes(
         return None if row is None else (Path(row.path).name, storage.handed(ctx, row.written or []))
     path = Path(resume_from)
     row = _stored_checkpoint(session, path)
-    if row is not None:
-        return path.name, storage.handed(ctx, row.written or [])
-    if is_stored_only(path):
-        raise _lost_record(path)
-    return path.name, storage.transfer_for(ctx, job.project).write(path)
+    return path if row is None else (path.name, storage.handed(ctx, row.written or []))
+
+
+def _stored_for_nodes(prepared: Prepared) -> Prepared:
+    """The attempt with the checkpoint folder of this machine that its nodes resume from written
+    into the store (``--resume-from FOLDER``)."""
+    folder, store = prepared.to_store, prepared.store
+    assert folder is not None and store is not None
+    if is_stored_only(folder):  # the store has its files, but nothing says which
+        raise _lost_record(folder)
+    try:
+        files = store.mover.write(folder)
+    except (OSError, StorageError) as exc:
+        raise LaunchFailed(
+            f"checkpoint {folder} could not be written into the artifact store: {exc}",
+            hint="`shipyard storage scrub` checks the store; the job is tried again",
+            transient=isinstance(exc, StorageError),
+        ) from exc
+    resume = (folder.name, files)
+    return dataclasses.replace(prepared, store=dataclasses.replace(store, resume=resume), to_store=None)
 
 
 def start(ctx: ServiceContext, prepared: Prepared) -> None:
@@ -278,6 +300,8 @@ def start(ctx: ServiceContext, prepared: Prepared) -> None:
     try:
         if prepared.from_store is not None:
             _make_whole(ctx, *prepared.from_store)
+        if prepared.to_store is not None:
+            prepared = _stored_for_nodes(prepared)
         launched = ctx.executor.launch(
             prepared.placement, prepared.run_dir, prepared.log_path, store=prepared.store
         )
