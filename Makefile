@@ -11,7 +11,7 @@ quickstart: setup
 
 # Two workers: most tests wait on the processes they start (agents, training, servers).
 TEST_WORKERS ?= 2
-test: setup browser lint
+test: setup browser services lint
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 	$(BIN)/pytest -m serial
 
@@ -40,6 +40,14 @@ $(BROWSER_STAMP): $(STAMP)
 	  && tar xzf axe-core-$(AXE_VERSION).tgz package/axe.min.js && mv package/axe.min.js axe.min.js \
 	  && rm -rf package axe-core-$(AXE_VERSION).tgz) || echo "axe-core could not be fetched"
 	if command -v chromium >/dev/null && test -f $(VENV)/axe.min.js; then touch $@; fi
+
+# Redis, the state store of the cluster test whose head restarts under a running job (Debian's
+# redis-server; the test starts its own on a free port). Where it cannot be installed, that test
+# says so and skips.
+.PHONY: services
+services:
+	command -v redis-server >/dev/null || (DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	  redis-server >/dev/null) || echo "redis-server could not be installed: the head-restart test will skip"
 
 # Refresh the dashboard's third-party files (committed: the package works with no network).
 UI_VENDOR := src/shipyard/api/ui/static/vendor

@@ -40,6 +40,13 @@ def start(
     loopback: Annotated[
         bool, typer.Option(help="Advertise this node at 127.0.0.1 (every node of a one-machine cluster).")
     ] = False,
+    state_store: Annotated[
+        str | None,
+        typer.Option(
+            help="The head's Redis at HOST:PORT, keeping the cluster's state: jobs run on through a "
+            "restart of the head (Ray's GCS fault tolerance)."
+        ),
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the `ray start` command only.")] = False,
 ) -> None:
     """Discover this machine's devices and start its Ray node advertising them."""
@@ -53,6 +60,13 @@ def start(
             hint="the first machine: shipyard node start --head; the others: "
             "shipyard node start --address HEAD:PORT",
         )
+    if state_store is not None:
+        if not head:
+            raise InvalidSpec(
+                "--state-store is the head's: the other nodes find the state through it",
+                hint=f"shipyard node start --address {address} (without --state-store)",
+            )
+        cluster.check_state_store(state_store)
     labels = parse_labels(label or [])
     for key, value in (("rack", rack), ("switch", switch), ("ib_fabric", ib_fabric)):
         if value:
@@ -68,10 +82,12 @@ def start(
         env=env,
         loopback=loopback,
         temp_dir=cluster.ray_temp_dir(ctx.settings.home),
+        state_store=state_store,
     )
     ad = cluster.advertisement(ctx, joining)
     if dry_run:  # quoted for a shell: the resources are JSON
-        typer.echo(shlex.join(cluster.ray_start_command(ad, joining)))
+        assignments = [f"{key}={value}" for key, value in cluster.ray_start_env(joining).items()]
+        typer.echo(shlex.join([*assignments, *cluster.ray_start_command(ad, joining)]))
         return
     joined = cluster.start_node(ad, joining, ctx.settings.home)
     kinds = ", ".join(f"{k}: {v}" for k, v in ad.inventory().capacity().items())

@@ -25,7 +25,7 @@ from sqlalchemy import select
 
 from shipyard.db import AgentStatus, Attempt, Job
 from shipyard.domain import JobState
-from shipyard.errors import DependencyMissing, ExecutorError, NotFound
+from shipyard.errors import DependencyMissing, ExecutorError, InvalidSpec, NotFound
 from shipyard.executors.cluster_nodes import NAMESPACE, Advertisement, kv_key
 from shipyard.executors.processes import descendants, has_ended
 from shipyard.hardware import discover
@@ -61,6 +61,9 @@ class Joining:
     temp_dir: Path | None = None
     """The node's own Ray folder (sessions, sockets, logs): what ``node stop`` finds its
     processes by, so that it ends this node and no other Ray on the machine."""
+    state_store: str | None = None
+    """A head's Redis (``HOST:PORT``) that keeps the cluster's state (Ray's GCS fault tolerance):
+    a head started again with it finds the nodes, placement groups and actors still running."""
 
 
 def ray_temp_dir(home: Path) -> Path:
@@ -110,6 +113,31 @@ def ray_start_command(ad: Advertisement, joining: Joining) -> list[str]:
     return command
 
 
+def ray_start_env(joining: Joining) -> dict[str, str]:
+    """What ``ray start`` reads from its environment beyond the command line: where a head keeps
+    the cluster's state, under a name of this node's own (one per home, so a restart finds it)."""
+    if joining.state_store is None:
+        return {}
+    namespace = joining.temp_dir.name if joining.temp_dir else "shipyard"
+    return {"RAY_REDIS_ADDRESS": joining.state_store, "RAY_external_storage_namespace": namespace}
+
+
+def check_state_store(address: str) -> None:
+    """Refuse a state store that does not answer now: ``ray start`` would wait on it in silence."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise InvalidSpec(
+            f"--state-store {address!r} is not HOST:PORT", hint="e.g. --state-store 10.0.0.5:6379 (a Redis)"
+        )
+    try:
+        socket.create_connection((host, int(port)), timeout=3).close()
+    except OSError as exc:
+        raise ExecutorError(
+            f"no Redis answers at {address} ({exc.strerror or exc})",
+            hint="start one for the cluster's state (redis-server --port PORT) or leave out --state-store",
+        ) from exc
+
+
 def start_node(ad: Advertisement, joining: Joining, home: Path | None = None) -> str:
     """Start this machine's Ray node and record its devices; returns the head's address. With
     ``home``, the node is recorded there for ``stop_node``."""
@@ -119,6 +147,7 @@ def start_node(ad: Advertisement, joining: Joining, home: Path | None = None) ->
     # Set, this keeps a head on 127.0.0.1 alone and makes Ray refuse any node that joins ("not
     # supported on Windows and OSX"): a Shipyard node is always one a cluster can grow from.
     env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    env.update(ray_start_env(joining))
     # Into a file, not a pipe: the daemons `ray start` leaves running would hold a pipe open.
     log_path = Path(ad.scratch) / "ray-start.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -171,7 +200,8 @@ def stop_node(home: Path, grace_s: float = STOP_GRACE_S) -> StoppedNode:
         ) from exc
     # The folder as this home names it, not as the file says: a damaged record must never widen
     # what is matched (an empty path is in every command line).
-    pids = descendants(_naming(f"{ray_temp_dir(home)}/"))
+    folder = ray_temp_dir(home)
+    pids = descendants(_naming(f"{folder}/"))
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -182,6 +212,9 @@ def stop_node(home: Path, grace_s: float = STOP_GRACE_S) -> StoppedNode:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     (home / NODE_FILE).unlink(missing_ok=True)
+    # Ray's note of the address this node started at: left, a head started again refuses while
+    # another node of this machine still names that address ("already running at").
+    (folder / "ray_current_cluster").unlink(missing_ok=True)
     return StoppedNode(node=node, processes=len(pids), killed=len(left))
 
 
