@@ -1,9 +1,10 @@
-"""Shipyard on a real Ray cluster: three raylets on loopback (``ray.cluster_utils.Cluster``), a
-SeaweedFS store every node reads, jobs that span nodes.
+"""Shipyard on a real Ray cluster: a head and three nodes on loopback, each started with `shipyard
+node start` from a home of its own as on separate machines, a SeaweedFS store every node reads,
+jobs that span nodes.
 
-The nodes advertise ``h100-sxm`` devices this machine does not have (the seam for absent
-hardware, ``tests/support/ray_cluster.py``): the scheduler, Ray's accounting and the placement
-see H100s, and the ranks run on the CPU with gloo.
+The three nodes advertise ``h100-sxm`` devices this machine does not have
+(``SHIPYARD_EMULATE_ACCELERATORS``, the seam for absent hardware): the scheduler, Ray's
+accounting and the placement see H100s, and the ranks run on the CPU with gloo.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ STEPS = {"eval_interval": 0}
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
     pytest.importorskip("ray")
     pytest.importorskip("boto3")
-    from tests.support.ray_cluster import RayCluster, emulated_devices
+    from tests.support.ray_cluster import NodeCluster
     from tests.support.seaweedfs import SeaweedCluster
 
     base = tmp_path_factory.mktemp("cluster")
@@ -46,10 +47,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]
         store = SeaweedCluster(base / "seaweedfs").start()
     except DependencyMissing as exc:
         pytest.skip(str(exc))
-    ray_cluster = RayCluster(base / "scratch").start()
+    ray_cluster = NodeCluster(base / "nodes")
     try:
+        ray_cluster.start()
         for i, name in enumerate(NODES, start=1):
-            ray_cluster.add(name, emulated_devices("h100-sxm", 2), rack=f"r{i}")
+            ray_cluster.add(name, "h100-sxm", 2, rack=f"r{i}")
         yield ray_cluster, store
     finally:
         ray_cluster.stop()
@@ -98,10 +100,11 @@ def stored_checkpoint(cli: Cli, job_id: str, step: int, into: Path) -> Path:
 
 def test_nodes_lists_each_node_with_its_accelerators_labels_and_health(on_cluster: Cli) -> None:
     nodes = {n["id"]: n for n in on_cluster.json("nodes")}
-    assert set(nodes) == set(NODES)
+    assert set(nodes) == {"head", *NODES}
+    assert nodes["head"]["up"] and set(nodes["head"]["capacity"]) == {"cpu"}  # this machine's own
     for i, name in enumerate(NODES, start=1):
         node = nodes[name]
-        assert node["up"] and node["capacity"] == {"h100-sxm": 2, "cpu": 2}
+        assert node["up"] and node["capacity"]["h100-sxm"] == 2
         assert node["labels"]["rack"] == f"r{i}" and node["memory_gib"]["h100-sxm"] == 80
     assert "h100-sxm 0/2" in on_cluster.run("nodes").stdout
 
@@ -301,9 +304,7 @@ def test_a_lost_node_requeues_the_job_which_resumes_elsewhere_with_the_same_weig
         for name in a:
             assert torch.allclose(a[name], b[name], atol=1e-5), name
     finally:
-        from tests.support.ray_cluster import emulated_devices
-
-        ray_cluster.add(lost, emulated_devices("h100-sxm", 2), rack="back")
+        ray_cluster.add(lost, "h100-sxm", 2, rack="back")
 
 
 def test_an_address_where_no_ray_answers_is_a_clear_error(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from shipyard.errors import DependencyMissing, ExecutorError, InvalidSpec, NotFo
 from shipyard.executors.cluster_nodes import NAMESPACE, Advertisement, kv_key
 from shipyard.executors.processes import descendants, has_ended
 from shipyard.hardware import discover
+from shipyard.hardware.emulation import EMULATE_ENV, parse_emulated
 from shipyard.hardware.probe import measure_host
 from shipyard.schemas.launch import write_json_atomic
 from shipyard.schemas.views import NodeView
@@ -77,13 +78,19 @@ def advertisement(ctx: ServiceContext, joining: Joining) -> Advertisement:
     """This machine as it will join: its devices (discovered here), labels, scratch folder."""
     name = joining.name or os.environ.get("SHIPYARD_NODE_NAME") or socket.gethostname()
     scratch = joining.scratch or ctx.settings.home / "node"
+    devices = tuple(discover(ctx.vendor_queries))
+    # The seam for hardware this machine lacks (trying a cluster, its tests): see ``emulation``.
+    emulated = parse_emulated(os.environ.get(EMULATE_ENV, ""))
+    if emulated:  # advertised instead of this machine's accelerators; its CPU stays
+        devices = (*emulated, *(device for device in devices if device.accelerator_type == "cpu"))
     ad = Advertisement(
         node=name,
-        devices=tuple(discover(ctx.vendor_queries)),
+        devices=devices,
         labels=dict(joining.labels),
         scratch=str(scratch.resolve()),
         env=dict(joining.env),
         host=measure_host(),
+        emulated=bool(emulated),
     )
     ad.check()
     return ad
