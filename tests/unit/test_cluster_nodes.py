@@ -74,3 +74,11 @@ def test_an_estimate_plans_each_type_with_the_host_its_nodes_measured() -> None:
     assert planned(host(2.71)) == pytest.approx(2 * reference)
     # The slowest host of the nodes the job may land on: the estimate holds on each of them.
     assert planned(host(2.71), host(10.84), None) == pytest.approx(reference / 2)
+
+
+def test_the_interface_of_an_address_is_found_for_gloo() -> None:
+    """What a node's ranks bind gloo to: the interface holding the address Ray knows the node by."""
+    from shipyard.executors.ray_ranks import interface_of
+
+    assert interface_of("127.0.0.1") == "lo"
+    assert interface_of("203.0.113.77") is None  # an address no interface of this machine holds

@@ -17,6 +17,7 @@ import os
 import random
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -114,11 +115,20 @@ class RankGroup:
         write_json_atomic(self.run_dir / LAUNCH_FILE, plan)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         per_node, node_rank = layout["per_node"], layout["node_rank"]
+        node_env = dict(self.env)
+        if "GLOO_SOCKET_IFNAME" not in {**os.environ, **node_env}:
+            # Gloo finds its interface through the host name, which another host may not resolve
+            # (it then falls back to loopback, and the ranks never meet): name the interface that
+            # holds the address Ray knows this node by.
+            import ray
+
+            if interface := interface_of(ray.util.get_node_ip_address()):  # type: ignore[no-untyped-call]
+                node_env["GLOO_SOCKET_IFNAME"] = interface
         for local_rank in range(per_node):
             rank = node_rank * per_node + local_rank
             env = {
                 **os.environ,
-                **self.env,
+                **node_env,
                 "RANK": str(rank),
                 "LOCAL_RANK": str(local_rank),
                 "WORLD_SIZE": str(layout["world_size"]),
@@ -296,6 +306,24 @@ STORE_POLL_S = 1.0
 """How often a node looks for a checkpoint its ranks completed."""
 STORED_KEPT = 3
 """Checkpoints whose records a node keeps for the agent to take."""
+
+
+def interface_of(ip: str) -> str | None:
+    """The network interface whose IPv4 address is ``ip`` (Linux); None where none is, or the
+    platform cannot say."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    for _, name in socket.if_nameindex():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:  # SIOCGIFADDR: the interface's address
+                answer = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+        if socket.inet_ntoa(answer[20:24]) == ip:
+            return name
+    return None
 
 
 def _die_with_parent() -> None:  # runs in the child before exec

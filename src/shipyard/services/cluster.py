@@ -145,6 +145,17 @@ def check_state_store(address: str) -> None:
         ) from exc
 
 
+def routable_ip() -> str:
+    """The address other machines reach this one at, as Ray picks its node's: the source address
+    of the default route (a host name may not resolve on the others)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("8.8.8.8", 80))  # a UDP connect sends nothing: it only picks the route
+            return str(probe.getsockname()[0])
+        except OSError:  # no route at all: the name is the best left
+            return socket.gethostbyname(socket.gethostname())
+
+
 def start_node(ad: Advertisement, joining: Joining, home: Path | None = None) -> str:
     """Start this machine's Ray node and record its devices; returns the head's address. With
     ``home``, the node is recorded there for ``stop_node``."""
@@ -177,7 +188,7 @@ def start_node(ad: Advertisement, joining: Joining, home: Path | None = None) ->
             hint="`shipyard node stop` ends the node this home started; check that the head's address "
             "answers from here",
         )
-    address = joining.address or f"{'127.0.0.1' if joining.loopback else socket.gethostname()}:{joining.port}"
+    address = joining.address or f"{'127.0.0.1' if joining.loopback else routable_ip()}:{joining.port}"
     if home is not None and joining.temp_dir is not None:
         home.mkdir(parents=True, exist_ok=True)
         record = {"node": ad.node, "address": address, "temp_dir": str(joining.temp_dir)}
