@@ -63,6 +63,9 @@ class SeaweedCluster:
     weed: str = field(default_factory=weed_binary)
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     ports: dict[str, int] = field(default_factory=dict)
+    s3_ip: str = "127.0.0.1"
+    """Where the S3 gateway listens, the one server its clients talk to (other hosts: an address
+    they reach); the others stay on loopback."""
 
     @property
     def master(self) -> str:
@@ -71,7 +74,7 @@ class SeaweedCluster:
     @property
     def s3(self) -> S3Config:
         return S3Config(
-            endpoint_url=f"http://127.0.0.1:{self.ports['s3']}",
+            endpoint_url=f"http://{self.s3_ip}:{self.ports['s3']}",
             bucket="shipyard",
             access_key=ACCESS_KEY,
             secret_key=SECRET_KEY,
@@ -114,7 +117,7 @@ class SeaweedCluster:
             f"-defaultStoreDir={self.data / 'f'}",
             "-s3",
             f"-s3.port={self.ports['s3']}",
-            "-s3.ip.bind=127.0.0.1",
+            f"-s3.ip.bind={self.s3_ip}",
             f"-s3.config={s3_config}",
             # Its Iceberg and Lance catalogs listen on fixed ports: two clusters at once (tests
             # on two workers) would fight over them, and nothing here uses them.
@@ -168,7 +171,7 @@ class SeaweedCluster:
 
     def _s3_answers(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.ports["s3"]), timeout=0.5):
+            with socket.create_connection((self.s3_ip, self.ports["s3"]), timeout=0.5):
                 return True
         except OSError:
             return False
