@@ -48,6 +48,8 @@ $(BROWSER_STAMP): $(STAMP)
 services:
 	command -v redis-server >/dev/null || (DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
 	  redis-server >/dev/null) || echo "redis-server could not be installed: the head-restart test will skip"
+	command -v slurmctld >/dev/null || (DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	  slurm-wlm >/dev/null) || echo "slurm-wlm could not be installed: the Slurm tests will skip"
 
 # Refresh the dashboard's third-party files (committed: the package works with no network).
 UI_VENDOR := src/shipyard/api/ui/static/vendor

@@ -29,9 +29,20 @@ class Settings:
     max_upload_bytes: int = 2 << 30
     """Largest artifact the API server accepts in one upload (``SHIPYARD_MAX_UPLOAD_MB``)."""
     executor: str = "local"
-    """Where attempts run: ``local`` (this machine) or ``ray`` (a Ray cluster)."""
+    """Where attempts run: ``local`` (this machine), ``ray`` (a Ray cluster) or ``slurm``."""
     ray_address: str = "auto"
     """The Ray head's ``HOST:PORT`` for ``executor: ray`` (``auto``: the node this runs on)."""
+    slurm_gres_types: str = ""
+    """``GRES=CATALOG,...``: a Slurm site's GPU type names as catalog types (``a100=a100-80gb``)."""
+    slurm_queues: str = ""
+    """``QUEUE=PARTITION[:ACCOUNT[:QOS]],...``: where each Shipyard queue's jobs go in Slurm
+    (``*`` for every queue not named; none: Slurm's default partition and the submitter's account)."""
+    slurm_time_limit_min: float | None = None
+    """Every Slurm allocation's time limit, where a site fixes one; default: the planner's estimate
+    of the attempt with margin."""
+    slurm_emulated_gpus: bool = False
+    """The Slurm nodes' GPUs are GRES entries over device files that are not GPUs (a test
+    cluster): their attempts run on the CPU. The seam for hardware a machine lacks."""
     min_free_disk_gib: float = 5.0
     """Below this much free disk under the run folders the node is cordoned (no new attempts)."""
     unhealthy_node: str = "finish"
@@ -64,6 +75,12 @@ class Settings:
             max_upload_bytes=int(float(environ.get("SHIPYARD_MAX_UPLOAD_MB", "2048")) * 2**20),
             executor=environ.get("SHIPYARD_EXECUTOR", "local"),
             ray_address=environ.get("SHIPYARD_RAY_ADDRESS", "auto"),
+            slurm_gres_types=environ.get("SHIPYARD_SLURM_GRES_TYPES", ""),
+            slurm_queues=environ.get("SHIPYARD_SLURM_QUEUES", ""),
+            slurm_time_limit_min=float(limit)
+            if (limit := environ.get("SHIPYARD_SLURM_TIME_LIMIT_MIN"))
+            else None,
+            slurm_emulated_gpus=environ.get("SHIPYARD_SLURM_EMULATED_GPUS", "") == "1",
             min_free_disk_gib=float(environ.get("SHIPYARD_MIN_FREE_DISK_GIB", "5")),
             unhealthy_node=environ.get("SHIPYARD_UNHEALTHY_NODE", "finish"),
         )

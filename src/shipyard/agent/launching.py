@@ -167,6 +167,7 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
         peak_tflops_fp32=placed.peak_tflops_fp32,
         resume_from=resume_from,
         data_roots=None if roots is None else [str(root.resolve()) for root in roots],
+        expected_s=_expected_s(job.estimate or {}, placed.accelerator_type, spec.training.total_steps),
     ).write(run_dir)
     log_path = run_dir / "logs" / f"attempt-{number}.log"
     metrics = run_dir / METRICS_FILE
@@ -190,6 +191,13 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
     job.started_at = job.started_at or utcnow()
     session.flush()  # the attempt's id
     return Prepared(job.id, attempt.id, placed, run_dir, log_path, store, from_store, to_store)
+
+
+def _expected_s(estimate: dict[str, Any], accelerator_type: str, steps: int) -> float | None:
+    """The planner's time for the whole run on the type (a resumed attempt's is shorter: an
+    engine's time limit derived from it errs long)."""
+    step_s = (estimate.get("by_accelerator") or {}).get(accelerator_type, {}).get("step_time_s")
+    return step_s * steps if step_s else None
 
 
 def _inputs_for_nodes(

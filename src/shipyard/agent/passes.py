@@ -37,6 +37,7 @@ from shipyard.executors.base import (
     AttemptStatus,
     Busy,
     DevicePicker,
+    EngineEnding,
     Exited,
     NodeInventory,
     NodeLost,
@@ -532,6 +533,9 @@ def _watch(ctx: ServiceContext, attempt: Attempt) -> None:
     job = attempt.job
     if not _launched(attempt) or job.cancel_requested or job.preempt_requested:
         return
+    if job.pending_code == Reason.HELD_BY_ENGINE:  # not started: its silence counts from its start
+        _WATCHED.pop(_watch_key(attempt), None)
+        return
     now = utcnow()
     if attempt.exit_reason == ExitReason.HANG:  # its stacks were asked for at an earlier look
         assert attempt.signalled_at is not None
@@ -599,20 +603,22 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt, l
     what it held once this is committed)."""
     assert _launched(attempt)
     status, synced = look.status, look.synced
-    if isinstance(status, Waiting):
-        waiting = {**(attempt.health or {}), "waiting": status.reason}
-        if waiting != attempt.health:
-            attempt.health = waiting
+    job = attempt.job
+    if isinstance(status, Waiting):  # admitted, held in the engine's own queue: say why
+        if (job.pending_reason, job.pending_code) != (status.reason, Reason.HELD_BY_ENGINE):
+            job.pending_reason, job.pending_code = status.reason, Reason.HELD_BY_ENGINE
         return False
+    if job.pending_code == Reason.HELD_BY_ENGINE:  # the engine let it go
+        job.pending_reason = job.pending_code = None
     if isinstance(status, Running):
         if status.found is not None:  # its launch's answer was never recorded: now it is
             attempt.handle, attempt.pid = status.found.handle, status.found.pid
+            attempt.node = status.found.stored_nodes  # where the engine placed it, if it chose
         return False
     assert status is not None
     _WATCHED.pop(_watch_key(attempt), None)
     _SPECS.pop(attempt.job_id, None)
     _RECORDED.pop(attempt.id, None)
-    job = attempt.job
     result_path = Path(job.run_dir) / RESULT_FILE
     result = AttemptResult.model_validate_json(result_path.read_text()) if result_path.exists() else None
     parent_saw = _exit_record(job, attempt)
@@ -696,6 +702,11 @@ def _how_it_ended(
         return _Ended(JobState.FAILED, ExitReason.HANG, JobState.FAILED, hung, hint)
     if result is not None and result.status == "completed":
         return _Ended(JobState.SUCCEEDED, ExitReason.COMPLETED, JobState.SUCCEEDED)
+    if isinstance(status, Exited) and status.engine_ended == "withdrawn":
+        withdrawn = "cancelled while its engine held it in its queue, before it started"
+        return _Ended(JobState.CANCELLED, ExitReason.CANCELLED, JobState.CANCELLED, withdrawn)
+    if isinstance(status, Exited) and status.engine_ended is not None and not job.cancel_requested:
+        return _ended_by_engine(status.engine_ended, result)
     if result is not None and result.status == "cancelled":
         if job.preempt_requested and not job.cancel_requested:
             waiting = f"preempted by the scheduler at step {result.step}; resumes from its checkpoint"
@@ -724,6 +735,21 @@ def _how_it_ended(
         reason = ExitReason.OOM if attempt.accelerator_type == "cpu" else ExitReason.SIGNAL
         return _Ended(JobState.FAILED, reason, JobState.FAILED, oom, hint)
     return _Ended(JobState.FAILED, ExitReason.SIGNAL, JobState.FAILED, _describe_exit(status), hint)
+
+
+def _ended_by_engine(ending: EngineEnding, result: AttemptResult | None) -> _Ended:
+    """An attempt its engine ended (a batch system's limit or preemption): the machine's side,
+    so the job waits to continue from its newest checkpoint, or, out of memory, fails under the
+    restart policy's OOM rule."""
+    at = f" at step {result.step}" if result is not None else ""
+    if ending == "out_of_memory":
+        oom = "the engine ended it for using more host memory than its allocation has"
+        return _Ended(JobState.FAILED, ExitReason.OOM, JobState.FAILED, oom)
+    if ending == "preempted":
+        waiting = f"preempted by the engine's own scheduler{at}; resumes from its checkpoint"
+        return _Ended(JobState.CANCELLED, ExitReason.PREEMPTED, JobState.QUEUED, waiting)
+    limit = f"its allocation reached the engine's time limit{at}; resumes from its checkpoint"
+    return _Ended(JobState.CANCELLED, ExitReason.TIME_LIMIT, JobState.QUEUED, limit)
 
 
 _FAILURES = {"oom": ExitReason.OOM, "collective": ExitReason.COLLECTIVE}

@@ -24,7 +24,7 @@ from types import FrameType
 from shipyard import agent
 from shipyard.agent.outputs import commit_outputs
 from shipyard.daemon.leader import Leadership
-from shipyard.daemon.supervisor import AGENT_LOCK
+from shipyard.daemon.supervisor import AGENT_LOCK, woken_within
 from shipyard.domain.paths import PRIVATE_UMASK
 from shipyard.executors.registry import engine_named
 from shipyard.services import store_health
@@ -94,6 +94,7 @@ def run(settings: Settings) -> int:
     leading: bool | None = None  # unknown until the first pass asks
     idle_since = time.monotonic()
     delay, last_fingerprint = settings.agent_poll_s, None
+    woke = woken_within(settings, 0, -1.0)  # the wake file's time as this agent starts
     try:
         while not stopping:
             started = time.monotonic()
@@ -119,7 +120,9 @@ def run(settings: Settings) -> int:
             last_fingerprint = seen.fingerprint
             # A pass grows with the queue: with thousands of jobs waiting, passes back to back
             # would take a whole core from the jobs and the server; spend at most a fifth of it.
-            time.sleep(max(delay, BUSY_SHARE_INVERSE * spent))
+            touched = woken_within(settings, max(delay, BUSY_SHARE_INVERSE * spent), woke)
+            if touched != woke:  # work arrived: pass now, and poll fast again
+                delay, woke = settings.agent_poll_s, touched
     finally:
         stopping_helpers.set()
         for helper in helpers:

@@ -43,3 +43,6 @@ class ExitReason(StrEnum):
     """No step for longer than the restart policy allows; its stacks were dumped into its log."""
     OOM = "oom"
     """Out of device memory; a retry halves the micro-batch and doubles gradient accumulation."""
+    TIME_LIMIT = "time_limit"
+    """Its engine's time limit (a Slurm allocation's) ended it after the runtime checkpointed at
+    the warning; the job requeued to continue in a new allocation."""

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from shipyard.hardware.discovery import Device
 from shipyard.hardware.probe import HostRates
@@ -235,6 +235,10 @@ class Waiting:
     reason: str
 
 
+EngineEnding = Literal["time_limit", "preempted", "out_of_memory", "withdrawn"]
+"""``withdrawn``: taken out of the engine's queue before it started (a cancel, an operator's)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Exited:
     """Its processes ended: the first non-zero exit code (0 when all succeeded), or the signal
@@ -242,6 +246,9 @@ class Exited:
 
     code: int
     signal: int | None = None
+    engine_ended: EngineEnding | None = None
+    """Where the engine ended it itself (a batch system's time limit, its own preemption, its
+    memory limit): not the job's fault, which a new attempt continues from its checkpoint."""
 
     @classmethod
     def of(cls, returncode: int) -> Exited:

@@ -36,9 +36,18 @@ def _ray(settings: Settings, queries: VendorQueries | None) -> Executor:
     return RayExecutor(settings.ray_address)
 
 
+def _slurm(settings: Settings, queries: VendorQueries | None) -> Executor:
+    from shipyard.executors.slurm import SlurmExecutor
+
+    del queries  # Slurm says what each node has
+    return SlurmExecutor(settings)
+
+
 ENGINES: dict[str, Engine] = {
     "local": Engine(_local, shared_store=False, about="this machine"),
     "ray": Engine(_ray, shared_store=True, about="a Ray cluster"),
+    # Its run folders are on a filesystem every node mounts: a relaunch reads them as here.
+    "slurm": Engine(_slurm, shared_store=False, about="a Slurm cluster, from its login node"),
 }
 
 

@@ -42,6 +42,8 @@ class Reason(StrEnum):
     """Leased, but the executor found no devices for it on the node."""
     WAITING = "waiting"
     """Not yet seen by a scheduling cycle."""
+    HELD_BY_ENGINE = "held_by_engine"
+    """Admitted and handed to its engine (a Slurm allocation), which holds it in its own queue."""
 
 
 @dataclass(frozen=True, slots=True)

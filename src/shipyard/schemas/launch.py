@@ -108,6 +108,9 @@ class LaunchPlan(BaseModel):
     data_roots: list[str] | None = None
     """Folders every file the job reads must resolve inside (a job submitted through the
     server: its project's data roots and the node's cache); None: anywhere."""
+    expected_s: float | None = None
+    """What the planner expects the attempt to take, where it has an estimate (an engine with
+    time limits, Slurm, derives the allocation's from it)."""
     stop_at_step: int | None = None
     """Checkpoint and stop after this step, as if preempted (used by tests and benchmarks)."""
 

@@ -357,7 +357,10 @@ def cancel(ctx: ServiceContext, job_id: str) -> JobView:
                 )
         audit.append(session, ctx.audit_key, ctx.actor, "job.cancel", f"job/{job_id}")
         session.expire_all()
-        return _current_view(session, job_id)
+        view = _current_view(session, job_id)
+    if ctx.start_agent is not None and view.state == JobState.RUNNING:
+        ctx.start_agent(ctx.settings)  # its agent stops the attempt at once, not at its next poll
+    return view
 
 
 @dataclass(frozen=True, slots=True)
@@ -387,6 +390,11 @@ def read_log(ctx: ServiceContext, job_id: str, offset: int = 0, *, must_exist: b
     return LogChunk(data, offset + len(data), ended)
 
 
+def _waits(job: Job) -> bool:
+    """Queued here, or admitted and held in its engine's own queue (a Slurm allocation)."""
+    return job.state == JobState.QUEUED or job.pending_code == Reason.HELD_BY_ENGINE
+
+
 def _view(job: Job, spec: JobSpec | None = None, latest: Mapping[str, Metric] | None = None) -> JobView:
     """The job as callers see it. ``latest``: its newest metric of each kind (none for a job made
     just now, whose ``spec`` is given so that it is not validated again)."""
@@ -400,8 +408,8 @@ def _view(job: Job, spec: JobSpec | None = None, latest: Mapping[str, Metric] | 
         queue=job.queue,
         priority=job.priority,
         state=job.state,
-        pending_reason=job.pending_reason if job.state == JobState.QUEUED else None,
-        pending_code=job.pending_code if job.state == JobState.QUEUED else None,
+        pending_reason=job.pending_reason if _waits(job) else None,
+        pending_code=job.pending_code if _waits(job) else None,
         devices=job.devices,
         accelerator_types=job.accelerator_types,
         step=last_train.step if last_train else 0,
