@@ -143,6 +143,11 @@ def test_a_job_submitted_watched_and_cancelled_from_the_dashboard(site: Server, 
         page.wait_for_timeout(500)
     assert points_drawn(page, job_id) > first
     assert page.locator(".charts canvas").count() >= 4  # loss, tokens/s, MFU, memory drawn by uPlot
+    charts = "document.querySelector('.charts[data-job]').jobCharts"
+    steps, train, evals = page.evaluate(f"{charts}.charts.loss.data")
+    assert steps[0] == 0 and train[0] is None and evals[0] is not None  # the step-0 eval, no train point
+    drawn, logged = page.evaluate(f"[{charts}.charts.mfu.data[1].at(-1), {charts}.train.mfu.at(-1)]")
+    assert drawn == pytest.approx(100 * logged)  # MFU drawn in %, as its caption says
     page.wait_for_function("document.querySelector('pre.log').textContent.includes('step ')")
     checked(page, "job-running")
 
@@ -192,6 +197,13 @@ def test_a_model_version_is_promoted_and_compared(site: Server, admin_page: Any)
             time.sleep(1)
         for job_id in done:
             root.register_model(job_id, "tiny-coder")
+        eval_loss = root.get_job(done[0]).eval_loss
+    # Each job published its export by itself, as model-run-N: its final loss is its eval loss.
+    admin_page.goto(f"{site.url}/models/model-run-0?project=default")
+    assert eval_loss is not None
+    assert (
+        admin_page.text_content("tbody tr:has-text('v1') td:nth-of-type(4)") or ""
+    ).strip() == f"{eval_loss:,.4f}"
     page = admin_page
     page.goto(f"{site.url}/models")
     checked(page, "models")

@@ -347,7 +347,9 @@ def allocation_by_hour(ctx: ServiceContext, nodes: list[NodeView], hours: int = 
     """Per node and hour of the last ``hours``: the share of its devices (cores on a CPU-only node)
     that attempts held, from the attempts' start and end (what the heatmap of the nodes page draws)."""
     now = datetime.now(UTC)
-    start = now - timedelta(hours=hours)
+    # Whole clock hours, the last one the current (partial) hour: a column labelled 05:00 holds
+    # 05:00-06:00, not an hour that began at this minute yesterday.
+    start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=hours - 1)
     with ctx.db.read() as session:
         rows = session.execute(
             select(Attempt.node, Attempt.device_ids, Attempt.started_at, Attempt.finished_at, Job.devices)
@@ -373,5 +375,6 @@ def allocation_by_hour(ctx: ServiceContext, nodes: list[NodeView], hours: int = 
                     held[node][hour] += count * overlap / 3600
     return {
         "hours": [(start + timedelta(hours=h)).strftime("%H:00") for h in range(hours)],
+        "since": start.strftime("%Y-%m-%d %H:00"),
         "rows": {node: [min(1.0, v / capacity[node]) for v in values] for node, values in held.items()},
     }

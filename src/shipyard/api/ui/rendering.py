@@ -72,6 +72,16 @@ def _percent(value: float | None) -> str:
     return "–" if value is None else f"{value:.1%}"
 
 
+def _final_loss(metrics: dict[str, float]) -> float | None:
+    """A model version's final loss, eval where it was evaluated: a version a finished job
+    published keeps its result's ``eval_loss``/``train_loss``, one published from a job's summary
+    its ``eval_loss_end``/``train_loss_end``."""
+    for key in ("eval_loss_end", "eval_loss", "train_loss_end", "train_loss"):
+        if metrics.get(key) is not None:
+            return metrics[key]
+    return None
+
+
 environment = Environment(
     loader=FileSystemLoader(HERE / "templates"),
     autoescape=select_autoescape(["html"], default=True),
@@ -80,7 +90,7 @@ environment = Environment(
     lstrip_blocks=True,
 )
 environment.filters.update(ago=_ago, duration=_duration, bytes=_bytes, number=_number, percent=_percent)
-environment.globals.update(nav=NAV, version=__version__)
+environment.globals.update(nav=NAV, version=__version__, final_loss=_final_loss)
 
 
 def render(request: Request, template: str, *, status_code: int = 200, **context: Any) -> HTMLResponse:

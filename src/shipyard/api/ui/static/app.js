@@ -63,11 +63,17 @@ class JobCharts {
 
   draw() {
     const steps = this.train.step;
-    const evalLoss = steps.map((step) => (this.eval.has(step) ? this.eval.get(step) : null));
+    // Evals on their own steps (step 0, and those between the thinned training points): the loss
+    // chart's axis is both sets' steps, the training line drawn across the evals-only ones.
+    const lossSteps = [...new Set([...steps, ...this.eval.keys()])].sort((a, b) => a - b);
+    const trainAt = new Map(steps.map((step, i) => [step, this.train.loss[i]]));
+    const trainLoss = lossSteps.map((step) => (trainAt.has(step) ? trainAt.get(step) : null));
+    const evalLoss = lossSteps.map((step) => (this.eval.has(step) ? this.eval.get(step) : null));
+    const mfuPercent = this.train.mfu.map((v) => (v == null ? null : v * 100));
     const sets = {
-      loss: [[{ label: "train", stroke: "#1d4e89", width: 2 }, { label: "eval", stroke: "#a4161a", width: 2, points: { show: true } }], [steps, this.train.loss, evalLoss]],
+      loss: [[{ label: "train", stroke: "#1d4e89", width: 2, spanGaps: true }, { label: "eval", stroke: "#a4161a", width: 2, spanGaps: true, points: { show: true } }], [lossSteps, trainLoss, evalLoss]],
       tokens_per_s: [[{ label: "tokens/s", stroke: "#1e6b36" }], [steps, this.train.tokens_per_s]],
-      mfu: [[{ label: "MFU", stroke: "#7a4d00", value: (u, v) => (v == null ? "–" : `${(v * 100).toFixed(1)} %`) }], [steps, this.train.mfu]],
+      mfu: [[{ label: "MFU %", stroke: "#7a4d00", value: (u, v) => (v == null ? "–" : `${v.toFixed(1)} %`) }], [steps, mfuPercent]],
       mem_gib: [[{ label: "GiB", stroke: "#5c3b8a" }], [steps, this.train.mem_gib]],
     };
     for (const [name, [series, data]] of Object.entries(sets)) {
@@ -132,7 +138,10 @@ async function compareCurves(element) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  for (const root of document.querySelectorAll(".charts[data-job]")) new JobCharts(root).run();
+  for (const root of document.querySelectorAll(".charts[data-job]")) {
+    root.jobCharts = new JobCharts(root); // what the page draws, for whoever inspects it
+    root.jobCharts.run();
+  }
   for (const pre of document.querySelectorAll("pre[data-log]")) followLog(pre);
   for (const element of document.querySelectorAll("[data-compare]")) compareCurves(element);
 });
