@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from shipyard.api.ui.rendering import NAV
 from shipyard.client import Client
 from tests.builders import SMALL_CORPUS, spec_dict
 from tests.conftest import Server
@@ -172,10 +173,16 @@ def test_a_job_submitted_watched_and_cancelled_from_the_dashboard(site: Server, 
     assert reason in (page.text_content("#job-live") or "")
 
     page.goto(f"{site.url}/jobs/{job_id}")
-    page.click("button.danger")  # Cancel
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.click("button.danger")  # Cancel, then thought better of it: nothing is sent
+    page.wait_for_timeout(500)
+    assert page.text_content("#job-live .state").strip() == "running"
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("button.danger")  # Cancel, confirmed
     page.wait_for_function(
         "document.querySelector('#job-live .state').textContent.trim() === 'cancelled'", timeout=120_000
     )
+    assert page.locator("#job-live .problem").count() == 0  # one's own cancel is no error
     with Client.login(site.url, "admin", site.admin_password)[0] as root:
         root.cancel_job(waiting)
 
@@ -204,6 +211,13 @@ def test_a_model_version_is_promoted_and_compared(site: Server, admin_page: Any)
     assert (
         admin_page.text_content("tbody tr:has-text('v1') td:nth-of-type(4)") or ""
     ).strip() == f"{eval_loss:,.4f}"
+    # Its job's page links the versions it produced, and every attempt's log to download.
+    admin_page.goto(f"{site.url}/jobs/{done[0]}")
+    outputs = admin_page.text_content("section:has(h2:text('Outputs'))") or ""
+    assert "model-run-0 v1" in outputs and "tiny-coder v1" in outputs, outputs
+    log = admin_page.request.get(f"{site.url}/jobs/{done[0]}/attempts/1/log")
+    assert log.ok and "step 8/8" in log.text() and "attachment" in log.headers["content-disposition"]
+    assert admin_page.request.get(f"{site.url}/jobs/{done[0]}/attempts/9/log").status == 404
     page = admin_page
     page.goto(f"{site.url}/models")
     checked(page, "models")
@@ -373,3 +387,28 @@ def test_another_site_cannot_sign_a_browser_in_as_its_attacker(site: Server, bro
         context.close()
         elsewhere.shutdown()
         elsewhere.server_close()
+
+
+def test_every_page_fits_a_phone_and_follows_a_dark_system_theme(site: Server, browser: Any) -> None:
+    with Client.login(site.url, "admin", site.admin_password)[0] as root:
+        job_id = root.submit_job(spec_dict("phone", training={"steps": 4})).id
+        models = root.list_models()
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, color_scheme="dark", bypass_csp=True
+    )
+    page = context.new_page()
+    try:
+        sign_in(page, site, "admin", site.admin_password)
+        paths = [path for _, path, _ in NAV] + [f"/jobs/{job_id}", "/submit"]
+        paths += [f"/models/{m.name}?project={m.project}" for m in models[:1]]
+        for path in paths:
+            page.goto(f"{site.url}{path}")
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= 390, f"{path} scrolls sideways at 390 px: {wide} px wide"
+        assert page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(18, 21, 25)"
+        page.goto(f"{site.url}/jobs")
+        checked(page, "jobs-dark-phone")  # contrast holds in the dark theme too
+        page.goto(f"{site.url}/jobs/{job_id}")
+        checked(page, "job-dark-phone")
+    finally:
+        context.close()

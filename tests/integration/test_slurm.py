@@ -147,7 +147,7 @@ def test_a_job_slurm_holds_shows_slurms_reason_then_runs(on_slurm: Cli, slurm: A
 
 def test_cancel_checkpoints_through_scancel_and_the_job_resumes(on_slurm: Cli, tmp_path: Path) -> None:
     on_slurm.env["SHIPYARD_FAULTS"] = json.dumps({"attempts": [1], "slow_rank": 0, "slow_s": 0.3})
-    spec = write_spec(tmp_path, training={**STEPS, "steps": 40}, resources={**ONE_GPU, "nodes": 2})
+    spec = write_spec(tmp_path, training={**STEPS, "steps": 20}, resources={**ONE_GPU, "nodes": 2})
     job = on_slurm.json("jobs", "submit", str(spec))
     on_slurm.wait_for(job["id"], lambda j: j["step"] >= 3)
     on_slurm.run("jobs", "cancel", job["id"])
@@ -160,7 +160,7 @@ def test_cancel_checkpoints_through_scancel_and_the_job_resumes(on_slurm: Cli, t
     on_slurm.env.pop("SHIPYARD_FAULTS")
     resumed = json.loads(on_slurm.run("jobs", "submit", str(spec), "--resume", "--wait", "--json").stdout)
     assert resumed["state"] == "succeeded"
-    assert f"steps {step}->40" in on_slurm.run("jobs", "logs", resumed["id"]).stdout
+    assert f"steps {step}->20" in on_slurm.run("jobs", "logs", resumed["id"]).stdout
 
 
 def test_a_node_set_down_requeues_the_job_which_resumes_on_the_other(

@@ -24,7 +24,7 @@ from shipyard.db.pipeline import pipelined
 from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
 from shipyard.domain.transitions import job_transition
-from shipyard.errors import Conflict, InvalidSpec
+from shipyard.errors import Conflict, InvalidSpec, NotFound
 from shipyard.executors.processes import has_ended
 from shipyard.scheduling.reasons import Reason
 from shipyard.schemas.documents import read_document_file
@@ -370,8 +370,11 @@ class LogChunk:
     job_ended: bool
 
 
-def read_log(ctx: ServiceContext, job_id: str, offset: int = 0, *, must_exist: bool = True) -> LogChunk:
-    """The bytes of the newest attempt's log from ``offset`` on (empty while the job waits)."""
+def read_log(
+    ctx: ServiceContext, job_id: str, offset: int = 0, *, must_exist: bool = True, attempt: int | None = None
+) -> LogChunk:
+    """The bytes of an attempt's log (default: the newest's) from ``offset`` on (empty while the
+    job waits)."""
     if not 0 <= offset <= MAX_OFFSET:
         raise InvalidSpec(f"log offset {offset} is out of range", hint="give a byte offset from 0")
     with ctx.db.transaction() as session:
@@ -384,8 +387,16 @@ def read_log(ctx: ServiceContext, job_id: str, offset: int = 0, *, must_exist: b
                     hint=f"wait, or run `shipyard jobs logs {job_id} --follow`",
                 )
             return LogChunk(b"", offset, ended)
-        newest = job.attempts[-1]
-        node, path = newest.node, Path(newest.log_path)
+        chosen = (
+            job.attempts[-1]
+            if attempt is None
+            else next((a for a in job.attempts if a.number == attempt), None)
+        )
+        if chosen is None:
+            raise NotFound(
+                f"job {job_id} has no attempt {attempt}", hint=f"its attempts are 1 to {len(job.attempts)}"
+            )
+        node, path = chosen.node, Path(chosen.log_path)
     data = ctx.executor.read_log(node, path, offset)
     return LogChunk(data, offset + len(data), ended)
 

@@ -259,11 +259,13 @@ def job_page(job_id: Name, ctx: PageCaller, request: Request) -> Response:
         cancellable = JobState(detail.state) in (JobState.QUEUED, JobState.RUNNING) and job_access.may_cancel(
             ctx, session, job
         )
+    published = [v for v in models.list_versions(ctx, project=detail.project) if v.job_id == detail.id]
     return render(
         request,
         "job.html",
         active="jobs",
         job=detail,
+        published=published,
         cancellable=cancellable,
         live=not JobState(detail.state).is_final,
         spec_yaml=yaml.safe_dump(detail.spec, sort_keys=False),
@@ -275,6 +277,17 @@ def job_live(job_id: Name, ctx: PageCaller, request: Request) -> Response:
     """The parts of a job's page that change while it runs (htmx swaps them in)."""
     detail = job_service.get(ctx, checked_name(job_id))
     return render(request, "job_live.html", job=detail, live=not JobState(detail.state).is_final)
+
+
+@router.get("/jobs/{job_id}/attempts/{number}/log")
+def attempt_log(job_id: Name, number: int, ctx: PageCaller) -> Response:
+    """One attempt's whole log, as a file to keep."""
+    name = checked_name(job_id)
+    chunk = job_service.read_log(ctx, name, attempt=number)
+    disposition = f'attachment; filename="{name}-attempt-{number}.log"'
+    return Response(
+        chunk.data, media_type="text/plain; charset=utf-8", headers={"Content-Disposition": disposition}
+    )
 
 
 @router.post("/jobs/{job_id}/cancel")

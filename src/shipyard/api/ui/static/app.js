@@ -137,11 +137,27 @@ async function compareCurves(element) {
   );
 }
 
+// A table (or the heatmap) wider than a phone scrolls within itself: the keyboard must reach it.
+function focusableWhenScrolling() {
+  for (const table of document.querySelectorAll("main table, .heatmap-wrap")) {
+    if (table.scrollWidth > table.clientWidth + 1) table.setAttribute("tabindex", "0");
+    else table.removeAttribute("tabindex");
+  }
+}
+
 document.addEventListener("DOMContentLoaded", () => {
+  focusableWhenScrolling();
+  window.addEventListener("resize", focusableWhenScrolling);
+  document.body.addEventListener("htmx:afterSwap", focusableWhenScrolling);
   for (const root of document.querySelectorAll(".charts[data-job]")) {
     root.jobCharts = new JobCharts(root); // what the page draws, for whoever inspects it
     root.jobCharts.run();
   }
   for (const pre of document.querySelectorAll("pre[data-log]")) followLog(pre);
+  for (const form of document.querySelectorAll("form[data-confirm]")) {
+    form.addEventListener("submit", (event) => {
+      if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
+  }
   for (const element of document.querySelectorAll("[data-compare]")) compareCurves(element);
 });
