@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,10 @@ CASES: list[tuple[list[str], Call]] = [
     (["storage", "stat", "docs/a.txt", "--project", "nlp"], ("stat_artifact", ("nlp", "docs/a.txt"), {})),
     (["storage", "rm", "docs/a.txt", "--project", "nlp"], ("delete_artifact", ("nlp", "docs/a.txt"), {})),
     (["datasets", "--project", "nlp"], ("list_datasets", ("nlp",), {})),
+    (
+        ["usage", "--by", "type", "--since", "2026-12-01", "--csv"],
+        ("usage", ("type",), {"since": datetime(2026, 12, 1, tzinfo=UTC)}),
+    ),
 ]
 
 

@@ -136,6 +136,14 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
         PROJECT_READ,
         lambda w: (f"/api/v1/jobs/{w.fresh_job()}/metrics", {}),
     ),
+    ("GET", "/api/v1/series"): (
+        PROJECT_READ,
+        lambda w: ("/api/v1/series", {"params": {"job": w.fresh_job(), "name": "loss"}}),
+    ),
+    ("GET", "/api/v1/series/names"): (
+        PROJECT_READ,
+        lambda w: ("/api/v1/series/names", {"params": {"job": w.fresh_job()}}),
+    ),
     ("POST", "/api/v1/jobs/{job_id}/cancel"): (  # the member cancels its own; others need cancel.any
         frozenset({"member", "maintainer", "owner", "admin"}),
         lambda w: (f"/api/v1/jobs/{w.fresh_job()}/cancel", {}),
@@ -189,6 +197,7 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
         frozenset({"owner", "admin"}),
         lambda w: (f"/api/v1/models/m/versions/{w.fresh_model()}", {}),
     ),
+    ("GET", "/api/v1/usage"): (AUTHENTICATED, lambda w: ("/api/v1/usage", {"params": {"by": "user"}})),
     ("GET", "/api/v1/datasets"): (AUTHENTICATED, lambda w: ("/api/v1/datasets", {})),
     ("GET", "/api/v1/artifacts"): (AUTHENTICATED, lambda w: ("/api/v1/artifacts", {})),
     ("PUT", "/api/v1/artifacts/{project}/{name}"): (
@@ -215,7 +224,7 @@ HIDDEN: dict[tuple[str, str], frozenset[str]] = {
     **{
         key: OUTSIDER
         for key in MATRIX
-        if key[1].startswith(("/api/v1/jobs/{job_id}", "/api/v1/models/{name}"))
+        if key[1].startswith(("/api/v1/jobs/{job_id}", "/api/v1/models/{name}", "/api/v1/series"))
     },
     ("DELETE", "/api/v1/tokens/{token_id}"): NOT_THEIRS,
 }

@@ -3,9 +3,7 @@ caption says from which day and hour (an attempt at 06:11-06:19 was once drawn u
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
@@ -13,19 +11,8 @@ from shipyard.db.tables import Attempt, Job
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.views import NodeView
 from shipyard.services import cluster, jobs
-from shipyard.services.context import ServiceContext, open_context
-from shipyard.settings import Settings
+from shipyard.services.context import ServiceContext
 from tests.builders import spec_dict
-from tests.unit.test_learn_from_cluster import TWO_CORES
-
-
-@pytest.fixture
-def ctx(tmp_path: Path) -> Iterator[ServiceContext]:
-    context = open_context(
-        Settings(home=tmp_path, db_url=f"sqlite:///{tmp_path / 'db.sqlite'}"), vendor_queries=TWO_CORES
-    )
-    yield context
-    context.close()
 
 
 def test_an_attempt_is_drawn_under_the_clock_hour_it_ran_in(ctx: ServiceContext) -> None:

@@ -8,36 +8,18 @@ The attempts are written into a real database as the agent writes them; no train
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
 from shipyard.agent.scheduler import snapshot
 from shipyard.db import Attempt, Job, Metric, ShapeMeasurement
-from shipyard.hardware import VendorQueries
-from shipyard.hardware.discovery import CpuInfo
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.services import calibrate, jobs
-from shipyard.services.context import ServiceContext, open_context
+from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import estimate_job, record_measurements
 from shipyard.services.planning import hardware_catalog
-from shipyard.settings import Settings
 from tests.builders import spec_dict
-
-TWO_CORES = VendorQueries(
-    nvidia=list, torch_devices=list, cpu=lambda: CpuInfo(model="t", cores=2, mhz=1000.0, flags=frozenset())
-)
-
-
-@pytest.fixture
-def ctx(tmp_path: Path) -> Iterator[ServiceContext]:
-    context = open_context(
-        Settings(home=tmp_path, db_url=f"sqlite:///{tmp_path / 'db.sqlite'}"), vendor_queries=TWO_CORES
-    )
-    yield context
-    context.close()
 
 
 def _ran(

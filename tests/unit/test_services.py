@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -16,26 +15,14 @@ from shipyard.agent import outputs, passes, telemetry
 from shipyard.db import Job
 from shipyard.errors import Conflict, Forbidden, InvalidSpec, NotFound, Unschedulable
 from shipyard.hardware import VendorQueries
-from shipyard.hardware.discovery import CpuInfo
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.services import jobs, submissions
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
 from tests.builders import spec_dict
+from tests.unit.conftest import TWO_CORES
 
 TRAINING = spec_dict()["training"]
-
-TWO_CORES = VendorQueries(
-    nvidia=list, torch_devices=list, cpu=lambda: CpuInfo(model="t", cores=2, mhz=1000.0, flags=frozenset())
-)
-
-
-@pytest.fixture
-def ctx(tmp_path: Path) -> Iterator[ServiceContext]:
-    settings = Settings(home=tmp_path, db_url=f"sqlite:///{tmp_path / 'db.sqlite'}")
-    context = open_context(settings, vendor_queries=TWO_CORES)
-    yield context
-    context.close()
 
 
 def test_submit_queues_with_a_reason_and_absolute_paths(ctx: ServiceContext, tmp_path: Path) -> None:

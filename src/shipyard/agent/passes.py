@@ -13,6 +13,8 @@ import dataclasses
 import functools
 import json
 import logging
+import math
+import re
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -21,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, joinedload
 
@@ -29,7 +31,7 @@ from shipyard import audit
 from shipyard.agent import launching, recovery, telemetry
 from shipyard.agent.outputs import keep_stored_only, record_checkpoint, register_outputs
 from shipyard.agent.scheduler import LiveJob, executor_node, plan_round
-from shipyard.db import Attempt, Job, Metric, rows_changed
+from shipyard.db import Attempt, Job, Metric, MetricPoint, rows_changed
 from shipyard.domain import ExitReason, JobState
 from shipyard.domain.transitions import job_transition
 from shipyard.executors.base import (
@@ -471,6 +473,7 @@ def _ingest_metrics(session: Session, attempt: Attempt) -> None:
         f.seek(attempt.metrics_offset)
         chunk = f.read()
     complete = chunk[: chunk.rfind(b"\n") + 1]
+    points: list[dict[str, Any]] = []
     for line in complete.splitlines():
         try:
             record = json.loads(line)
@@ -495,7 +498,40 @@ def _ingest_metrics(session: Session, attempt: Attempt) -> None:
                 job_id=attempt.job_id, attempt_id=attempt.id, kind=kind, step=step, values=record, **figures
             )
         )
+        at = record.get("time") if isinstance(record.get("time"), int | float) else time.time()
+        where = {"job_id": attempt.job_id, "attempt_id": attempt.id, "step": step, "at": at}
+        points.extend({**where, "name": name, "value": value} for name, value in series_points(kind, record))
+    if points:
+        session.execute(insert(MetricPoint), points)
     attempt.metrics_offset += len(complete)
+
+
+SERIES_EVENTS = frozenset({"start", "resume", "checkpoint"})
+"""Record kinds that mark an event rather than measure a step: none of their numbers is a series."""
+MAX_SERIES_PER_RECORD = 64
+
+
+def series_points(kind: str, record: dict[str, Any]) -> list[tuple[str, float]]:
+    """The named scalars one metrics record adds to the job's series: every finite number in it
+    (a training step's under their own names, another kind's after the kind: ``eval_loss``), at
+    most 64, names of letters, digits and ``_./-`` up to 64 characters; anything else is not a
+    series and is left in the record."""
+    if kind in SERIES_EVENTS:
+        return []
+    points = []
+    for key, value in record.items():
+        if key in ("kind", "step", "time") or isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        name = key if kind == "train" else f"{kind}_{key}"
+        if not (math.isfinite(value) and _SERIES_NAME.fullmatch(name)):
+            continue
+        points.append((name, float(value)))
+        if len(points) == MAX_SERIES_PER_RECORD:
+            break
+    return points
+
+
+_SERIES_NAME = re.compile(r"[A-Za-z0-9_./-]{1,64}")
 
 
 def _figure(value: object) -> float | None:

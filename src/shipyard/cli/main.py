@@ -35,6 +35,7 @@ COMMANDS = {
     "node": "shipyard.cli.cluster",
     "nodes": "shipyard.cli.cluster",
     "spec": "shipyard.cli.spec",
+    "usage": "shipyard.cli.usage",
 }
 """Command -> the module that registers it. Only the module a command line needs is imported, so
 `shipyard plan` answers without loading the database layer (each module has ``register(app)``)."""

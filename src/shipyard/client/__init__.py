@@ -7,6 +7,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,16 +27,19 @@ from shipyard.schemas.views import (
     JobDetail,
     JobView,
     LogChunkView,
+    MetricNamesView,
     MetricSeriesView,
     ModelComparisonView,
     ModelLineageView,
     ModelVersionView,
     NodeView,
+    PointSeriesView,
     QueueChangeView,
     QueueSettingsView,
     QueueStatusView,
     StoredArtifactView,
     TokenView,
+    UsageView,
     UserView,
 )
 
@@ -128,6 +132,18 @@ class Client:
         params = {"kind": kind, "max_points": max_points, "after_step": after_step}
         return self._get(MetricSeriesView, "GET", f"/api/v1/jobs/{job_id}/metrics", params=params)
 
+    def metric_series(
+        self, job_ids: list[str], names: list[str], *, max_points: int = 1000, after_step: int = -1
+    ) -> list[PointSeriesView]:
+        """Each named series (``loss``, ``lr``, ``grad_norm``, ``eval_loss``…) of each job, at most
+        ``max_points`` points each; past that, every point carries its bucket's ``low``/``high``."""
+        params = {"job": job_ids, "name": names, "max_points": max_points, "after_step": after_step}
+        return self._list(PointSeriesView, "/api/v1/series", params=params)
+
+    def metric_names(self, job_ids: list[str]) -> list[MetricNamesView]:
+        """The names of the series each job logged."""
+        return self._list(MetricNamesView, "/api/v1/series/names", params={"job": job_ids})
+
     def get_job(self, job_id: str) -> JobDetail:
         return self._get(JobDetail, "GET", f"/api/v1/jobs/{job_id}")
 
@@ -189,6 +205,13 @@ class Client:
 
     def remove_queue(self, name: str) -> QueueChangeView:
         return self._get(QueueChangeView, "DELETE", f"/api/v1/queues/{name}")
+
+    def usage(
+        self, by: str = "project", *, since: datetime | None = None, until: datetime | None = None
+    ) -> UsageView:
+        """Device-hours and cost per project, queue, user or type (``by``) and per day."""
+        params = {key: value.isoformat() for key, value in (("since", since), ("until", until)) if value}
+        return self._get(UsageView, "GET", "/api/v1/usage", params={"by": by, **params})
 
     def nodes(self) -> list[DeviceView]:
         return self._list(DeviceView, "/api/v1/nodes")

@@ -163,6 +163,51 @@ class Metric(Base):
     """The whole record as the runtime wrote it."""
 
 
+class MetricPoint(Base):
+    """One scalar the runtime logged, at its step: the time series charts and the metrics API read.
+    Every number of every record becomes one (``loss``, ``lr``, ``grad_norm``, a fine-tuning
+    method's own figures…); those of a record that is not a training step are named with its
+    kind in front (``eval_loss``)."""
+
+    __tablename__ = "metric_points"
+    __table_args__ = (Index("ix_metric_points_job_name_step", "job_id", "name", "step"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    step: Mapped[int] = mapped_column(BigInteger)
+    value: Mapped[float]
+    at: Mapped[float]
+    """When it was logged, seconds since the epoch (the wall-time axis)."""
+
+
+class DeviceSample(Base):
+    """What one device of a node was doing at a moment, as its agent sampled it: vendor counters for
+    an accelerator (None where the vendor reports no such figure), ``/proc`` for the CPU."""
+
+    __tablename__ = "device_samples"
+    __table_args__ = (Index("ix_device_samples_node_device_at", "node", "device", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(255))
+    device: Mapped[str] = mapped_column(String(32))
+    """``cpu``, or the accelerator's index as a string."""
+    at: Mapped[float]
+    """Seconds since the epoch."""
+    utilization: Mapped[float | None]
+    """Busy fraction 0..1."""
+    memory_gib: Mapped[float | None]
+    """Memory in use (the host's, for ``cpu``)."""
+    power_w: Mapped[float | None]
+    temperature_c: Mapped[float | None]
+    clock_mhz: Mapped[float | None]
+    io_mib_s: Mapped[float | None]
+    """Disk reads and writes (``cpu``: the host's), MiB/s since the previous sample."""
+    throttle: Mapped[str | None] = mapped_column(String(128))
+    """Why the vendor says the device runs slower than it could (None: it does not)."""
+
+
 class Artifact(Base):
     __tablename__ = "artifacts"
 

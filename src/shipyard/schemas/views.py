@@ -413,3 +413,61 @@ class MetricSeriesView(_View):
     """Steps between two points returned (the logging interval when nothing was left out)."""
     last_step: int | None
     """The newest step returned: ask again with ``after_step`` set to it for what follows."""
+
+
+class MetricNamesView(_View):
+    """The series one job logged."""
+
+    job_id: str
+    job_name: str
+    state: str
+    names: list[str]
+    tokens_per_step: int | None
+    """Tokens each step trains on (the spec's global batch): a step axis times this is a tokens axis."""
+
+
+class PointSeriesView(_View):
+    """One named series of one job as columns. Downsampled past ``max_points``: the steps are cut
+    into buckets of ``bucket_steps``, each keeping its first and last point, and ``low``/``high``
+    hold the lowest and highest value of each point's bucket (absent when nothing was left out)."""
+
+    job_id: str
+    name: str
+    step: list[int]
+    value: list[float]
+    at: list[float]
+    """When each point was logged, seconds since the epoch."""
+    low: list[float] | None = None
+    high: list[float] | None = None
+    bucket_steps: int
+    last_step: int | None
+    """The newest step returned: ask again with ``after_step`` set to it for what follows."""
+
+
+class UsageRowView(_View):
+    key: str
+    """The project, queue, user or accelerator type."""
+    device_hours: float
+    """Devices held × hours (a CPU job's devices are its cores)."""
+    cost_usd: float | None
+    """Device-hours × the type's hourly price; None for a type without a price."""
+    attempts: int
+    by_day: list[float]
+    """Device-hours on each of ``UsageView.days``."""
+
+
+class UsageView(_View):
+    """Device-hours and cost between ``since`` and ``until``, grouped ``by`` one of project, queue,
+    user or type, from the attempts' real start and end (running ones up to now)."""
+
+    by: str
+    since: datetime
+    until: datetime
+    days: list[str]
+    """The UTC days of the window, oldest first."""
+    rows: list[UsageRowView]
+    device_hours: float
+    cost_usd: float
+    """The priced part; the types in ``unpriced_types`` add device-hours but no cost."""
+    unpriced_types: list[str]
+    """Types used without a price in the catalog or ``hardware.yaml`` (add ``price_usd_per_h``)."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from shipyard.auth import Permission
-from shipyard.db import Metric
+from shipyard.db import Metric, MetricPoint
 from shipyard.errors import InvalidSpec
-from shipyard.schemas.views import MetricSeriesView
+from shipyard.schemas.views import MetricNamesView, MetricSeriesView, PointSeriesView
 from shipyard.services.context import ServiceContext
 from shipyard.services.job_access import allowed_job
 
@@ -116,3 +116,113 @@ def _downsampled(
         stride=stride,
         last_step=steps[-1],
     )
+
+
+# The time series of named scalars: any number the runtime logged, each on its own steps.
+
+MAX_JOBS = 20
+MAX_NAMES = 32
+
+
+def metric_names(ctx: ServiceContext, job_ids: list[str]) -> list[MetricNamesView]:
+    """For each job, the names of the series it logged and what turns a step into tokens."""
+    _check_counts(job_ids, ["-"])
+    with ctx.db.read() as session:
+        jobs = [allowed_job(ctx, session, job_id, Permission.JOB_READ) for job_id in dict.fromkeys(job_ids)]
+        views = []
+        for job in jobs:
+            names = session.scalars(
+                select(MetricPoint.name).where(MetricPoint.job_id == job.id).group_by(MetricPoint.name)
+            )
+            views.append(
+                MetricNamesView(
+                    job_id=job.id, job_name=job.name, state=job.state, names=sorted(names),
+                    tokens_per_step=_tokens_per_step(job.spec),
+                )
+            )  # fmt: skip
+        return views
+
+
+def points(
+    ctx: ServiceContext, job_ids: list[str], names: list[str], *, max_points: int = 1000, after_step: int = -1
+) -> list[PointSeriesView]:
+    """Each job's series of each name after ``after_step``, at most ``max_points`` points each.
+    Past that, the steps are cut into buckets and each keeps its first and last point and its
+    lowest and highest value (``low``/``high``): a spike between kept points is never hidden."""
+    _check_counts(job_ids, names)
+    if not 2 <= max_points <= MAX_POINTS:
+        raise InvalidSpec(f"max_points must be 2 to {MAX_POINTS}, got {max_points}", hint="ask for fewer")
+    with ctx.db.read() as session:
+        for job_id in dict.fromkeys(job_ids):
+            allowed_job(ctx, session, job_id, Permission.JOB_READ)
+        return [
+            _points_of(session, job_id, name, max_points, after_step)
+            for job_id in dict.fromkeys(job_ids)
+            for name in dict.fromkeys(names)
+        ]
+
+
+def _check_counts(job_ids: list[str], names: list[str]) -> None:
+    if not 1 <= len(job_ids) <= MAX_JOBS:
+        raise InvalidSpec(f"name 1 to {MAX_JOBS} jobs, got {len(job_ids)}", hint="pass `job` once per job")
+    if not 1 <= len(names) <= MAX_NAMES:
+        raise InvalidSpec(
+            f"name 1 to {MAX_NAMES} series, got {len(names)}", hint="pass `name` once per series"
+        )
+
+
+def _tokens_per_step(spec: Any) -> int | None:
+    training = spec.get("training") if isinstance(spec, dict) else None
+    value = training.get("global_batch_tokens") if isinstance(training, dict) else None
+    return value if isinstance(value, int) else None
+
+
+def _points_of(session: Session, job_id: str, name: str, max_points: int, after_step: int) -> PointSeriesView:
+    where = (MetricPoint.job_id == job_id, MetricPoint.name == name, MetricPoint.step > after_step)
+    first, last, count = session.execute(
+        select(func.min(MetricPoint.step), func.max(MetricPoint.step), func.count()).where(*where)
+    ).one()
+    view = PointSeriesView(job_id=job_id, name=name, step=[], value=[], at=[], bucket_steps=1, last_step=None)
+    if not count:
+        return view
+    if count <= max_points:
+        rows = session.execute(
+            select(MetricPoint.step, MetricPoint.value, MetricPoint.at).where(*where).order_by(MetricPoint.id)
+        )
+        newest = {row.step: row for row in rows}  # a step a resumed attempt logged again: its newest value
+        ordered = sorted(newest.values(), key=lambda row: row.step)
+        return view.model_copy(
+            update={
+                "step": [row.step for row in ordered], "value": [row.value for row in ordered],
+                "at": [row.at for row in ordered], "last_step": ordered[-1].step,
+            }
+        )  # fmt: skip
+    width = math.ceil((last - first + 1) / (max_points // 2))  # two points (first and last) a bucket
+    bucket = ((MetricPoint.step - first) // width).label("bucket")
+    buckets = session.execute(
+        select(
+            func.min(MetricPoint.step), func.max(MetricPoint.step), func.min(MetricPoint.value),
+            func.max(MetricPoint.value),
+        ).where(*where).group_by(bucket).order_by(bucket)
+    ).all()  # fmt: skip
+    ends = {step for row in buckets for step in row[:2]}
+    at_ends = {
+        row.step: row
+        for row in session.execute(
+            select(MetricPoint.step, MetricPoint.value, MetricPoint.at)
+            .where(*where, MetricPoint.step.in_(ends))
+            .order_by(MetricPoint.id)
+        )
+    }
+    kept = [
+        (at_ends[step], low, high)
+        for first_step, last_step, low, high in buckets
+        for step in dict.fromkeys((first_step, last_step))
+    ]
+    return view.model_copy(
+        update={
+            "step": [row.step for row, _, _ in kept], "value": [row.value for row, _, _ in kept],
+            "at": [row.at for row, _, _ in kept], "low": [low for _, low, _ in kept],
+            "high": [high for _, _, high in kept], "bucket_steps": width, "last_step": kept[-1][0].step,
+        }
+    )  # fmt: skip

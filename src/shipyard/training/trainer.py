@@ -93,6 +93,8 @@ class Trainer:
         self.metrics_path = self.run_dir / METRICS_FILE
         self._recorded = False
         """Whether this attempt has appended a metrics line yet."""
+        self.data_wait_s = 0.0
+        """Seconds the last step waited for its batches (a job starved on input shows it here)."""
 
     def log(self, message: str) -> None:
         if self.dist.is_main:
@@ -104,7 +106,7 @@ class Trainer:
         of one behind."""
         if not self.dist.is_main:
             return
-        line = (json.dumps(metrics) + "\n").encode()
+        line = (json.dumps({**metrics, "time": round(time.time(), 3)}) + "\n").encode()
         descriptor = os.open(self.metrics_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             if not self._recorded:
@@ -292,8 +294,11 @@ class Trainer:
         # Summed on the device: reading each micro-step's loss would make the host wait for the GPU
         # before it could queue the next micro-step's kernels.
         loss_sum = torch.zeros((), device=d.device)
+        self.data_wait_s = 0.0
         for m in range(accum):
+            reading = time.perf_counter()
             batch = self.windows.train_batch(first + m * micro, micro)
+            self.data_wait_s += time.perf_counter() - reading
             self.faults.before_forward(step + 1, d.rank, micro)
             with no_sync(self.model, last_micro_step=m == accum - 1), self.loss_context():
                 with self.autocast():
@@ -374,6 +379,7 @@ class Trainer:
                     mfu=mfu,
                     **_memory_gib(d.device),
                     step_time_s=elapsed,
+                    data_wait_s=self.data_wait_s,
                     elapsed_s=time.perf_counter() - train_start,
                 )
                 self.log(

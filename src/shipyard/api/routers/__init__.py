@@ -1,13 +1,26 @@
 """One router per resource; ``ROUTERS`` is the order they appear in the OpenAPI document."""
 
-from shipyard.api.routers import accounts, artifacts, audit, jobs, models, nodes, queues, system
+from shipyard.api.routers import (
+    accounts,
+    artifacts,
+    audit,
+    jobs,
+    models,
+    nodes,
+    queues,
+    series,
+    system,
+    usage,
+)
 
 ROUTERS = (
     system.router,
     accounts.router,
     jobs.router,
+    series.router,
     queues.router,
     nodes.router,
+    usage.router,
     models.router,
     artifacts.router,
     audit.router,
