@@ -45,6 +45,10 @@ class Settings:
     cluster): their attempts run on the CPU. The seam for hardware a machine lacks."""
     min_free_disk_gib: float = 5.0
     """Below this much free disk under the run folders the node is cordoned (no new attempts)."""
+    telemetry_interval_s: float = 5.0
+    """How often the agent samples its node's devices (0: never)."""
+    telemetry_retention_days: float = 30.0
+    """Device samples older than this are deleted."""
     unhealthy_node: str = "finish"
     """What becomes of the attempts running on a node that is cordoned: ``finish`` there, or
     ``drain`` (checkpoint, stop and requeue, to resume elsewhere or once the node is well)."""
@@ -83,4 +87,6 @@ class Settings:
             slurm_emulated_gpus=environ.get("SHIPYARD_SLURM_EMULATED_GPUS", "") == "1",
             min_free_disk_gib=float(environ.get("SHIPYARD_MIN_FREE_DISK_GIB", "5")),
             unhealthy_node=environ.get("SHIPYARD_UNHEALTHY_NODE", "finish"),
+            telemetry_interval_s=float(environ.get("SHIPYARD_TELEMETRY_INTERVAL_S", "5")),
+            telemetry_retention_days=float(environ.get("SHIPYARD_TELEMETRY_RETENTION_DAYS", "30")),
         )

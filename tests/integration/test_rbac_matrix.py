@@ -136,6 +136,11 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
         PROJECT_READ,
         lambda w: (f"/api/v1/jobs/{w.fresh_job()}/metrics", {}),
     ),
+    ("GET", "/api/v1/jobs/{job_id}/telemetry"): (
+        PROJECT_READ,
+        lambda w: (f"/api/v1/jobs/{w.fresh_job()}/telemetry", {}),
+    ),
+    ("GET", "/api/v1/nodes/{node}/telemetry"): (AUTHENTICATED, lambda w: ("/api/v1/nodes/n1/telemetry", {})),
     ("GET", "/api/v1/series"): (
         PROJECT_READ,
         lambda w: ("/api/v1/series", {"params": {"job": w.fresh_job(), "name": "loss"}}),

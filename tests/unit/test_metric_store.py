@@ -55,7 +55,7 @@ def test_any_logged_scalar_is_read_back_on_its_own_steps(ctx: ServiceContext) ->
     job_id = _ran(
         ctx,
         [{"kind": "eval", "step": 0, "loss": 4.0, "time": 100.0}]
-        + [{"kind": "train", "step": s, "loss": 4.0 - s / 10, "lr": s * 1e-4, "dpo_margin": s / 2, "time": 100.0 + s}
+        + [{"kind": "train", "step": s, "loss": 4 - s / 10, "lr": s/1e4, "dpo_margin": s / 2, "time": 100+s}
            for s in range(1, 11)]
         + [{"kind": "eval", "step": 5, "loss": 3.6, "time": 106.0}],
     )  # fmt: skip

@@ -136,6 +136,7 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
     telemetry.record_pass(
         ctx, agent_id, pass_s=done - started, schedule_s=done - scheduling, problems=problems, nodes=known
     )
+    telemetry.sample_devices(ctx, known)
     # The jobs as this pass's scheduling read them: a job it launched shows as running from the
     # next pass on, which then polls fast once more.
     seen = frozenset((j.id, j.state, j.cancel_requested) for j in live.values())

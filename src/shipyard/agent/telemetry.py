@@ -3,8 +3,12 @@ devices in use, vendor utilization), and the figures ``/metrics`` exports for Pr
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
+import socket
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -14,12 +18,14 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from shipyard.db import AgentStatus, Attempt, ClusterNode, Job
+from shipyard.db import AgentStatus, Attempt, ClusterNode, DeviceSample, Job
 from shipyard.db.tables import utcnow
 from shipyard.domain import JobState
 from shipyard.executors import NodeInventory
+from shipyard.executors.local import NODE_NAME_ENV
 from shipyard.hardware import VendorQueries
 from shipyard.hardware.health import disk_problems
+from shipyard.hardware.telemetry import HostSampler
 from shipyard.services.context import ServiceContext
 
 _log = logging.getLogger("shipyard.telemetry")
@@ -72,6 +78,44 @@ def record_pass(
                 session.execute(update(AgentStatus), seen)  # one UPDATE by key, many rows
     except IntegrityError:
         _log.info("another agent reported for this node at the same moment; this pass's report is dropped")
+
+
+class _Sampling:
+    """This process's device sampling: when it last sampled and purged, and the host's counters."""
+
+    def __init__(self) -> None:
+        self.sampled_at = 0.0
+        self.purged_at = 0.0
+        self.host = HostSampler()
+
+
+_sampling = _Sampling()
+PURGE_EVERY_S = 3600.0
+
+
+def sample_devices(ctx: ServiceContext, nodes: Sequence[NodeInventory]) -> int:
+    """Record what this machine's devices are doing (its CPU from ``/proc``, its accelerators from
+    their vendor's counters), at most every ``telemetry_interval_s``, when this machine is one of
+    the executor's nodes; drop samples past the retention. Returns the samples written."""
+    interval = ctx.settings.telemetry_interval_s
+    now = time.time()
+    node = os.environ.get(NODE_NAME_ENV) or socket.gethostname()
+    if interval <= 0 or now - _sampling.sampled_at < interval or node not in {n.id for n in nodes}:
+        return 0
+    _sampling.sampled_at = now
+    try:
+        readings = [_sampling.host.sample(), *(ctx.vendor_queries or VendorQueries()).telemetry()]
+    except OSError as exc:  # a /proc or vendor tool that does not answer costs this sample only
+        _log.warning("could not sample this node's devices: %s", exc)
+        return 0
+    rows = [{"node": node, "at": now, **dataclasses.asdict(reading)} for reading in readings]
+    with ctx.db.transaction() as session:
+        session.execute(insert(DeviceSample), rows)
+        if now - _sampling.purged_at >= PURGE_EVERY_S:
+            _sampling.purged_at = now
+            oldest = now - ctx.settings.telemetry_retention_days * 86400
+            session.execute(delete(DeviceSample).where(DeviceSample.at < oldest))
+    return len(rows)
 
 
 _recorded: dict[str, tuple[list[NodeInventory], dict[str, dict[str, Any]]]] = {}

@@ -22,6 +22,7 @@ from shipyard.schemas.views import (
     AuditVerdictView,
     CallerView,
     DatasetView,
+    DeviceSeriesView,
     DeviceView,
     IssuedTokenView,
     JobDetail,
@@ -212,6 +213,19 @@ class Client:
         """Device-hours and cost per project, queue, user or type (``by``) and per day."""
         params = {key: value.isoformat() for key, value in (("since", since), ("until", until)) if value}
         return self._get(UsageView, "GET", "/api/v1/usage", params={"by": by, **params})
+
+    def node_telemetry(
+        self, node: str, *, hours: float = 1.0, max_points: int = 300
+    ) -> list[DeviceSeriesView]:
+        """Each device of ``node`` over the last ``hours``, averaged into at most ``max_points``."""
+        params = {"hours": hours, "max_points": max_points}
+        return self._list(DeviceSeriesView, f"/api/v1/nodes/{node}/telemetry", params=params)
+
+    def job_telemetry(self, job_id: str, *, max_points: int = 300) -> list[DeviceSeriesView]:
+        """The devices each attempt of the job held, over its run."""
+        return self._list(
+            DeviceSeriesView, f"/api/v1/jobs/{job_id}/telemetry", params={"max_points": max_points}
+        )
 
     def nodes(self) -> list[DeviceView]:
         return self._list(DeviceView, "/api/v1/nodes")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard.hardware.catalog import lookup, match_accelerator_type
+from shipyard.hardware.telemetry import DeviceReading, query_accelerator_telemetry
 
 GIB = 1024**3
 
@@ -69,6 +70,8 @@ class VendorQueries:
     """Busy fraction (0..1) per accelerator index, where the vendor reports one."""
     health: Callable[[], dict[int, str]] = field(default=lambda: query_nvml_health())
     """Accelerators unfit for work, by index, with why (``hardware.health``)."""
+    telemetry: Callable[[], list[DeviceReading]] = field(default=lambda: query_accelerator_telemetry())
+    """Each accelerator's utilization, memory, power, temperature, clock and throttling now."""
 
 
 def discover(queries: VendorQueries | None = None) -> list[Device]:

@@ -471,3 +471,26 @@ class UsageView(_View):
     """The priced part; the types in ``unpriced_types`` add device-hours but no cost."""
     unpriced_types: list[str]
     """Types used without a price in the catalog or ``hardware.yaml`` (add ``price_usd_per_h``)."""
+
+
+class DeviceSeriesView(_View):
+    """One device's telemetry as columns, each point the average of a ``bucket_s`` bucket of samples
+    (None where the device reports no such figure)."""
+
+    node: str
+    device: str
+    """``cpu`` (the host), or the accelerator's index."""
+    attempt: int | None
+    """The job's attempt that held it over this span (a job's telemetry), else None."""
+    bucket_s: float
+    at: list[float]
+    """Seconds since the epoch."""
+    utilization: list[float | None]
+    """Busy fraction 0..1."""
+    memory_gib: list[float | None]
+    power_w: list[float | None]
+    temperature_c: list[float | None]
+    clock_mhz: list[float | None]
+    io_mib_s: list[float | None]
+    throttle: list[str | None]
+    """What slowed the device in the bucket, in words, where something did."""

@@ -24,9 +24,9 @@ from shipyard.api.deps import (
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.errors import ShipyardError
 from shipyard.schemas.requests import Submission
-from shipyard.schemas.views import JobDetail, JobView, LogChunkView, MetricSeriesView
+from shipyard.schemas.views import DeviceSeriesView, JobDetail, JobView, LogChunkView, MetricSeriesView
+from shipyard.services import device_telemetry, metric_series, submissions
 from shipyard.services import jobs as job_service
-from shipyard.services import metric_series, submissions
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=PROBLEM_RESPONSES)
 JOB_LINKS = links(201, {"job_id": "id"}, "getJob", "cancelJob", "jobLogs", "streamJobLogs")
@@ -97,6 +97,17 @@ def job_metrics(
     return metric_series.series(
         ctx, checked_name(job_id), kind=kind, max_points=max_points, after_step=after_step
     )
+
+
+@router.get("/{job_id}/telemetry", operation_id="jobTelemetry", response_model=list[DeviceSeriesView])
+def job_telemetry(
+    job_id: Name,
+    ctx: Reader,
+    max_points: Annotated[int, Query(ge=2, le=device_telemetry.MAX_POINTS)] = 300,
+) -> list[DeviceSeriesView]:
+    """The devices each attempt held, over its run: a job starved on input shows idle devices, a
+    throttling GPU its reason."""
+    return device_telemetry.job_telemetry(ctx, checked_name(job_id), max_points=max_points)
 
 
 @router.get("/{job_id}/logs", operation_id="jobLogs", response_model=LogChunkView)

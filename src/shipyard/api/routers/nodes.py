@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from shipyard.api.deps import Reader
+from fastapi import APIRouter, Query
+
+from shipyard.api.deps import Name, Reader, checked_name
 from shipyard.api.errors import PROBLEM_RESPONSES
-from shipyard.schemas.views import DeviceView, NodeView
+from shipyard.schemas.views import DeviceSeriesView, DeviceView, NodeView
+from shipyard.services import device_telemetry
 from shipyard.services.cluster import list_nodes as node_status
 from shipyard.services.devices import list_devices
 
@@ -23,3 +26,15 @@ def list_nodes(ctx: Reader) -> list[DeviceView]:
 def list_node_status(ctx: Reader) -> list[NodeView]:
     """Every node: devices per accelerator type, those in use, labels, whether it is up, its jobs."""
     return node_status(ctx)
+
+
+@router.get("/nodes/{node}/telemetry", operation_id="nodeTelemetry", response_model=list[DeviceSeriesView])
+def node_telemetry(
+    node: Name,
+    ctx: Reader,
+    hours: Annotated[float, Query(gt=0, le=device_telemetry.MAX_HOURS)] = 1.0,
+    max_points: Annotated[int, Query(ge=2, le=device_telemetry.MAX_POINTS)] = 300,
+) -> list[DeviceSeriesView]:
+    """Each device of the node over the last ``hours``: utilization, memory, power, temperature,
+    clock, disk traffic and throttling, averaged into at most ``max_points`` buckets."""
+    return device_telemetry.node_telemetry(ctx, checked_name(node), hours=hours, max_points=max_points)
