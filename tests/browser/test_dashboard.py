@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -149,7 +150,7 @@ def test_a_job_submitted_watched_and_cancelled_from_the_dashboard(site: Server, 
     assert steps[0] == 0 and train[0] is None and evals[0] is not None  # the step-0 eval, no train point
     drawn, logged = page.evaluate(f"[{charts}.charts.mfu.data[1].at(-1), {charts}.train.mfu.at(-1)]")
     assert drawn == pytest.approx(100 * logged)  # MFU drawn in %, as its caption says
-    page.wait_for_function("document.querySelector('pre.log').textContent.includes('step ')")
+    page.wait_for_function("document.querySelector('#job-log').textContent.includes('step ')")
     checked(page, "job-running")
 
     # A second job waits for the cores the first holds; both pages say why.
@@ -232,9 +233,10 @@ def test_a_model_version_is_promoted_and_compared(site: Server, admin_page: Any)
     page.select_option("select[name=b]", "2")
     page.click("button:has-text('Compare')")
     page.wait_for_url(f"{site.url}/models/tiny-coder?project=default&a=1&b=2")
-    page.wait_for_selector("[data-compare] canvas")
+    page.wait_for_selector(".explorer canvas")
     differences = page.text_content("table.compare") or ""
-    assert "metrics.train_loss_end" in differences and "staging" in differences  # two seeds, two stages
+    assert "Final training loss" in differences and "staging" in differences  # two seeds, two stages
+    assert "metrics." not in differences and "estimate" not in differences  # words, not raw keys
     checked(page, "model")
     page.goto(f"{site.url}/audit?action=model.promote")
     assert "model/default/tiny-coder" in (page.text_content("table.audit") or "")
@@ -246,6 +248,77 @@ def test_a_model_version_is_promoted_and_compared(site: Server, admin_page: Any)
     page.goto(f"{site.url}/planner?params_b=70&tokens_b=100&devices=8")
     assert page.locator("li.unfit").count() > 0  # 70B on 8 devices does not fit every type: greyed out
     assert "needs" in (page.text_content("tr.unfit") or "")  # and says why
+
+
+def test_runs_overlaid_with_their_differing_settings_telemetry_and_usage(
+    site: Server, admin_page: Any
+) -> None:
+    with Client.login(site.url, "admin", site.admin_password)[0] as root:
+        runs = []
+        for lr in (3e-3, 1e-3):
+            spec = spec_dict("sweep", training={"steps": 12, "eval_interval": 6, "log_interval": 1})
+            spec["training"]["optimizer"] = {"lr": lr}
+            runs.append(root.submit_job(spec).id)
+        deadline = time.monotonic() + 300
+        while any(root.get_job(j).state != "succeeded" for j in runs) and time.monotonic() < deadline:
+            time.sleep(1)
+        attempt = root.get_job(runs[0]).attempts[0]
+        usage = root.usage("user")
+    page = admin_page
+    page.goto(f"{site.url}/jobs?state=succeeded")
+    for job_id in runs:  # ticked in the list, then compared
+        page.check(f"input[value='{job_id}']")
+    page.click("text=Compare ticked jobs")
+    page.wait_for_url(f"{site.url}/compare?job=*")
+    settings = page.text_content("table.settings-diff") or ""
+    assert "Learning rate" in settings and "0.003" in settings and "0.001" in settings, settings
+    assert "Steps" not in settings and "Sequence length" not in settings  # only what differs
+    page.wait_for_function("(document.querySelector('.explorer').explored || {}).loss")
+    loss = page.evaluate("document.querySelector('.explorer').explored.loss")
+    assert len(loss) == 3 and all(v is not None for v in loss[1][1:]) and loss[1] != loss[2]  # two runs
+    eval_loss = page.evaluate("document.querySelector('.explorer').explored.eval_loss")
+    assert eval_loss[0][0] == 0  # the step-0 eval on its own step
+    page.fill("input[name=smoothing]", "0.6")
+    page.dispatch_event("input[name=smoothing]", "input")
+    smoothed = page.evaluate("document.querySelector('.explorer').explored.loss")
+    assert len(smoothed) == 5 and smoothed[1] == loss[1] and smoothed[2] != loss[1]  # raw behind smoothed
+    checked(page, "compare")
+
+    # A GPU's telemetry as NVML would report it (this machine has none: written at the seam, the
+    # database, as an agent on a GPU node writes it) is drawn on the job page, throttling named.
+    started = attempt.started_at.timestamp()
+    with sqlite3.connect(site.home.parent / "shipyard.db") as db:
+        db.executemany(
+            "INSERT INTO device_samples (node, device, at, utilization, memory_gib, power_w, temperature_c,"
+            " clock_mhz, throttle) VALUES (?, '0', ?, ?, 61.0, 690.0, ?, 1980.0, ?)",
+            [(attempt.node, started + 0.1 * i, 0.9, 70.0 + i, "thermal (hardware)" if i == 3 else None)
+             for i in range(5)],
+        )  # fmt: skip
+        db.execute(
+            "UPDATE attempts SET accelerator_type = 'h100-sxm', device_ids = '[0]' WHERE job_id = ?",
+            (runs[0],),
+        )
+    page.goto(f"{site.url}/jobs/{runs[0]}")
+    page.wait_for_selector("[data-telemetry] canvas")
+    drawn = page.evaluate("document.querySelector('[data-telemetry]').drawnTelemetry")
+    assert drawn[0]["device"] == "0" and drawn[0]["power_w"][0] == 690.0
+    assert "thermal (hardware)" in (page.text_content("[data-telemetry] .reason") or "")
+    page.wait_for_function("document.querySelector('#job-log').textContent.includes('step 12/12')")
+    page.fill("input[data-log-search]", "eval step")
+    assert (page.text_content("#log-count") or "") == "3 matching lines"  # steps 0, 6 and 12
+    checked(page, "job-telemetry")
+
+    # Usage: the page's total is what the API says (tested against a hand-computed case in the unit
+    # tests), and it opens without error for every grouping.
+    page.goto(f"{site.url}/usage?by=user&days=7")
+    total = float(page.get_attribute("[data-total-hours]", "data-total-hours") or "nan")
+    assert total >= usage.device_hours > 0
+    assert "admin" in (page.text_content("table.usage") or "")
+    checked(page, "usage")
+    page.goto(f"{site.url}/nodes")
+    page.click("details.telemetry summary")
+    page.wait_for_selector("details.telemetry canvas")  # the agent's own /proc samples of this machine
+    checked(page, "nodes-telemetry")
 
 
 def test_a_viewer_sees_no_cancel_and_a_forged_cancel_is_refused(site: Server, browser: Any) -> None:

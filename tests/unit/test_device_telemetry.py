@@ -9,9 +9,10 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import insert, select
 
 from shipyard.agent import telemetry
-from shipyard.db import Attempt
+from shipyard.db import Attempt, DeviceSample
 from shipyard.hardware.telemetry import DeviceReading, parse_hl_smi, parse_rocm_smi, throttle_words
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.services import device_telemetry, jobs
@@ -68,3 +69,19 @@ def test_rocm_and_gaudi_tools_are_read_where_present() -> None:
     )
     assert gaudi[1].utilization is None
     assert parse_rocm_smi("not json") == [] and throttle_words(0x1) is None  # idle is not throttling
+
+
+def test_samples_older_than_a_day_are_kept_as_one_average_a_minute(ctx: ServiceContext) -> None:
+    now = time.time()
+    minute = (now - 25 * 3600) // 60 * 60  # a whole minute, a day and an hour ago
+    with ctx.db.transaction() as session:
+        session.execute(
+            insert(DeviceSample),
+            [{"node": "n1", "device": "0", "at": minute + 5 * i, "utilization": i / 11, "power_w": 100.0 + i}
+             for i in range(12)]
+            + [{"node": "n1", "device": "0", "at": now - 60, "utilization": 1.0}],  # recent: kept as it is
+        )  # fmt: skip
+        assert telemetry.compact_samples(session, now) == 1
+    with ctx.db.read() as session:
+        kept = session.execute(select(DeviceSample.at, DeviceSample.utilization, DeviceSample.power_w)).all()
+    assert sorted(kept) == [(minute + 27.5, pytest.approx(0.5), pytest.approx(105.5)), (now - 60, 1.0, None)]

@@ -4,6 +4,7 @@ host's CPU, memory and disks. A node's agent samples these every few seconds."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -37,6 +38,10 @@ class DeviceReading:
     clock_mhz: float | None = None
     io_mib_s: float | None = None
     throttle: str | None = None
+
+
+FIGURES = tuple(f.name for f in dataclasses.fields(DeviceReading) if f.name not in ("device", "throttle"))
+"""The numbers a reading holds (what telemetry stores, averages and charts)."""
 
 
 def query_accelerator_telemetry() -> list[DeviceReading]:

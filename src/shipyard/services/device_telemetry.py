@@ -13,11 +13,11 @@ from sqlalchemy.orm import Session
 from shipyard.auth import Permission
 from shipyard.db import Attempt, DeviceSample
 from shipyard.errors import InvalidSpec
+from shipyard.hardware.telemetry import FIGURES
 from shipyard.schemas.views import DeviceSeriesView
 from shipyard.services.context import ServiceContext
 from shipyard.services.job_access import allowed_job
 
-FIGURES = ("utilization", "memory_gib", "power_w", "temperature_c", "clock_mhz", "io_mib_s")
 MAX_POINTS = 2000
 MAX_HOURS = 24 * 31
 

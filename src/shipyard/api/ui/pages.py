@@ -10,7 +10,7 @@ import math
 import statistics
 import sysconfig
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,6 +27,7 @@ from shipyard.agent import scheduler
 from shipyard.agent.telemetry import cluster_metrics
 from shipyard.api.deps import MAX_VERSION, Name, Platform, Served, Version, checked_name
 from shipyard.api.errors import in_words
+from shipyard.api.ui import wording
 from shipyard.api.ui.rendering import HERE, render
 from shipyard.api.ui.session import (
     FormCaller,
@@ -54,6 +55,7 @@ from shipyard.services import auditing, cluster, job_access, models, planning, s
 from shipyard.services import jobs as job_service
 from shipyard.services import storage as storage_service
 from shipyard.services import storage_upkeep as upkeep
+from shipyard.services import usage as usage_service
 from shipyard.services.context import ServiceContext
 
 _log = logging.getLogger("shipyard.ui")
@@ -297,10 +299,41 @@ def cancel_job(job_id: Name, ctx: FormCaller) -> Response:
 
 
 @router.post("/jobs/{job_id}/resubmit")
-async def resubmit_job(job_id: Name, ctx: FormCaller, served: Served) -> Response:
+async def resubmit_job(
+    job_id: Name, ctx: FormCaller, served: Served, resume: Annotated[str, Form(max_length=3)] = ""
+) -> Response:
+    """The same spec again; ``resume``: as a new job that starts from this one's newest checkpoint."""
     detail = job_service.get(ctx, checked_name(job_id))
-    created = await _submit(ctx, served, detail.spec)
+    created = await _submit(ctx, served, detail.spec, resume_from=detail.id if resume == "yes" else None)
     return RedirectResponse(f"/jobs/{created.id}", status_code=303)
+
+
+MAX_COMPARED = 8
+
+
+@router.get("/compare")
+def compare_page(
+    ctx: PageCaller,
+    request: Request,
+    job: Annotated[list[str], Query(max_length=MAX_COMPARED + 1)] = [],  # noqa: B006 (FastAPI copies it)
+) -> Response:
+    """Runs side by side: their outcomes, the settings that differ (in words), their curves overlaid."""
+    details, missing = [], []
+    for job_id in dict.fromkeys(j.strip() for j in job if j.strip()):
+        try:
+            details.append(job_service.get(ctx, checked_name(job_id)))
+        except (NotFound, Forbidden, ShipyardError):
+            missing.append(job_id)
+    details = details[:MAX_COMPARED]
+    return render(
+        request,
+        "compare.html",
+        active="jobs",
+        jobs=details,
+        missing=missing,
+        live=any(not JobState(d.state).is_final for d in details),
+        differences=wording.differences([d.spec for d in details]) if len(details) > 1 else [],
+    )
 
 
 @router.get("/submit", dependencies=[Depends(page_caller)])
@@ -328,10 +361,12 @@ async def submit(
     return RedirectResponse(f"/jobs/{created.id}", status_code=303)
 
 
-async def _submit(ctx: ServiceContext, served: Platform, document: dict[str, Any]) -> JobView:
+async def _submit(
+    ctx: ServiceContext, served: Platform, document: dict[str, Any], *, resume_from: str | None = None
+) -> JobView:
     spec = validate_job_spec(document)
     return await asyncio.wrap_future(
-        served.writer.submit(submissions.Submission(ctx, spec, False, None, None))
+        served.writer.submit(submissions.Submission(ctx, spec, False, resume_from, None))
     )
 
 
@@ -380,6 +415,28 @@ def nodes_page(ctx: PageCaller, request: Request) -> Response:
     )
 
 
+@router.get("/usage")
+def usage_page(
+    ctx: PageCaller,
+    request: Request,
+    by: Annotated[str, Query(max_length=16)] = "project",
+    days: Annotated[int, Query(ge=1, le=usage_service.MAX_DAYS)] = 7,
+) -> Response:
+    now = datetime.now(UTC)
+    view = usage_service.usage(ctx, by=by, since=now - timedelta(days=days), until=now)
+    per_day = [sum(row.by_day[i] for row in view.rows) for i in range(len(view.days))]
+    return render(
+        request,
+        "usage.html",
+        active="usage",
+        usage=view,
+        days=days,
+        groupings=usage_service.GROUPINGS,
+        per_day=per_day,
+        peak_day=max(per_day, default=0.0),
+    )
+
+
 # -- models ---------------------------------------------------------------------------------------
 
 
@@ -419,6 +476,9 @@ def model_page(
         versions=versions,
         lineages=lineages,
         compared=compared,
+        compared_rows=wording.differences([v.model_dump(mode="json") for v in (compared.a, compared.b)])
+        if compared
+        else [],
         pair=(a, b),
         stages=STAGES,
         files={v.version: models.files(Path(v.path)) if Path(v.path).is_dir() else [] for v in versions},

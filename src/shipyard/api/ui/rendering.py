@@ -20,6 +20,7 @@ NAV = (
     ("jobs", "/jobs", "Jobs"),
     ("queues", "/queues", "Queues"),
     ("nodes", "/nodes", "Nodes"),
+    ("usage", "/usage", "Usage"),
     ("models", "/models", "Models"),
     ("storage", "/storage", "Storage"),
     ("audit", "/audit", "Audit"),
@@ -68,6 +69,13 @@ def _number(value: float | None, digits: int = 0) -> str:
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
+def _hours(value: float | None) -> str:
+    """Device-hours: two decimals, or three significant digits below one (a short job's share)."""
+    if value is None:
+        return "–"
+    return f"{value:,.2f}" if value >= 1 or value == 0 else f"{value:.3g}"
+
+
 def _percent(value: float | None) -> str:
     return "–" if value is None else f"{value:.1%}"
 
@@ -89,7 +97,9 @@ environment = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-environment.filters.update(ago=_ago, duration=_duration, bytes=_bytes, number=_number, percent=_percent)
+environment.filters.update(
+    ago=_ago, duration=_duration, bytes=_bytes, number=_number, percent=_percent, hours=_hours
+)
 environment.globals.update(nav=NAV, version=__version__, final_loss=_final_loss)
 
 

@@ -18,13 +18,13 @@ function chartWidth(element) {
   return Math.max(280, element.clientWidth || element.parentElement.clientWidth - 16);
 }
 
-function newChart(element, series, data) {
+function newChart(element, series, data, xLabel = "step") {
   const options = {
     width: chartWidth(element),
     height: 220,
     scales: { x: { time: false } },
-    axes: [{ label: "step" }, {}],
-    series: [{ label: "step" }, ...series],
+    axes: [{ label: xLabel }, {}],
+    series: [{ label: xLabel }, ...series],
   };
   return new uPlot(options, data, element);
 }
@@ -119,22 +119,347 @@ async function followLog(pre) {
   }
 }
 
-// Two model versions' training loss on one chart.
-async function compareCurves(element) {
-  const jobs = element.dataset.compare.split(",");
-  const labels = element.dataset.labels.split(",");
-  const runs = await Promise.all(jobs.map((job) => getJson(metricsUrl(job, "train", -1))));
-  const steps = [...new Set(runs.flatMap((r) => r.step))].sort((a, b) => a - b);
-  const columns = runs.map((r) => {
-    const byStep = new Map(r.step.map((s, i) => [s, r.loss[i]]));
-    return steps.map((s) => (byStep.has(s) ? byStep.get(s) : null));
+// Any logged series of one or more jobs (/api/v1/series), overlaid on one axis per metric: EMA
+// smoothing with the raw line faint behind, a log scale, x as step, wall time or tokens, and each
+// downsampled bucket's lowest and highest value as a band (spikes stay visible).
+const COLOURS = ["#1d4e89", "#a4161a", "#1e6b36", "#7a4d00", "#5c3b8a", "#00707a", "#8a3b6b", "#4a5461"];
+const FAVOURITES = ["loss", "eval_loss", "lr", "grad_norm", "tokens_per_s", "mfu", "data_wait_s"];
+const SERIES_WORDS = {
+  loss: "Training loss", eval_loss: "Eval loss", lr: "Learning rate", grad_norm: "Gradient norm",
+  tokens_per_s: "Tokens per second", mfu: "MFU (% of peak)", mem_gib: "Peak memory (GiB)",
+  mem_live_gib: "Live memory (GiB)", step_time_s: "Step time (s)", data_wait_s: "Waiting for data (s)",
+  elapsed_s: "Seconds since the attempt began",
+};
+
+function smoothed(values, weight) {
+  // TensorBoard's debiased EMA: early points are not pulled towards zero.
+  if (!weight) return values;
+  let last = 0, count = 0;
+  return values.map((v) => {
+    if (v == null || !Number.isFinite(v)) return v;
+    last = last * weight + (1 - weight) * v;
+    count += 1;
+    return last / (1 - weight ** count);
   });
-  const colours = ["#1d4e89", "#a4161a"];
-  newChart(
-    element,
-    labels.map((label, i) => ({ label, stroke: colours[i], width: 2, spanGaps: true })),
-    [steps, ...columns],
-  );
+}
+
+class SeriesExplorer {
+  constructor(root) {
+    this.root = root;
+    this.jobs = root.dataset.jobs.split(",");
+    this.live = root.dataset.live === "yes";
+    this.store = new Map(); // "job|name" -> {step, value, at, low, high}
+    this.after = new Map();
+    this.meta = new Map(); // job -> names view
+    this.charts = new Map();
+    this.picker = root.querySelector("[data-pick]");
+    this.area = root.querySelector("[data-area]");
+    this.smoothing = root.querySelector("[name=smoothing]");
+    this.logScale = root.querySelector("[name=log]");
+    this.axis = root.querySelector("[name=x]");
+    for (const control of [this.smoothing, this.logScale, this.axis]) {
+      control.addEventListener("input", () => this.redraw(true));
+    }
+  }
+
+  chosen() {
+    return [...this.picker.querySelectorAll("input:checked")].map((box) => box.value);
+  }
+
+  async names() {
+    const query = this.jobs.map((j) => `job=${encodeURIComponent(j)}`).join("&");
+    const views = await getJson(`/api/v1/series/names?${query}`);
+    const all = new Set();
+    for (const view of views) {
+      this.meta.set(view.job_id, view);
+      view.names.forEach((n) => all.add(n));
+    }
+    const known = new Set([...this.picker.querySelectorAll("input")].map((box) => box.value));
+    const ordered = [...FAVOURITES.filter((n) => all.has(n)), ...[...all].filter((n) => !FAVOURITES.includes(n)).sort()];
+    for (const name of ordered) {
+      if (known.has(name)) continue;
+      const label = document.createElement("label");
+      const box = document.createElement("input");
+      box.type = "checkbox";
+      box.value = name;
+      box.checked = FAVOURITES.slice(0, 4).includes(name);
+      box.addEventListener("change", () => this.refresh().catch(() => {}));
+      label.append(box, document.createTextNode(` ${SERIES_WORDS[name] || name}`));
+      this.picker.append(label);
+    }
+    return all.size;
+  }
+
+  async refresh() {
+    const names = this.chosen();
+    if (!names.length) return this.redraw(false);
+    const groups = new Map(); // after_step -> names (one request per job and starting step)
+    for (const job of this.jobs) {
+      for (const name of names) {
+        const after = this.after.get(`${job}|${name}`) ?? -1;
+        const key = `${job}|${after}`;
+        if (!groups.has(key)) groups.set(key, { job, after, names: [] });
+        groups.get(key).names.push(name);
+      }
+    }
+    const answers = await Promise.all(
+      [...groups.values()].map(({ job, after, names: wanted }) =>
+        getJson(`/api/v1/series?job=${encodeURIComponent(job)}&${wanted.map((n) => `name=${encodeURIComponent(n)}`).join("&")}&max_points=1000&after_step=${after}`),
+      ),
+    );
+    for (const series of answers.flat()) {
+      const key = `${series.job_id}|${series.name}`;
+      const held = this.store.get(key) || { step: [], value: [], at: [], low: [], high: [] };
+      held.step.push(...series.step);
+      held.value.push(...series.value);
+      held.at.push(...series.at);
+      held.low.push(...(series.low || series.value));
+      held.high.push(...(series.high || series.value));
+      this.store.set(key, held);
+      if (series.last_step !== null) this.after.set(key, series.last_step);
+    }
+    this.redraw(false);
+  }
+
+  x(job, held) {
+    const mode = this.axis.value;
+    if (mode === "time") {
+      // Minutes since the job's first logged point: runs overlay from their own start.
+      const firsts = [...this.store].filter(([key]) => key.startsWith(`${job}|`)).map(([, h]) => h.at[0]);
+      const origin = Math.min(...firsts.filter(Number.isFinite));
+      return held.at.map((t) => (t - origin) / 60);
+    }
+    if (mode === "tokens") {
+      const perStep = this.meta.get(job)?.tokens_per_step || 0;
+      return held.step.map((s) => s * perStep);
+    }
+    return held.step;
+  }
+
+  redraw(rebuild) {
+    const names = this.chosen();
+    const weight = Number(this.smoothing.value);
+    for (const [name, chart] of this.charts) {
+      if (rebuild || !names.includes(name)) {
+        chart.figure.remove();
+        chart.plot.destroy();
+        this.charts.delete(name);
+      }
+    }
+    for (const name of names) {
+      const lines = [];
+      const xs = new Set();
+      this.jobs.forEach((job, i) => {
+        const held = this.store.get(`${job}|${name}`);
+        if (!held || !held.step.length) return;
+        const x = this.x(job, held);
+        x.forEach((v) => xs.add(v));
+        const scale = name === "mfu" ? 100 : 1;
+        const raw = held.value.map((v) => v * scale);
+        lines.push({ job, colour: COLOURS[i % COLOURS.length], x, raw, smooth: smoothed(raw, weight), low: held.low.map((v) => v * scale), high: held.high.map((v) => v * scale) });
+      });
+      if (!lines.length) continue;
+      const axis = [...xs].sort((a, b) => a - b);
+      const at = (line, values) => {
+        const byX = new Map(line.x.map((v, k) => [v, values[k]]));
+        return axis.map((v) => (byX.has(v) ? byX.get(v) : null));
+      };
+      const series = [];
+      const data = [axis];
+      const bands = [];
+      for (const line of lines) {
+        const label = this.meta.get(line.job)?.job_name || line.job;
+        const tag = this.jobs.length > 1 ? `${label} (${line.job})` : label;
+        const banded = line.low.some((v, k) => v !== line.raw[k]);
+        if (banded) {
+          series.push({ label: `${tag} high`, stroke: line.colour, alpha: 0.25, width: 0.5, spanGaps: true });
+          data.push(at(line, line.high));
+          series.push({ label: `${tag} low`, stroke: line.colour, alpha: 0.25, width: 0.5, spanGaps: true });
+          data.push(at(line, line.low));
+          bands.push({ series: [data.length - 2, data.length - 1], fill: `${line.colour}22` });
+        }
+        if (weight) {
+          series.push({ label: `${tag} raw`, stroke: `${line.colour}55`, width: 1, spanGaps: true });
+          data.push(at(line, line.raw));
+        }
+        series.push({ label: tag, stroke: line.colour, width: 2, spanGaps: true, points: { show: line.x.length < 60 } });
+        data.push(at(line, weight ? line.smooth : line.raw));
+      }
+      const existing = this.charts.get(name);
+      if (existing) {
+        existing.plot.setData(data);
+        continue;
+      }
+      const figure = document.createElement("figure");
+      const caption = document.createElement("figcaption");
+      caption.textContent = SERIES_WORDS[name] || name;
+      const holder = document.createElement("div");
+      holder.className = "chart";
+      holder.dataset.series = name;
+      figure.append(caption, holder);
+      this.area.append(figure);
+      const xLabel = { step: "step", time: "minutes since it began", tokens: "tokens" }[this.axis.value];
+      const log = this.logScale.checked && name !== "lr" ? 10 : 1;
+      const plot = new uPlot(
+        { width: chartWidth(holder), height: 220, scales: { x: { time: false }, y: { distr: log === 10 ? 3 : 1 } }, axes: [{ label: xLabel }, {}], series: [{ label: xLabel }, ...series], bands },
+        data,
+        holder,
+      );
+      this.charts.set(name, { figure, plot });
+    }
+    this.root.explored = Object.fromEntries([...this.charts].map(([name, chart]) => [name, chart.plot.data]));
+  }
+
+  async run() {
+    for (;;) {
+      try {
+        await this.names();
+        await this.refresh();
+      } catch (error) {
+        this.area.textContent = `Could not read the metrics: ${error.message}`;
+      }
+      if (!this.live) return;
+      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    }
+  }
+}
+
+// Telemetry of devices over time (a job's devices, or a node's), one chart per figure.
+const TELEMETRY_FIGURES = [
+  ["utilization", "Utilization (%)", 100],
+  ["memory_gib", "Memory in use (GiB)", 1],
+  ["power_w", "Power (W)", 1],
+  ["temperature_c", "Temperature (°C)", 1],
+  ["io_mib_s", "Disk traffic (MiB/s)", 1],
+];
+
+async function drawTelemetry(root) {
+  const devices = await getJson(root.dataset.telemetry);
+  root.replaceChildren();
+  if (!devices.length) {
+    const none = document.createElement("p");
+    none.className = "hint";
+    none.textContent = "No samples yet: the agent samples its node's devices every few seconds.";
+    root.append(none);
+    return;
+  }
+  const start = Math.min(...devices.map((d) => d.at[0] ?? Infinity));
+  const throttled = devices.flatMap((d) => d.throttle.filter(Boolean).map((why) => `${d.device === "cpu" ? "CPU" : `device ${d.device}`}: ${why}`));
+  for (const [figure, caption, scale] of TELEMETRY_FIGURES) {
+    const shown = devices.filter((d) => d[figure].some((v) => v != null));
+    if (!shown.length) continue;
+    const xs = [...new Set(shown.flatMap((d) => d.at))].sort((a, b) => a - b);
+    const data = [xs.map((t) => (t - start) / 60)];
+    for (const d of shown) {
+      const byAt = new Map(d.at.map((t, k) => [t, d[figure][k]]));
+      data.push(xs.map((t) => (byAt.get(t) == null ? null : byAt.get(t) * scale)));
+    }
+    const holder = document.createElement("figure");
+    const title = document.createElement("figcaption");
+    title.textContent = caption;
+    const chart = document.createElement("div");
+    chart.className = "chart";
+    chart.dataset.figure = figure;
+    holder.append(title, chart);
+    root.append(holder);
+    const label = (d) => `${d.attempt ? `attempt ${d.attempt}, ` : ""}${d.device === "cpu" ? "host CPU" : `device ${d.device}`}`;
+    newChart(chart, shown.map((d, i) => ({ label: label(d), stroke: COLOURS[i % COLOURS.length], spanGaps: true })), data, "minutes");
+  }
+  if (throttled.length) {
+    const note = document.createElement("p");
+    note.className = "reason";
+    note.textContent = `Slowed down: ${[...new Set(throttled)].join("; ")}`;
+    root.append(note);
+  }
+  root.drawnTelemetry = devices;
+}
+
+// Sortable columns: a header's button sorts by it (numbers as numbers), again the other way; the
+// order holds when the table refreshes itself.
+const sortOrders = new Map();
+
+function sortable(table) {
+  const key = table.dataset.sortable;
+  table.querySelectorAll("thead th").forEach((th, column) => {
+    if (th.querySelector("button.sort") || th.dataset.nosort !== undefined) return;
+    const button = document.createElement("button");
+    button.type = "button";
+    button.className = "sort";
+    button.append(...th.childNodes);
+    th.append(button);
+    button.addEventListener("click", () => {
+      const [current, ascending] = sortOrders.get(key) || [-1, false];
+      sortOrders.set(key, [column, current === column ? !ascending : true]);
+      applySort(table);
+    });
+  });
+  applySort(table);
+}
+
+function cellValue(row, column) {
+  const cell = row.children[column];
+  const text = (cell?.dataset.value ?? cell?.textContent ?? "").trim();
+  const number = Number(text.replace(/[,%\s]/g, ""));
+  return text !== "" && Number.isFinite(number) ? number : text.toLowerCase();
+}
+
+function applySort(table) {
+  const order = sortOrders.get(table.dataset.sortable);
+  if (!order) return;
+  const [column, ascending] = order;
+  const body = table.tBodies[0];
+  const rows = [...body.rows].filter((row) => row.children.length > 1);
+  rows.sort((a, b) => {
+    const [x, y] = [cellValue(a, column), cellValue(b, column)];
+    const sign = typeof x === typeof y ? (x < y ? -1 : x > y ? 1 : 0) : typeof x === "number" ? -1 : 1;
+    return ascending ? sign : -sign;
+  });
+  body.append(...rows);
+  table.querySelectorAll("thead th").forEach((th, i) => {
+    if (i === column) th.setAttribute("aria-sort", ascending ? "ascending" : "descending");
+    else th.removeAttribute("aria-sort");
+  });
+}
+
+// A list, the overview or the queues refreshing themselves, filters kept (the page's own address
+// is read again), but never under a user who is ticking or typing in it.
+function selfRefreshing(region) {
+  const every = Number(region.dataset.refresh) * 1000;
+  setInterval(async () => {
+    if (document.hidden || region.querySelector("input:checked") || region.contains(document.activeElement)) return;
+    try {
+      const answer = await fetch(location.href, { credentials: "same-origin" });
+      if (!answer.ok) return;
+      const fresh = new DOMParser().parseFromString(await answer.text(), "text/html").getElementById(region.id);
+      if (!fresh) return;
+      region.replaceChildren(...fresh.childNodes);
+      for (const table of region.querySelectorAll("table[data-sortable]")) sortable(table);
+      focusableWhenScrolling();
+      region.dataset.refreshed = String(Number(region.dataset.refreshed || 0) + 1);
+    } catch {
+      // the next tick tries again
+    }
+  }, every);
+}
+
+// Search within the log shown: the matching lines, with their count, above the whole log.
+function searchLog(input) {
+  const pre = document.querySelector(input.dataset.logSearch);
+  const found = document.querySelector(input.dataset.results);
+  const count = document.querySelector(input.dataset.count);
+  const run = () => {
+    const wanted = input.value.trim().toLowerCase();
+    if (!wanted) {
+      found.hidden = true;
+      count.textContent = "";
+      return;
+    }
+    const lines = pre.textContent.split("\n").filter((line) => line.toLowerCase().includes(wanted));
+    found.textContent = lines.join("\n");
+    found.hidden = !lines.length;
+    count.textContent = `${lines.length} matching line${lines.length === 1 ? "" : "s"}`;
+  };
+  input.addEventListener("input", run);
 }
 
 // A table (or the heatmap) wider than a phone scrolls within itself: the keyboard must reach it.
@@ -148,7 +473,11 @@ function focusableWhenScrolling() {
 document.addEventListener("DOMContentLoaded", () => {
   focusableWhenScrolling();
   window.addEventListener("resize", focusableWhenScrolling);
-  document.body.addEventListener("htmx:afterSwap", focusableWhenScrolling);
+  document.body.addEventListener("htmx:afterSwap", (event) => {
+    focusableWhenScrolling();
+    for (const table of event.target.querySelectorAll?.("table[data-sortable]") ?? []) sortable(table);
+    if (event.target.matches?.("table[data-sortable]")) sortable(event.target);
+  });
   for (const root of document.querySelectorAll(".charts[data-job]")) {
     root.jobCharts = new JobCharts(root); // what the page draws, for whoever inspects it
     root.jobCharts.run();
@@ -159,5 +488,19 @@ document.addEventListener("DOMContentLoaded", () => {
       if (!window.confirm(form.dataset.confirm)) event.preventDefault();
     });
   }
-  for (const element of document.querySelectorAll("[data-compare]")) compareCurves(element);
+  for (const root of document.querySelectorAll(".explorer[data-jobs]")) {
+    root.seriesExplorer = new SeriesExplorer(root);
+    root.seriesExplorer.run();
+  }
+  for (const root of document.querySelectorAll("[data-telemetry]")) {
+    const draw = () => drawTelemetry(root).catch((error) => {
+      root.textContent = `Could not read the telemetry: ${error.message}`;
+    });
+    const folded = root.closest("details");
+    if (folded && !folded.open) folded.addEventListener("toggle", draw, { once: true });
+    else draw();
+  }
+  for (const region of document.querySelectorAll("[data-refresh]")) selfRefreshing(region);
+  for (const table of document.querySelectorAll("table[data-sortable]")) sortable(table);
+  for (const input of document.querySelectorAll("input[data-log-search]")) searchLog(input);
 });
