@@ -184,7 +184,15 @@ def test_a_job_submitted_watched_and_cancelled_from_the_dashboard(site: Server, 
         "document.querySelector('#job-live .state').textContent.trim() === 'cancelled'", timeout=120_000
     )
     assert page.locator("#job-live .problem").count() == 0  # one's own cancel is no error
+    page.reload()  # the checkpoint the cancel wrote offers a resume
+    page.check("input[name=resume]")
+    page.click("button:has-text('Resubmit')")
+    page.wait_for_url(f"{site.url}/jobs/watched-*")
+    resumed = page.url.rsplit("/", 1)[1]
     with Client.login(site.url, "admin", site.admin_password)[0] as root:
+        resume_from = root.get_job(resumed).resume_from or ""
+        assert resumed != job_id and f"/{job_id}/checkpoints/step_" in resume_from  # its newest checkpoint
+        root.cancel_job(resumed)
         root.cancel_job(waiting)
 
     page.goto(f"{site.url}/audit?action=job.")
