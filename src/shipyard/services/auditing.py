@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime
 
 from sqlalchemy import select
@@ -50,4 +51,25 @@ def read_log(
 def verify(ctx: ServiceContext) -> audit.Verdict:
     with ctx.db.transaction() as session:
         rbac.require(ctx, session, Permission.AUDIT_READ, "audit")
-    return audit.verify_log(ctx.db, ctx.audit_key)
+    verdict = audit.verify_log(ctx.db, ctx.audit_key)
+    _verified[ctx.settings.db_url] = (verdict, time.time())
+    return verdict
+
+
+VERDICT_MAX_AGE_S = 60.0
+_verified: dict[str, tuple[audit.Verdict, float]] = {}
+"""Each database's last whole-chain verification in this process, and when it was made."""
+
+
+def recent_verdict(ctx: ServiceContext) -> tuple[audit.Verdict, float]:
+    """The whole chain's verdict, walked again when the last walk is older than a minute: what a
+    page shows beside the records (a walk over a million records takes seconds, and a page is
+    opened again and again), with how many seconds ago it was made."""
+    known = _verified.get(ctx.settings.db_url)
+    if known is None or time.time() - known[1] > VERDICT_MAX_AGE_S:
+        verify(ctx)
+    else:
+        with ctx.db.transaction() as session:
+            rbac.require(ctx, session, Permission.AUDIT_READ, "audit")
+    verdict, at = _verified[ctx.settings.db_url]
+    return verdict, time.time() - at

@@ -480,10 +480,21 @@ def stat(ctx: ServiceContext, name: str, project: str = DEFAULT_PROJECT) -> Stor
 
 
 def list_artifacts(
-    ctx: ServiceContext, project: str | None = None, prefix: str = ""
+    ctx: ServiceContext,
+    project: str | None = None,
+    prefix: str = "",
+    *,
+    limit: int | None = None,
+    offset: int = 0,
 ) -> list[StoredArtifactView]:
+    """By project and name; ``limit`` and ``offset`` page through them."""
     with ctx.db.transaction() as session:
-        query = select(StoredArtifact).order_by(StoredArtifact.project, StoredArtifact.name)
+        query = (
+            select(StoredArtifact)
+            .order_by(StoredArtifact.project, StoredArtifact.name)
+            .limit(limit)
+            .offset(offset)
+        )
         if project:
             query = query.where(StoredArtifact.project == project)
         if prefix:
