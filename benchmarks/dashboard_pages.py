@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -119,6 +119,10 @@ def seed(db_url: str, home: Path, jobs: int, long_steps: int, telemetry_days: in
         _seed_metrics(ctx, rng, attempts, long_id, long_steps)
         _seed_telemetry(ctx, rng, now, telemetry_days)
         _seed_models_storage_audit(ctx, rng, attempts)
+        # A database that grew this much by itself would have been analyzed on the way (autovacuum,
+        # or SQLite's optimize): plans from statistics, not from an empty table's.
+        with ctx.db.engine.connect() as connection:
+            connection.execution_options(isolation_level="AUTOCOMMIT").execute(text("ANALYZE"))
     finally:
         ctx.close()
     return long_id

@@ -20,6 +20,11 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ('shipyard generate assistant:3 -p "Hello" --temperature 0', "greedy, from version 3"),
     ],
     "queue": [("shipyard queue", "what waits, and why"), ("shipyard queue --json", "the same, for scripts")],
+    "usage": [
+        ("shipyard usage", "device-hours and cost per project, the last 7 days"),
+        ("shipyard usage --by user --since 30d", "per user, the last 30 days"),
+        ("shipyard usage --by type --since 2026-12-01 --csv", "per accelerator type and day, for a sheet"),
+    ],
     "quickstart": [
         ("shipyard quickstart", "a few minutes of training on this machine, then a sample"),
         ("shipyard quickstart --model llama-25m --steps 1000", "a bigger model, longer"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 
 from shipyard.db import Artifact, Job, ModelVersion
 from shipyard.errors import InvalidSpec, NotFound
@@ -18,13 +18,22 @@ STAGES = ("none", "staging", "production", "archived")
 
 
 def versions(
-    session: Session, name: str | None, projects: Collection[str] | None, project: str | None = None
+    session: Session,
+    name: str | None,
+    projects: Collection[str] | None,
+    project: str | None = None,
+    job_id: str | None = None,
 ) -> list[ModelVersion]:
     """Every version, by project and name, newest first; only of ``projects`` unless None (all),
-    and only of ``project`` and ``name`` when given."""
-    query = select(ModelVersion).order_by(
-        ModelVersion.project, ModelVersion.name, ModelVersion.version.desc()
+    and only of ``project``, ``name`` and the job ``job_id`` published when given. Each with its
+    artifact, read in the same query."""
+    query = (
+        select(ModelVersion)
+        .options(joinedload(ModelVersion.artifact))
+        .order_by(ModelVersion.project, ModelVersion.name, ModelVersion.version.desc())
     )
+    if job_id:
+        query = query.where(ModelVersion.job_id == job_id)
     if projects is not None:
         query = query.where(ModelVersion.project.in_(list(projects)))
     if project:

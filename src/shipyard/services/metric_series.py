@@ -179,24 +179,29 @@ def _tokens_per_step(spec: Any) -> int | None:
 
 def _points_of(session: Session, job_id: str, name: str, max_points: int, after_step: int) -> PointSeriesView:
     where = (MetricPoint.job_id == job_id, MetricPoint.name == name, MetricPoint.step > after_step)
-    first, last, count = session.execute(
-        select(func.min(MetricPoint.step), func.max(MetricPoint.step), func.count()).where(*where)
-    ).one()
     view = PointSeriesView(job_id=job_id, name=name, step=[], value=[], at=[], bucket_steps=1, last_step=None)
-    if not count:
-        return view
-    if count <= max_points:
-        rows = session.execute(
-            select(MetricPoint.step, MetricPoint.value, MetricPoint.at).where(*where).order_by(MetricPoint.id)
-        )
-        newest = {row.step: row for row in rows}  # a step a resumed attempt logged again: its newest value
-        ordered = sorted(newest.values(), key=lambda row: row.step)
+    # The first max_points + 1 points along the index: all of a short series (a live chart's next
+    # points), or the proof that a long one must be cut into buckets.
+    rows = session.execute(
+        select(MetricPoint.step, MetricPoint.value, MetricPoint.at)
+        .where(*where)
+        .order_by(MetricPoint.step, MetricPoint.id)
+        .limit(max_points + 1)
+    ).all()
+    newest = {row.step: row for row in rows}  # a step a resumed attempt logged again: its newest value
+    if len(rows) <= max_points:
+        ordered = list(newest.values())
+        if not ordered:
+            return view
         return view.model_copy(
             update={
                 "step": [row.step for row in ordered], "value": [row.value for row in ordered],
                 "at": [row.at for row in ordered], "last_step": ordered[-1].step,
             }
         )  # fmt: skip
+    first = rows[0].step
+    last = session.scalar(select(func.max(MetricPoint.step)).where(*where))
+    assert last is not None
     width = math.ceil((last - first + 1) / (max_points // 2))  # two points (first and last) a bucket
     bucket = ((MetricPoint.step - first) // width).label("bucket")
     buckets = session.execute(

@@ -42,12 +42,13 @@ class ModelRef:
 
 
 def list_versions(
-    ctx: ServiceContext, name: str | None = None, project: str | None = None
+    ctx: ServiceContext, name: str | None = None, project: str | None = None, *, job_id: str | None = None
 ) -> list[ModelVersionView]:
-    """The versions of the models the caller may see (every role of a project reads its models)."""
+    """The versions of the models the caller may see (every role of a project reads its models);
+    ``job_id``: those that job published."""
     with ctx.db.transaction() as session:
         visible = rbac.visible_projects(session, ctx.actor)
-        return [registry.view(v) for v in registry.versions(session, name, visible, project)]
+        return [registry.view(v) for v in registry.versions(session, name, visible, project, job_id)]
 
 
 def register(ctx: ServiceContext, job_id: str, name: str | None = None) -> ModelVersionView:

@@ -38,8 +38,11 @@ def usage(
     if until - since > timedelta(days=MAX_DAYS):
         raise InvalidSpec(f"the window is longer than {MAX_DAYS} days", hint="give a later --since")
     prices = {key: spec.hourly_usd for key, spec in hardware_catalog(ctx.settings).items()}
-    days = [day.isoformat() for day in _days(since, until)]
-    hours: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    days = _days(since, until)
+    first_midnight = datetime.combine(days[0], datetime.min.time(), UTC).timestamp()
+    window = (since.timestamp(), until.timestamp())
+    column = GROUPINGS.index(by)
+    hours: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(days))
     costs: dict[str, float] = defaultdict(float)
     attempts: dict[str, int] = defaultdict(int)
     unpriced: set[str] = set()
@@ -54,28 +57,30 @@ def usage(
         )  # fmt: skip
         if visible is not None:
             query = query.where(Job.project.in_(visible))
-        for project, queue, owner, kind, device_ids, started, finished in session.execute(query):
-            key = {"project": project, "queue": queue, "user": owner, "type": kind}[by]
+        for *keys, device_ids, started, finished in session.execute(query):
+            key, kind = keys[column], keys[3]
             devices = len(device_ids or []) or 1
             attempts[key] += 1
             price = prices.get(kind)
             if price is None:
                 unpriced.add(kind)
-            for day, span in _by_day(max(started, since), min(finished or until, until)):
-                device_hours = devices * span
-                hours[key][day] += device_hours
-                costs[key] += device_hours * (price or 0.0)
+            start = max(started.timestamp(), window[0])
+            end = min(finished.timestamp() if finished else window[1], window[1])
+            per_day = hours[key]
+            for day, span_s in _by_day(start, end, first_midnight):
+                per_day[day] += devices * span_s / 3600
+            costs[key] += devices * max(0.0, end - start) / 3600 * (price or 0.0)
     rows = [
         UsageRowView(
-            key=key, device_hours=round(sum(per_day.values()), 4),
+            key=key, device_hours=round(sum(per_day), 4),
             cost_usd=None if by == "type" and key in unpriced else round(costs[key], 2),
-            attempts=attempts[key], by_day=[round(per_day.get(day, 0.0), 4) for day in days],
+            attempts=attempts[key], by_day=[round(value, 4) for value in per_day],
         )
         for key, per_day in hours.items()
     ]  # fmt: skip
     rows.sort(key=lambda row: (-row.device_hours, row.key))
     return UsageView(
-        by=by, since=since, until=until, days=days, rows=rows,
+        by=by, since=since, until=until, days=[day.isoformat() for day in days], rows=rows,
         device_hours=round(sum(row.device_hours for row in rows), 4),
         cost_usd=round(sum(row.cost_usd or 0.0 for row in rows), 2),
         unpriced_types=sorted(unpriced),
@@ -87,12 +92,10 @@ def _days(since: datetime, until: datetime) -> list[date]:
     return [first + timedelta(days=n) for n in range((last - first).days + 1)]
 
 
-def _by_day(start: datetime, end: datetime) -> Iterator[tuple[str, float]]:
-    """The hours of [start, end) falling on each UTC day."""
+def _by_day(start: float, end: float, first_midnight: float) -> Iterator[tuple[int, float]]:
+    """The seconds of [start, end) falling on each UTC day, by the day's index from the first."""
     while start < end:
-        midnight = datetime.combine(
-            start.astimezone(UTC).date() + timedelta(days=1), datetime.min.time(), UTC
-        )
-        stop = min(end, midnight)
-        yield start.astimezone(UTC).date().isoformat(), (stop - start).total_seconds() / 3600
+        day = int((start - first_midnight) // 86400)
+        stop = min(end, first_midnight + (day + 1) * 86400)
+        yield day, stop - start
         start = stop

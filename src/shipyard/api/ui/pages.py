@@ -263,7 +263,7 @@ def job_page(job_id: Name, ctx: PageCaller, request: Request) -> Response:
         cancellable = JobState(detail.state) in (JobState.QUEUED, JobState.RUNNING) and job_access.may_cancel(
             ctx, session, job
         )
-    published = [v for v in models.list_versions(ctx, project=detail.project) if v.job_id == detail.id]
+    published = models.list_versions(ctx, project=detail.project, job_id=detail.id)
     return render(
         request,
         "job.html",
