@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import BindParameter, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from shipyard.auth import Permission
@@ -203,14 +203,18 @@ def _points_of(session: Session, job_id: str, name: str, max_points: int, after_
     last = session.scalar(select(func.max(MetricPoint.step)).where(*where))
     assert last is not None
     width = math.ceil((last - first + 1) / (max_points // 2))  # two points (first and last) a bucket
-    bucket = ((MetricPoint.step - first) // width).label("bucket")
+    bucket = (MetricPoint.step - first) // width
     buckets = session.execute(
         select(
             func.min(MetricPoint.step), func.max(MetricPoint.step), func.min(MetricPoint.value),
             func.max(MetricPoint.value),
-        ).where(*where).group_by(bucket).order_by(bucket)
+        ).where(*where).group_by(bucket).order_by(func.min(MetricPoint.step))
     ).all()  # fmt: skip
-    ends = {step for row in buckets for step in row[:2]}
+    # The steps are written into the statement (numbers only): bound, the driver prepares the
+    # statement after a few calls, and PostgreSQL's generic plan of it took 2.5 s, not 10 ms.
+    ends: BindParameter[list[int]] = bindparam(
+        "ends", sorted({step for row in buckets for step in row[:2]}), literal_execute=True
+    )
     at_ends = {
         row.step: row
         for row in session.execute(

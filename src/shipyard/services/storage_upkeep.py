@@ -127,7 +127,15 @@ def gc(ctx: ServiceContext, *, grace_s: float | None = None) -> GcReport:
     return GcReport(blobs_removed=blobs_removed, bytes_freed=bytes_freed, orphans_removed=orphans)
 
 
-def status(ctx: ServiceContext) -> StorageStatus:
+SHORTFALL_MAX_AGE_S = 60.0
+_shortfalls: dict[Path, tuple[_Shortfall, float]] = {}
+"""Each home's last count of the copies its blobs lack, and when: a page shows it again within a
+minute rather than looking at every blob's files on every view."""
+
+
+def status(ctx: ServiceContext, *, fresh: bool = True) -> StorageStatus:
+    """The store's totals and health; ``fresh=False``: the copies short as counted within the last
+    minute (the count looks at every blob's files)."""
     store = open_store(ctx.settings.home)
     with ctx.db.transaction() as session:
         artifacts, logical = session.execute(
@@ -143,7 +151,10 @@ def status(ctx: ServiceContext) -> StorageStatus:
     key: str | None = None
     with contextlib.suppress(NotFound):  # no encrypted blob yet
         key = master_keys(ctx.settings.home, store.config, create=False).active_id
-    short = _shortfall(ctx, store)
+    known = _shortfalls.get(ctx.settings.home)
+    if fresh or known is None or time.monotonic() - known[1] > SHORTFALL_MAX_AGE_S:
+        known = _shortfalls[ctx.settings.home] = (_shortfall(ctx, store), time.monotonic())
+    short = known[0]
     rate = store.config.scrub.rate_mb_s * 2**20
     owed = store_health.owed(ctx.settings.home)
     return StorageStatus(

@@ -510,7 +510,7 @@ def storage_page(
     page: Annotated[int, Query(ge=1, le=100_000)] = 1,
 ) -> Response:
     try:
-        status = upkeep.status(ctx)
+        status = upkeep.status(ctx, fresh=False)
     except Forbidden:  # the store's upkeep is the cluster admins'
         status = None
     return _paged(
