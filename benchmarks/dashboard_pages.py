@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import os
 import platform
 import random
@@ -249,10 +250,14 @@ def free_port() -> int:
 def signed_in(url: str) -> Iterator[httpx.Client]:
     """A client signed in as a browser is: the login form, then its session cookie."""
     with httpx.Client(base_url=url, timeout=60) as browser:
-        form = browser.get("/login").text  # the login form carries its CSRF token
-        csrf = form.split('name="csrf" value="', 1)[1].split('"', 1)[0]
-        data = {"username": "admin", "password": PASSWORD, "next": "/", "csrf": csrf}
-        answer = browser.post("/login", data=data)
+        for _ in range(60):  # the server checks a few passwords at a time: the others wait a moment
+            form = browser.get("/login").text  # the login form carries its CSRF token
+            csrf = form.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+            data = {"username": "admin", "password": PASSWORD, "next": "/", "csrf": csrf}
+            answer = browser.post("/login", data=data)
+            if answer.status_code == 303:
+                break
+            time.sleep(0.5)
         assert answer.status_code == 303, answer.text
         yield browser
 
@@ -286,27 +291,36 @@ def timed_pages(url: str, pages: list[str], rounds: int) -> dict[str, dict[str, 
 
 class Watchers:
     """``WATCHERS`` signed-in clients, each polling the live job's page fragment and its newest
-    curve points every ``WATCH_EVERY_S``, as a job page open in a browser does."""
+    curve points every ``WATCH_EVERY_S``, as a job page open in a browser does. They run in a
+    process of their own, so that their work never delays the client that times the pages."""
 
     def __init__(self, url: str, job_id: str) -> None:
-        self.url, self.job_id = url, job_id
-        self.stop = threading.Event()
-        self.times: dict[str, list[float]] = {"live fragment": [], "live points": []}
-        self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self._watch, args=(n,), daemon=True) for n in range(WATCHERS)]
-        for thread in self.threads:
-            thread.start()
+        spawn = multiprocessing.get_context("spawn")
+        self.stop, self.out = spawn.Event(), spawn.Queue()
+        self.process = spawn.Process(target=_watch_all, args=(url, job_id, self.stop, self.out), daemon=True)
+        self.process.start()
 
-    def _watch(self, n: int) -> None:
+    def results(self) -> dict[str, dict[str, float]]:
+        self.stop.set()
+        times: dict[str, list[float]] = self.out.get(timeout=120)
+        self.process.join(timeout=30)
+        return {what: quantiles(values) for what, values in times.items() if values}
+
+
+def _watch_all(url: str, job_id: str, stop: Any, out: Any) -> None:
+    times: dict[str, list[float]] = {"live fragment": [], "live points": []}
+    lock = threading.Lock()
+
+    def watch(n: int) -> None:
         time.sleep(n * WATCH_EVERY_S / WATCHERS)  # spread over the interval, as real viewers are
-        with signed_in(self.url) as browser:
+        with signed_in(url) as browser:
             after = {"loss": -1, "train": -1}
-            while not self.stop.is_set():
+            while not stop.is_set():
                 began = time.perf_counter()
                 for what, path in (
-                    ("live fragment", f"/jobs/{self.job_id}/live"),
-                    ("live points", f"/api/v1/series?job={self.job_id}&name=loss&after_step={after['loss']}"),
-                    ("live points", f"/api/v1/jobs/{self.job_id}/metrics?after_step={after['train']}"),
+                    ("live fragment", f"/jobs/{job_id}/live"),
+                    ("live points", f"/api/v1/series?job={job_id}&name=loss&after_step={after['loss']}"),
+                    ("live points", f"/api/v1/jobs/{job_id}/metrics?after_step={after['train']}"),
                 ):
                     started = time.perf_counter()
                     answer = browser.get(path)
@@ -317,15 +331,16 @@ class Watchers:
                         after["loss"] = answer.json()[0]["last_step"]
                     elif "metrics" in path and answer.json()["last_step"] is not None:
                         after["train"] = answer.json()["last_step"]
-                    with self.lock:
-                        self.times[what].append(elapsed)
-                self.stop.wait(max(0.0, WATCH_EVERY_S - (time.perf_counter() - began)))
+                    with lock:
+                        times[what].append(elapsed)
+                stop.wait(max(0.0, WATCH_EVERY_S - (time.perf_counter() - began)))
 
-    def results(self) -> dict[str, dict[str, float]]:
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(timeout=30)
-        return {what: quantiles(times) for what, times in self.times.items() if times}
+    threads = [threading.Thread(target=watch, args=(n,), daemon=True) for n in range(WATCHERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    out.put(times)
 
 
 def main() -> None:
