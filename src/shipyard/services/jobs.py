@@ -7,10 +7,12 @@ import json
 import logging
 import os
 import secrets
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Connection, String, Table, func, insert, or_, select, update
 from sqlalchemy import cast as sql_cast
@@ -278,15 +280,8 @@ def get(ctx: ServiceContext, job_id: str) -> JobDetail:
     with ctx.db.read() as session:
         # The attempts come with the job, in one query: a view shows them all.
         job = allowed_job(ctx, session, job_id, Permission.JOB_READ, joinedload(Job.attempts))
-        # Every record but the training steps, of which an even sample: a long run's million
-        # steps would take seconds to read (the curves come from ``metric_series`` in pages).
-        others = session.scalars(
-            select(Metric).where(Metric.job_id == job.id, Metric.kind != "train").order_by(Metric.id)
-        )
-        train = metric_series.sampled(session, job.id, "train", SUMMARY_POINTS)
-        metrics = sorted([*others, *train], key=lambda m: m.id)
+        metrics, summary = _summarized(ctx, session, job)
         artifacts = session.scalars(select(Artifact).where(Artifact.job_id == job.id).order_by(Artifact.id))
-        summary = summarize(job, metrics)
         return JobDetail(
             **_view(job, latest={m.kind: m for m in metrics}).model_dump(),  # the newest of each kind
             attempts=[AttemptView.model_validate(a, from_attributes=True) for a in job.attempts],
@@ -404,6 +399,34 @@ def read_log(
 def _waits(job: Job) -> bool:
     """Queued here, or admitted and held in its engine's own queue (a Slurm allocation)."""
     return job.state == JobState.QUEUED or job.pending_code == Reason.HELD_BY_ENGINE
+
+
+_SUMMARIES: OrderedDict[tuple[Any, ...], tuple[list[Metric], dict[str, float]]] = OrderedDict()
+_SUMMARIES_KEPT = 64
+_summaries_lock = threading.Lock()
+
+
+def _summarized(ctx: ServiceContext, session: Session, job: Job) -> tuple[list[Metric], dict[str, float]]:
+    """The job's records (every one but the training steps, of which an even sample: a long run's
+    million steps would take seconds to read) and its summary. Kept for the next reader until the
+    agent ingests more of its metrics or its state changes: twenty people watching one job cost
+    one read, not twenty."""
+    key = (ctx.settings.db_url, job.id, job.state, tuple((a.id, a.metrics_offset) for a in job.attempts))
+    with _summaries_lock:
+        if (known := _SUMMARIES.get(key)) is not None:
+            _SUMMARIES.move_to_end(key)
+            return known
+    others = session.scalars(
+        select(Metric).where(Metric.job_id == job.id, Metric.kind != "train").order_by(Metric.id)
+    )
+    train = metric_series.sampled(session, job.id, "train", SUMMARY_POINTS)
+    metrics = sorted([*others, *train], key=lambda m: m.id)
+    summary = summarize(job, metrics)
+    with _summaries_lock:
+        _SUMMARIES[key] = (metrics, summary)
+        while len(_SUMMARIES) > _SUMMARIES_KEPT:
+            _SUMMARIES.popitem(last=False)
+    return metrics, summary
 
 
 def _view(job: Job, spec: JobSpec | None = None, latest: Mapping[str, Metric] | None = None) -> JobView:
