@@ -227,6 +227,8 @@ def test_a_model_version_is_promoted_and_compared(site: Server, admin_page: Any)
     log = admin_page.request.get(f"{site.url}/jobs/{done[0]}/attempts/1/log")
     assert log.ok and "step 8/8" in log.text() and "attachment" in log.headers["content-disposition"]
     assert admin_page.request.get(f"{site.url}/jobs/{done[0]}/attempts/9/log").status == 404
+    chunk = admin_page.request.get(f"{site.url}/api/v1/jobs/{done[0]}/logs?attempt=1").json()
+    assert "step 8/8" in chunk["data"]  # the API reads any attempt's log too
     page = admin_page
     page.goto(f"{site.url}/models")
     checked(page, "models")

@@ -81,7 +81,10 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("shipyard jobs list --state running --json", "running jobs, for scripts"),
     ],
     "jobs show": [("shipyard jobs show tiny-code-model-3f9a2c1e", "attempts, figures, planned vs measured")],
-    "jobs logs": [("shipyard jobs logs tiny-code-model-3f9a2c1e -f", "the log as it grows")],
+    "jobs logs": [
+        ("shipyard jobs logs tiny-code-model-3f9a2c1e -f", "the log as it grows"),
+        ("shipyard jobs logs tiny-code-model-3f9a2c1e --attempt 1", "the first attempt's, before a restart"),
+    ],
     "jobs cancel": [("shipyard jobs cancel tiny-code-model-3f9a2c1e", "checkpoint, then stop")],
     "models": [
         ("shipyard models list", "every version"),

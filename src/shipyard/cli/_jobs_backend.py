@@ -22,7 +22,9 @@ class Jobs(Protocol):
     def get(self, job_id: str) -> JobDetail: ...
     def status(self, job_id: str) -> JobView: ...
     def cancel(self, job_id: str) -> JobView: ...
-    def log(self, job_id: str, offset: int, *, must_exist: bool) -> job_service.LogChunk: ...
+    def log(
+        self, job_id: str, offset: int, *, must_exist: bool, attempt: int | None = None
+    ) -> job_service.LogChunk: ...
 
 
 class Embedded:
@@ -51,8 +53,10 @@ class Embedded:
     def cancel(self, job_id: str) -> JobView:
         return job_service.cancel(self.ctx, job_id)
 
-    def log(self, job_id: str, offset: int, *, must_exist: bool) -> job_service.LogChunk:
-        return job_service.read_log(self.ctx, job_id, offset, must_exist=must_exist)
+    def log(
+        self, job_id: str, offset: int, *, must_exist: bool, attempt: int | None = None
+    ) -> job_service.LogChunk:
+        return job_service.read_log(self.ctx, job_id, offset, must_exist=must_exist, attempt=attempt)
 
 
 class Remote:
@@ -78,9 +82,11 @@ class Remote:
     def cancel(self, job_id: str) -> JobView:
         return self.client.cancel_job(job_id)
 
-    def log(self, job_id: str, offset: int, *, must_exist: bool) -> job_service.LogChunk:
+    def log(
+        self, job_id: str, offset: int, *, must_exist: bool, attempt: int | None = None
+    ) -> job_service.LogChunk:
         del must_exist  # the server answers an empty chunk for a job that has not started
-        chunk = self.client.job_logs(job_id, offset)
+        chunk = self.client.job_logs(job_id, offset, attempt=attempt)
         return job_service.LogChunk(chunk.data.encode(), chunk.next_offset, chunk.job_ended)
 
 

@@ -215,12 +215,15 @@ def logs(
     follow_: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")
     ] = False,
+    attempt: Annotated[
+        int | None, typer.Option(min=1, help="That attempt's log (`jobs show` lists them), not the newest's.")
+    ] = None,
 ) -> None:
-    """The job's training log (its newest attempt)."""
+    """The job's training log (its newest attempt, or --attempt N)."""
     with jobs_backend() as platform:
         offset = 0
         while True:
-            chunk = platform.log(job_id, offset, must_exist=not follow_)
+            chunk = platform.log(job_id, offset, must_exist=not follow_, attempt=attempt)
             if chunk.data:
                 typer.echo(chunk.data.decode(errors="replace"), nl=False)
             offset = chunk.next_offset

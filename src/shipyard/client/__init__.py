@@ -174,8 +174,10 @@ class Client:
     def cancel_job(self, job_id: str) -> JobView:
         return self._get(JobView, "POST", f"/api/v1/jobs/{job_id}/cancel")
 
-    def job_logs(self, job_id: str, offset: int = 0) -> LogChunkView:
-        return self._get(LogChunkView, "GET", f"/api/v1/jobs/{job_id}/logs", params={"offset": offset})
+    def job_logs(self, job_id: str, offset: int = 0, *, attempt: int | None = None) -> LogChunkView:
+        """A chunk of the newest attempt's log (``attempt``: that attempt's) from ``offset`` on."""
+        params = {"offset": offset, **({"attempt": attempt} if attempt else {})}
+        return self._get(LogChunkView, "GET", f"/api/v1/jobs/{job_id}/logs", params=params)
 
     def follow_logs(self, job_id: str, offset: int = 0) -> Iterator[bytes]:
         """The job's log from ``offset`` on, as it is written, until the job ends."""

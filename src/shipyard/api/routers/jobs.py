@@ -111,8 +111,14 @@ def job_telemetry(
 
 
 @router.get("/{job_id}/logs", operation_id="jobLogs", response_model=LogChunkView)
-def job_logs(job_id: Name, ctx: Reader, offset: LogOffset = 0) -> LogChunkView:
-    chunk = job_service.read_log(ctx, checked_name(job_id), offset, must_exist=False)
+def job_logs(
+    job_id: Name,
+    ctx: Reader,
+    offset: LogOffset = 0,
+    attempt: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
+) -> LogChunkView:
+    """A chunk of the newest attempt's log (``attempt``: that attempt's) from ``offset`` on."""
+    chunk = job_service.read_log(ctx, checked_name(job_id), offset, must_exist=False, attempt=attempt)
     return LogChunkView(
         data=chunk.data.decode("utf-8", "replace"), next_offset=chunk.next_offset, job_ended=chunk.job_ended
     )

@@ -97,20 +97,25 @@ class JobCharts {
   }
 }
 
-// The job's log, appended as it grows, until the job ends.
-async function followLog(pre) {
+// The job's log, appended as it grows, until the job ends (or another attempt's is picked).
+async function followLog(pre, attempt = null) {
   const job = pre.dataset.log;
+  const reading = (pre.reading = (pre.reading || 0) + 1);
+  const which = attempt ? `&attempt=${attempt}` : "";
+  pre.replaceChildren();
   let offset = 0;
   for (;;) {
+    if (pre.reading !== reading) return; // another attempt's log was asked for
     try {
-      const chunk = await getJson(`/api/v1/jobs/${encodeURIComponent(job)}/logs?offset=${offset}`);
+      const chunk = await getJson(`/api/v1/jobs/${encodeURIComponent(job)}/logs?offset=${offset}${which}`);
+      if (pre.reading !== reading) return;
       if (chunk.data) {
         const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
         pre.append(document.createTextNode(chunk.data));
         if (atBottom) pre.scrollTop = pre.scrollHeight;
       }
       offset = chunk.next_offset;
-      if (chunk.job_ended && !chunk.data) return;
+      if ((chunk.job_ended || attempt) && !chunk.data) return;
     } catch (error) {
       pre.append(document.createTextNode(`\n[could not read the log: ${error.message}]\n`));
       return;
@@ -483,6 +488,10 @@ document.addEventListener("DOMContentLoaded", () => {
     root.jobCharts.run();
   }
   for (const pre of document.querySelectorAll("pre[data-log]")) followLog(pre);
+  for (const picker of document.querySelectorAll("select[data-log-attempt]")) {
+    const pre = document.querySelector(picker.dataset.logAttempt);
+    picker.addEventListener("change", () => followLog(pre, picker.selectedIndex === 0 ? null : picker.value));
+  }
   for (const form of document.querySelectorAll("form[data-confirm]")) {
     form.addEventListener("submit", (event) => {
       if (!window.confirm(form.dataset.confirm)) event.preventDefault();
