@@ -218,9 +218,7 @@ def test_bad_fine_tuning_input_is_refused_at_submit(
     broken = tiny_models.write_jsonl(
         tmp_path / "broken.jsonl", [{"prompt": "a", "response": "b"}, {"prompt": "c"}]
     )
-    assert f"{broken}:2 has no string field 'response'" in refused(
-        finetune_spec(llama, broken, "instruction")
-    )
+    assert f"{broken}:2 has no field 'response'" in refused(finetune_spec(llama, broken, "instruction"))
 
     # A checkpoint resumes only onto the weights it was trained on.
     spec = finetune_spec(plain, data, "instruction", "drift")

@@ -106,7 +106,7 @@ def test_jsonl_reads_the_text_field_and_names_a_bad_line(tmp_path: Path) -> None
     )
     assert prepare(good, tmp_path / "cache", log=lambda _: None).n_tokens > 0
     bad = DataSection.model_validate({"paths": [str(path)], "tokenizer": {"vocab_size": 300}})
-    with pytest.raises(DatasetError, match=r"d.jsonl:1 has no string field 'text'"):
+    with pytest.raises(DatasetError, match=r"d.jsonl:1 has no field 'text'"):
         prepare(bad, tmp_path / "cache2", log=lambda _: None)
 
 

@@ -3,14 +3,16 @@ loss, packed so that attention never crosses from one sample into the next."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from shipyard.errors import DatasetError
-from shipyard.schemas.jobspec import DataSection
-from shipyard.schemas.records import check_records
+from shipyard.schemas.jobspec import DataSection, InstructionFields
+from shipyard.schemas.records import check_records, instruction_of, messages_of
 from shipyard.training import finetune
 from shipyard.training.data import prepare
 from shipyard.training.model import Transformer
@@ -105,8 +107,12 @@ def test_instruction_records_missing_a_field_are_named_by_line(tmp_path: Path) -
     section = DataSection.model_validate({"paths": [str(path)], "format": "instruction"})
     with pytest.raises(DatasetError) as caught:
         check_records(section, [path])
-    assert f"{path}:2 has no string field 'response'" in caught.value.message
+    assert f"{path}:2 has no field 'response' (its fields: answer, prompt)" in caught.value.message
     assert "data.fields.response" in (caught.value.hint or "")
+    numeric = tiny_models.write_jsonl(tmp_path / "numeric.jsonl", [{"prompt": "2+2?", "response": 4}])
+    with pytest.raises(DatasetError) as caught:  # there, but a number: said as it is, not as missing
+        check_records(section.model_copy(update={"paths": [str(numeric)]}), [numeric])
+    assert f"{numeric}:1 field 'response' is a number, not text" in caught.value.message
 
     alpaca = tiny_models.write_jsonl(
         tmp_path / "alpaca.jsonl", [{"instruction": "Name a color", "input": "", "output": "red"}]
@@ -121,3 +127,30 @@ def test_instruction_records_missing_a_field_are_named_by_line(tmp_path: Path) -
     section = DataSection.model_validate({"paths": [str(chat)], "format": "chat"})
     with pytest.raises(DatasetError, match=r"chat\.jsonl:1 has no assistant message"):
         check_records(section, [chat])
+
+
+def test_the_prompt_template_is_plain_alpaca_or_ones_own() -> None:
+    record = {"instruction": "Name a color", "input": "warm", "output": "red"}
+    named = {"prompt": "instruction", "input": "input", "response": "output"}
+    plain = instruction_of(record, InstructionFields(**named), "x:1").prompt
+    assert plain == "Name a color\n\nwarm\n\n"  # as before: a resumed job reads the same tokens
+    alpaca = instruction_of(record, InstructionFields(**named, template="alpaca"), "x:1").prompt
+    assert alpaca.endswith("### Instruction:\nName a color\n\n### Input:\nwarm\n\n### Response:\n")
+    bare = instruction_of({"prompt": "Hi", "response": "Hello"}, InstructionFields(template="alpaca"), "x:1")
+    assert "### Input" not in bare.prompt and bare.prompt.startswith("Below is an instruction")
+    own = InstructionFields(**named, template="<|user|>{prompt} ({input})<|assistant|>")
+    assert instruction_of(record, own, "x:1").prompt == "<|user|>Name a color (warm)<|assistant|>"
+    for bad, why in (("Q: {question}", "must hold {prompt}"), ("{prompt}", "the input would be lost")):
+        with pytest.raises(ValidationError, match=re.escape(why)):
+            InstructionFields(**named, template=bad)
+
+
+def test_chat_content_as_a_list_of_text_parts_is_read_and_other_parts_are_refused() -> None:
+    parts = [{"type": "text", "text": "Hello, "}, {"type": "text", "text": "there"}]
+    record = {"messages": [{"role": "user", "content": parts}, {"role": "assistant", "content": "Hi"}]}
+    assert messages_of(record, "messages", "x:1")[0] == {"role": "user", "content": "Hello, there"}
+    image = {"type": "image_url", "image_url": {"url": "http://example.invalid/a.png"}}
+    record["messages"][0]["content"] = [*parts, image]
+    with pytest.raises(DatasetError, match="neither text nor a list of text parts") as caught:
+        messages_of(record, "messages", "x:1")
+    assert "images and other parts are not trained on" in (caught.value.hint or "")

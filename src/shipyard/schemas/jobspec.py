@@ -14,6 +14,7 @@ import glob
 import itertools
 import math
 import os
+import string
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
@@ -124,6 +125,20 @@ class TokenizerSection(_Section):
     """A local Hugging Face tokenizer directory (holding tokenizer.json) instead of training one."""
 
 
+_ALPACA_HEAD = "Below is an instruction that describes a task{}. Write a response that appropriately " + (
+    "completes the request."
+)
+PROMPT_TEMPLATES = {
+    "plain": ("{prompt}\n\n{input}\n\n", "{prompt}\n\n"),
+    "alpaca": (
+        _ALPACA_HEAD.format(", paired with an input that provides further context")
+        + "\n\n### Instruction:\n{prompt}\n\n### Input:\n{input}\n\n### Response:\n",
+        _ALPACA_HEAD.format("") + "\n\n### Instruction:\n{prompt}\n\n### Response:\n",
+    ),
+}
+"""Named prompt layouts: (with an input, without one)."""
+
+
 class InstructionFields(_Section):
     """Where an instruction record keeps its parts: ``{prompt, response}`` by default; Alpaca's
     files are ``{prompt: instruction, input: input, response: output}``."""
@@ -134,6 +149,38 @@ class InstructionFields(_Section):
     """The field holding the answer the model learns to give."""
     input: FieldName | None = None
     """An optional field appended to the prompt (Alpaca's ``input``); absent or empty is fine."""
+    template: Annotated[str, Field(min_length=1, max_length=4096)] = "plain"
+    """How the model reads the prompt: ``plain`` (the prompt, a blank line, the input when there
+    is one, a blank line), ``alpaca`` (Stanford Alpaca's template), or your own text holding
+    ``{prompt}`` and, where records have an input, ``{input}`` (write other braces twice)."""
+
+    @model_validator(mode="after")
+    def _known_template(self) -> Self:
+        if self.template in PROMPT_TEMPLATES:
+            return self
+        try:
+            named = {name for _, name, _, _ in string.Formatter().parse(self.template) if name is not None}
+        except ValueError as exc:
+            raise ValueError(
+                f"template is not a format text ({exc}): write literal braces as {{{{ }}}}"
+            ) from None
+        if "prompt" not in named or not named <= {"prompt", "input"}:
+            raise ValueError(
+                f"template must hold {{prompt}} (and may hold {{input}}), not {sorted(named)}; "
+                f"or name one of: {', '.join(PROMPT_TEMPLATES)}"
+            )
+        if self.input and "input" not in named:
+            raise ValueError(
+                "template has no {input} although data.fields.input is set: the input would be lost"
+            )
+        return self
+
+    def layout(self, prompt: str, extra: str | None) -> str:
+        """The prompt as the model reads it."""
+        if self.template in PROMPT_TEMPLATES:
+            with_input, alone = PROMPT_TEMPLATES[self.template]
+            return with_input.format(prompt=prompt, input=extra) if extra else alone.format(prompt=prompt)
+        return self.template.format(prompt=prompt, input=extra or "")
 
 
 DataFormat = Literal["text", "instruction", "chat"]

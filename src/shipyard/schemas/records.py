@@ -36,7 +36,7 @@ def instruction_of(record: object, fields: InstructionFields, where: str) -> Ins
         raise _bad(
             where, f"field {fields.input!r} is not a string", "give the input as text, or leave it out"
         )
-    return Instruction(prompt=f"{prompt}\n\n{extra}\n\n" if extra else f"{prompt}\n\n", response=response)
+    return Instruction(prompt=fields.layout(prompt, extra), response=response)
 
 
 def messages_of(record: object, field: str, where: str) -> list[dict[str, str]]:
@@ -49,34 +49,72 @@ def messages_of(record: object, field: str, where: str) -> list[dict[str, str]]:
             f"has no non-empty list {field!r}",
             "give each record a `messages` list of {role, content}, or set data.messages_field",
         )
+    texts = []
     for number, message in enumerate(messages):
-        if (
-            not isinstance(message, dict)
-            or message.get("role") not in ROLES
-            or not isinstance(message.get("content"), str)
-        ):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
             raise _bad(
                 where,
                 f"message {number} is not {{role, content}} with a role of {', '.join(ROLES)}",
                 'write each message as {"role": "user", "content": "..."}',
             )
-    if not any(m["role"] == "assistant" for m in messages):
+        text = _content(message.get("content"))
+        if text is None:
+            raise _bad(
+                where,
+                f"message {number}'s content is neither text nor a list of text parts",
+                'give it as "..." or [{"type": "text", "text": "..."}]; images and other parts are not '
+                "trained on: drop them from the record",
+            )
+        texts.append({"role": message["role"], "content": text})
+    if not any(m["role"] == "assistant" for m in texts):
         raise _bad(
             where, "has no assistant message: nothing to learn from", "drop the record or add the answer"
         )
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
+    return texts
 
 
 def _text(record: dict[str, Any], field: str, where: str, setting: str) -> str:
     value = record.get(field)
-    if not isinstance(value, str):
-        present = ", ".join(sorted(record)[:8]) or "none"
+    if isinstance(value, str):
+        return value
+    if field in record:  # there, but not text: say what it is, not that it is missing
         raise _bad(
             where,
-            f"has no string field {field!r} (its fields: {present})",
-            f"set {setting} to the field that holds it",
+            f"field {field!r} is {json_kind(value)}, not text",
+            f"write it as a JSON string, or set {setting} to the field that holds the text",
         )
-    return value
+    present = ", ".join(sorted(record)[:8]) or "none"
+    raise _bad(
+        where, f"has no field {field!r} (its fields: {present})", f"set {setting} to the field that holds it"
+    )
+
+
+def json_kind(value: object) -> str:
+    """A JSON value's kind in words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def _content(content: object) -> str | None:
+    """A message's text: a string, or the OpenAI form's list of parts whose text parts are joined;
+    None when it is neither (a part that is not text included)."""
+    if isinstance(content, str):
+        return content
+    if (
+        isinstance(content, list)
+        and content
+        and all(
+            isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+            for p in content
+        )
+    ):
+        return "".join(part["text"] for part in content)
+    return None
 
 
 def _bad(where: str, problem: str, hint: str) -> DatasetError:

@@ -21,6 +21,7 @@ import torch
 
 from shipyard.errors import DatasetError
 from shipyard.schemas.jobspec import DataSection
+from shipyard.schemas.records import json_kind
 from shipyard.storage.digests import digest_of
 from shipyard.training._atomic import staged_directory
 
@@ -58,9 +59,14 @@ def _jsonl_documents(path: Path, text_field: str) -> Iterator[str]:
                 ) from None
             text = record.get(text_field) if isinstance(record, dict) else None
             if not isinstance(text, str):
+                there = isinstance(record, dict) and text_field in record
                 raise DatasetError(
-                    f"{path}:{number} has no string field {text_field!r}",
-                    hint="set data.text_field to the field that holds the text",
+                    f"{path}:{number} field {text_field!r} is {json_kind(text)}, not text"
+                    if there
+                    else f"{path}:{number} has no field {text_field!r}",
+                    hint="write it as a JSON string"
+                    if there
+                    else "set data.text_field to the field that holds the text",
                 )
             if text.strip():
                 yield text
