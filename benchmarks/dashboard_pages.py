@@ -44,6 +44,7 @@ from sqlalchemy import insert, select, text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from benchmarks.api_load import stop_agent  # noqa: E402
 from benchmarks.own_postgres import Postgres  # noqa: E402
 from shipyard import audit  # noqa: E402
 from shipyard.client import Client  # noqa: E402
@@ -414,6 +415,8 @@ def main() -> None:
         results = timed_pages(url, pages, args.rounds)
         live_results = watchers.results()
     finally:
+        _end_training(url)
+        stop_agent(home)  # the server started it; it must not outlive the run
         server.terminate()
         server.wait(timeout=60)
         if postgres:
@@ -441,6 +444,18 @@ def main() -> None:
     print(f"worst page p95 {worst:.1f} ms (target < {TARGET_MS:.0f}), usage 30 days p95 {usage_worst:.1f} ms "
           f"(< {USAGE_TARGET_MS:.0f}), live points p95 {live_p95:.1f} ms (< {LIVE_TARGET_MS:.0f}): "
           f"{'met' if summary['met'] else 'NOT met'}")  # fmt: skip
+
+
+def _end_training(url: str) -> None:
+    """Cancel the job that trained during the run and wait for it to end (at most 90 s)."""
+    with contextlib.suppress(Exception), Client.login(url, "admin", PASSWORD)[0] as root:
+        running = [job.id for job in root.list_jobs("running", limit=10) if job.name == "watched"]
+        for job_id in running:
+            root.cancel_job(job_id)
+        deadline = time.monotonic() + 90
+        while running and time.monotonic() < deadline:
+            running = [j for j in running if root.get_job(j).state == "running"]
+            time.sleep(1)
 
 
 if __name__ == "__main__":
