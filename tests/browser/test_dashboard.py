@@ -475,6 +475,7 @@ def test_another_site_cannot_sign_a_browser_in_as_its_attacker(site: Server, bro
 def test_every_page_fits_a_phone_and_follows_a_dark_system_theme(site: Server, browser: Any) -> None:
     with Client.login(site.url, "admin", site.admin_password)[0] as root:
         job_id = root.submit_job(spec_dict("phone", training={"steps": 4})).id
+        other = root.submit_job(spec_dict("phone-b", training={"steps": 6, "seq_len": 32})).id
         models = root.list_models()
     context = browser.new_context(
         viewport={"width": 390, "height": 844}, color_scheme="dark", bypass_csp=True
@@ -482,7 +483,11 @@ def test_every_page_fits_a_phone_and_follows_a_dark_system_theme(site: Server, b
     page = context.new_page()
     try:
         sign_in(page, site, "admin", site.admin_password)
-        paths = [path for _, path, _ in NAV] + [f"/jobs/{job_id}", "/submit"]
+        paths = [path for _, path, _ in NAV] + [
+            f"/jobs/{job_id}",
+            "/submit",
+            f"/compare?job={job_id}&job={other}",
+        ]
         paths += [f"/models/{m.name}?project={m.project}" for m in models[:1]]
         for path in paths:
             page.goto(f"{site.url}{path}")
