@@ -254,12 +254,16 @@ def submit(site: Site, history: History, steps: int) -> str:
     return job
 
 
+def unfinished_jobs(client: Client) -> list[Any]:
+    return [j for j in client.list_jobs(limit=1000) if j.state in ("queued", "running")]
+
+
 def workload(site: Site, history: History, jobs: int, live: int, steps: int, done: threading.Event) -> None:
     """Keep ``live`` jobs queued or running until ``jobs`` were submitted; cancel every sixth
     early on; promote the models of finished jobs."""
     count = 0
     while count < jobs:
-        active = [j for j in site.call(lambda c: c.list_jobs(limit=1000)) if j.state in ("queued", "running")]
+        active = site.call(unfinished_jobs)
         for _ in range(live - len(active)):
             if count >= jobs:
                 break
@@ -563,10 +567,11 @@ def run(
                 at = time.strftime("%H:%M:%S")
                 print(f"{at} fault {injected}/{faults}: {kind} {nemesis.target}", file=sys.stderr, flush=True)
                 nemesis.target = ""
-            elif (finished.is_set() or kind not in ("train", "hang")) and rng.random() < 0.2:
-                # Nothing to strike of this kind for now: the next kind. A training process is
-                # waited for while the workload runs (between jobs there may be none a moment;
-                # a short run that moved on lost its only hang).
+            elif kind not in ("train", "hang") and rng.random() < 0.2:
+                attempts += 1  # nothing to strike of this kind for now: the next kind
+            elif kind in ("train", "hang") and finished.is_set() and not site.call(unfinished_jobs):
+                # A training process is waited for while any job may still train (between steps
+                # or jobs there may be none a moment): only an idle site moves on without one.
                 attempts += 1
         worker.join()
         final = wait_all_done(site, 1800)
