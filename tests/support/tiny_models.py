@@ -15,7 +15,48 @@ CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-FAMILIES = ("llama", "qwen2", "mistral")
+LLAMA_SHAPE: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+    "tie_word_embeddings": False,
+}
+FAMILY_SHAPES: dict[str, dict[str, Any]] = {
+    "llama": LLAMA_SHAPE,
+    "qwen2": LLAMA_SHAPE,
+    "mistral": LLAMA_SHAPE,
+    "gemma": {**LLAMA_SHAPE, "head_dim": 16},
+    "gemma2": {**LLAMA_SHAPE, "head_dim": 16},
+    "phi3": LLAMA_SHAPE,
+    "gpt_neox": {**LLAMA_SHAPE, "num_key_value_heads": None},
+    "olmo": LLAMA_SHAPE,
+    "stablelm": LLAMA_SHAPE,
+    "qwen3": {**LLAMA_SHAPE, "head_dim": 16},
+    # Their own spellings: no intermediate size (4 x hidden), GPT-2's Conv1D projections, Falcon's
+    # one shared key/value head.
+    "gpt2": {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 256, "tie_word_embeddings": False},
+    "falcon": {
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 256,
+        "tie_word_embeddings": False,
+    },
+    "opt": {
+        "hidden_size": 64,
+        "ffn_dim": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "word_embed_proj_dim": 64,
+        "max_position_embeddings": 256,
+    },
+}
+FAMILIES = tuple(FAMILY_SHAPES)
+"""Every family fine-tuned through ``jobs submit``: those users bring most, and two (GPT-2,
+Falcon) whose configs spell their shape otherwise."""
 VOCAB = 512
 
 
@@ -45,21 +86,12 @@ def tokenizer(folder: Path) -> Any:
 
 
 def config(family: str, vocab_size: int, **overrides: Any) -> Any:
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+    from transformers import AutoConfig
 
-    shape: dict[str, Any] = {
-        "vocab_size": vocab_size,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 256,
-        "tie_word_embeddings": False,
-    }
-    shape.update(overrides)
-    classes = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}
-    return classes[family](**shape)
+    shape = {key: value for key, value in FAMILY_SHAPES[family].items() if value is not None}
+    # A tiny vocabulary holds none of the family's own special token ids.
+    specials = {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+    return AutoConfig.for_model(family, vocab_size=vocab_size, **specials, **{**shape, **overrides})
 
 
 def build(folder: Path, family: str, seed: int = 0, **overrides: Any) -> Path:

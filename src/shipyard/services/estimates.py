@@ -14,9 +14,8 @@ import statistics
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -31,13 +30,14 @@ from shipyard.planner.calibration import CALIBRATION, Calibration
 from shipyard.planner.shapes import shape_of
 from shipyard.planner.training import TrainingPlan, host_op_us, plan_training
 from shipyard.planner.workload import LayoutRequest, Recompute, TrainingWorkload, cluster_of
-from shipyard.schemas.documents import describe_error, read_document_file
+from shipyard.schemas.documents import read_document_file
 from shipyard.schemas.jobspec import (
     ActivationCheckpointingSection,
     FinetuneSection,
     JobSpec,
     ParallelismSection,
 )
+from shipyard.schemas.model_config import model_shape
 from shipyard.schemas.presets import PRESETS, ModelArch
 from shipyard.schemas.runtime import FUSED_NORM_VENDORS, runs_on_shipyard_llama
 from shipyard.services.base_models import QLORA_VENDOR
@@ -47,43 +47,18 @@ def job_arch(spec: JobSpec) -> ModelArch:
     """The architecture a job trains: its preset, or the config of the model it fine-tunes."""
     if not spec.model.path:
         return PRESETS[spec.model.preset or ""].with_vocab(spec.data.tokenizer.vocab_size)
-    config_path = Path(spec.model.path) / "config.json"
-    hint = "give a folder written by save_pretrained or a Shipyard export"
+    where = f"model.path {spec.model.path}: config.json"
     try:
-        text = read_document_file(config_path, what="model config")
-        shape = HFShape.model_validate_json(text)
-    except ValidationError as exc:
-        problems = "; ".join(describe_error(error, HFShape) for error in exc.errors())
-        raise InvalidSpec(f"model.path {spec.model.path}: config.json {problems}", hint=hint) from None
+        text = read_document_file(Path(spec.model.path) / "config.json", what="model config")
+        config = json.loads(text)
     except ShipyardError as exc:
-        raise InvalidSpec(f"model.path {spec.model.path}: {exc.message}", hint=hint) from None
-    return ModelArch(
-        dim=shape.hidden_size,
-        n_layers=shape.num_hidden_layers,
-        n_heads=shape.num_attention_heads,
-        n_kv_heads=shape.num_key_value_heads or shape.num_attention_heads,
-        ffn_dim=shape.intermediate_size,
-        vocab_size=shape.vocab_size,
-        tie_embeddings=shape.tie_word_embeddings,
-    )
-
-
-Size = Annotated[int, Field(strict=True, gt=0, le=1 << 24)]
-
-
-class HFShape(BaseModel):
-    """What the planner reads of a Hugging Face ``config.json``: typed and bounded, since the
-    file is the caller's (the rest of it is the model's own business)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    hidden_size: Size
-    num_hidden_layers: Size
-    num_attention_heads: Size
-    num_key_value_heads: Size | None = None
-    intermediate_size: Size
-    vocab_size: Size
-    tie_word_embeddings: bool = False
+        raise InvalidSpec(
+            f"model.path {spec.model.path}: {exc.message}",
+            hint="give a folder written by save_pretrained or a Shipyard export",
+        ) from None
+    except ValueError as exc:
+        raise InvalidSpec(f"{where}: Invalid JSON ({exc})", hint="restore the model's config.json") from None
+    return model_shape(config, where).arch()
 
 
 def on_shipyard_llama(spec: JobSpec) -> bool:

@@ -17,7 +17,7 @@ from torch import nn
 
 from shipyard.errors import InvalidSpec
 from shipyard.schemas.jobspec import JobSpec
-from shipyard.schemas.presets import PRESETS, ModelArch
+from shipyard.schemas.presets import PRESETS
 from shipyard.training import finetune, hf
 from shipyard.training.data import TokenizedData
 from shipyard.training.model import Transformer
@@ -171,19 +171,7 @@ def build_optimizer(
 def describe(spec: JobSpec, model: TrainedModel, trainable_only: bool) -> dict[str, object]:
     """What a checkpoint holds, for ``checkpoint.json``: enough to refuse at submit a resume onto
     another model or method, without torch."""
-    if isinstance(model, Transformer):
-        arch = model.arch
-    else:
-        config = model.model.config
-        heads = int(config.num_attention_heads)
-        arch = ModelArch(
-            dim=int(config.hidden_size),
-            n_layers=int(config.num_hidden_layers),
-            n_heads=heads,
-            n_kv_heads=int(getattr(config, "num_key_value_heads", None) or heads),
-            ffn_dim=int(config.intermediate_size),
-            vocab_size=int(config.vocab_size),
-        )
+    arch = model.arch if isinstance(model, Transformer) else model.shape.arch()
     shape = {name: getattr(arch, name) for name in CHECKPOINT_SHAPE_FIELDS}
     return {
         "format": "dcp",

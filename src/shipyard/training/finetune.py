@@ -19,6 +19,7 @@ from torch import nn
 from shipyard.errors import InvalidSpec
 from shipyard.schemas.jobspec import FinetuneSection, JobSpec
 from shipyard.schemas.launch import MERGED_DIR
+from shipyard.schemas.model_config import model_shape
 from shipyard.schemas.runtime import runs_on_shipyard_llama
 from shipyard.training._atomic import staged_directory
 from shipyard.training.hf import copy_tokenizer, write_weights
@@ -43,8 +44,10 @@ class CausalLM(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
-        config = model.config
-        self.max_seq_len = int(getattr(config, "max_position_embeddings", 1 << 20))
+        config: Any = model.config
+        self.max_seq_len = int(getattr(config, "max_position_embeddings", None) or 1 << 20)
+        self.shape = model_shape(config.to_dict(), "config.json")
+        self.attention = str(getattr(config, "_attn_implementation", None) or "default")
 
     def forward(
         self, tokens: torch.Tensor, targets: torch.Tensor | None = None, positions: torch.Tensor | None = None
@@ -67,11 +70,9 @@ class CausalLM(nn.Module):
     def flops_per_token(self, seq_len: int) -> float:
         """6 FLOPs per weight and token for a fully trained model; with frozen weights the
         backward pass skips their weight gradients (4 per weight), as the planner counts."""
-        config = self.model.config
         trainable = sum(p.numel() for p in self.parameters() if p.requires_grad)
         frozen = self.num_params() - trainable
-        hidden = int(config.hidden_size)
-        attention = 12 * int(config.num_hidden_layers) * hidden * seq_len
+        attention = 12 * self.shape.num_hidden_layers * self.shape.hidden_size * seq_len
         return 6 * trainable + 4 * frozen + attention
 
 
@@ -87,7 +88,8 @@ def load(folder: Path, spec: JobSpec, device: torch.device, precision: str) -> C
             f"model.path {folder} cannot be read as a Hugging Face model: {str(exc).splitlines()[0][:300]}",
             hint="give a folder that save_pretrained wrote (config.json + weights)",
         ) from None
-    kwargs: dict[str, Any] = {"local_files_only": True, "attn_implementation": "sdpa"}
+    attention = attention_implementation(config)
+    kwargs: dict[str, Any] = {"local_files_only": True, "attn_implementation": attention}
     if finetune.method == "qlora":
         kwargs["quantization_config"] = _nf4(precision)
         kwargs["device_map"] = {"": device}
@@ -95,13 +97,13 @@ def load(folder: Path, spec: JobSpec, device: torch.device, precision: str) -> C
         # fp32 master weights (autocast computes in 16 bits), or bf16 frozen weights under LoRA.
         frozen_16 = finetune.method == "lora" and precision == "bf16"
         kwargs["dtype"] = torch.bfloat16 if frozen_16 else torch.float32
-    try:
-        model: Any = AutoModelForCausalLM.from_pretrained(str(folder), config=config, **kwargs)
-    except ValueError as exc:
+    if causal_lm_class(config) is None:
         raise InvalidSpec(
-            f"model.path {folder} is not a causal language model ({type(config).__name__})",
-            hint="fine-tune a decoder model (Llama, Qwen2, Mistral, Gemma, Phi, ...)",
-        ) from exc
+            f"model.path {folder} holds a {config.model_type} model, which transformers has no "
+            f"causal language model class for ({type(config).__name__})",
+            hint="fine-tune a decoder model (Llama, Qwen2, Mistral, Gemma, Phi, GPT-2, Falcon, ...)",
+        )
+    model: Any = AutoModelForCausalLM.from_pretrained(str(folder), config=config, **kwargs)
     # Activation checkpointing is applied to the decoder's blocks as to Shipyard's own (parallelize.py).
     model.config.use_cache = False
     if finetune.method in ("lora", "qlora"):
@@ -109,6 +111,20 @@ def load(folder: Path, spec: JobSpec, device: torch.device, precision: str) -> C
     if finetune.method != "qlora":
         model = model.to(device)
     return CausalLM(model)
+
+
+def causal_lm_class(config: Any) -> type[nn.Module] | None:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    found: Any = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
+    return found if isinstance(found, type) else None
+
+
+def attention_implementation(config: Any) -> str:
+    """PyTorch's fused attention where the model's class supports it, else the model's own
+    eager attention (Gemma 2's soft-capped logits have no fused kernel)."""
+    found = causal_lm_class(config)
+    return "sdpa" if found is not None and getattr(found, "_supports_sdpa", False) else "eager"
 
 
 def _nf4(precision: str) -> Any:
@@ -122,22 +138,24 @@ def _nf4(precision: str) -> Any:
     )
 
 
-def linear_names(model: nn.Module) -> list[str]:
-    """The distinct last names of the model's linear layers, the output head aside: what
-    ``lora.target_modules`` may name."""
-    names = {
-        name.rsplit(".", 1)[-1]
-        for name, module in model.named_modules()
-        if isinstance(module, nn.Linear) and not name.endswith("lm_head")
-    }
-    return sorted(names)
+def projections(model: nn.Module) -> dict[str, type[nn.Module]]:
+    """The distinct last names of the model's projections, the output head aside, with their
+    kind: what ``lora.target_modules`` may name. GPT-2's are ``transformers``' ``Conv1D`` (a linear
+    layer with its weight transposed), everyone else's ``nn.Linear``."""
+    from transformers.pytorch_utils import Conv1D
+
+    found: dict[str, type[nn.Module]] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, Conv1D)) and not name.endswith("lm_head"):
+            found[name.rsplit(".", 1)[-1]] = Conv1D if isinstance(module, Conv1D) else nn.Linear
+    return dict(sorted(found.items()))
 
 
 def _with_adapters(model: nn.Module, finetune: FinetuneSection, qlora: bool) -> nn.Module:
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
-    present = linear_names(model)
-    targets = finetune.lora.target_modules or present
+    present = projections(model)
+    targets = finetune.lora.target_modules or list(present)
     missing = [t for t in targets if t not in present]
     if missing:
         raise InvalidSpec(
@@ -154,6 +172,8 @@ def _with_adapters(model: nn.Module, finetune: FinetuneSection, qlora: bool) -> 
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
         target_modules=list(targets),
+        # Conv1D keeps its weight as (in, out): PEFT must transpose what it adds to it.
+        fan_in_fan_out=any(present[t] is not nn.Linear for t in targets),
         use_dora=lora.dora,
         bias="none",
         task_type="CAUSAL_LM",

@@ -324,7 +324,12 @@ class Trainer:
         spec, d, t = self.spec, self.dist, self.spec.training
         total, n_params = t.total_steps, self.raw_model.num_params()
         trained = sum(p.numel() for p in self.raw_model.parameters() if p.requires_grad)
-        method = f"{spec.method} fine-tuning, {trained / 1e6:.2f}M trained; " if spec.method else ""
+        attention = getattr(self.raw_model, "attention", None)
+        method = (
+            f"{spec.method} fine-tuning, {trained / 1e6:.2f}M trained, {attention} attention; "
+            if spec.method
+            else ""
+        )
         self.log(
             f"model: {n_params / 1e6:.2f}M parameters ({spec.model.preset or spec.model.path}), {method}"
             f"vocab {self.data.vocab_size}; {self.data.n_tokens:,} tokens; precision {self.precision}; "
