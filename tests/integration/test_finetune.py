@@ -265,14 +265,49 @@ def test_the_planned_memory_of_full_and_lora_fine_tuning_is_within_15_percent_of
 
 @pytest.mark.slow
 @pytest.mark.parametrize("parallelism", ["ddp", "fsdp"])
-def test_lora_on_two_processes_matches_one_with_the_same_global_batch(
+def test_lora_on_two_processes_matches_one_large_batch_token_for_token(
     tmp_path: Path, bases: dict[str, Path], datasets: dict[str, Path], parallelism: str
 ) -> None:
+    # Prompt-masked, padded rows: micro-batches train different numbers of tokens. The step's
+    # loss and gradients are those of one batch of all its rows, as Trainer and torchtune weigh.
     spec = finetune_spec(bases["qwen2"], datasets["instruction"], "instruction", lora={"dropout": 0.0})
-    spec["training"].update(steps=3, parallelism=parallelism)
+    rows = spec["training"]["global_batch_tokens"] // spec["training"]["seq_len"]
+    spec["training"].update(steps=3, parallelism=parallelism, micro_batch_size=rows)
     one = run_runtime(tmp_path / "one", tmp_path / "cache", spec)
+    spec["training"]["micro_batch_size"] = 2  # and so several micro-steps on each of the two ranks
     two = run_runtime(tmp_path / "two", tmp_path / "cache", spec, world=2)
     assert [m["loss"] for m in metrics(two, "train")] == pytest.approx(
-        [m["loss"] for m in metrics(one, "train")], rel=1e-4
+        [m["loss"] for m in metrics(one, "train")], rel=1e-5
+    )
+    assert [m["grad_norm"] for m in metrics(two, "train")] == pytest.approx(
+        [m["grad_norm"] for m in metrics(one, "train")], rel=1e-4
     )
     assert (two / "export" / "adapter_model.safetensors").is_file()
+
+
+def test_early_stopping_ends_the_job_with_its_reason_and_exports_the_best_eval(
+    cli: Cli, tmp_path: Path, bases: dict[str, Path], datasets: dict[str, Path]
+) -> None:
+    from safetensors.torch import load_file
+
+    # No eval can beat the untrained model by 100: the best stays at step 0, and after two evals
+    # without improvement the job stops and exports step 0's weights, the base's own.
+    spec = finetune_spec(bases["llama"], datasets["instruction"], "instruction", "patient", method="full")
+    spec["training"].update(steps=40, eval_interval=2, early_stopping={"patience": 2, "min_delta": 100})
+    done = submit(cli, tmp_path, spec)
+    assert done["state"] == "succeeded", done
+    detail = cli.json("jobs", "show", done["id"])
+    assert detail["message"].startswith("stopped early at step 4: eval loss did not improve for 2 evals")
+    assert "exported step 0" in detail["message"]
+    assert max(m["step"] for m in metrics(Path(detail["run_dir"]), "train")) == 4
+    [version] = cli.json("models", "list", "patient")
+    exported = load_file(str(Path(version["path"]) / "model.safetensors"))
+    base = load_file(str(bases["llama"] / "model.safetensors"))
+    assert exported.keys() == base.keys()
+    for name, tensor in base.items():
+        assert torch.equal(exported[name], tensor.float()), name
+
+    # Eval every step against none: refused at submit, saying what to set.
+    spec["training"]["eval_interval"] = 0
+    refused = submit(cli, tmp_path, spec, check=False)
+    assert refused.returncode == 1 and "set eval_interval" in refused.stderr

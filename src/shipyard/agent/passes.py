@@ -738,7 +738,7 @@ def _how_it_ended(
         hung = (attempt.health or {}).get("hang")
         return _Ended(JobState.FAILED, ExitReason.HANG, JobState.FAILED, hung, hint)
     if result is not None and result.status == "completed":
-        return _Ended(JobState.SUCCEEDED, ExitReason.COMPLETED, JobState.SUCCEEDED)
+        return _Ended(JobState.SUCCEEDED, ExitReason.COMPLETED, JobState.SUCCEEDED, result.message)
     if isinstance(status, Exited) and status.engine_ended == "withdrawn":
         withdrawn = "cancelled while its engine held it in its queue, before it started"
         return _Ended(JobState.CANCELLED, ExitReason.CANCELLED, JobState.CANCELLED, withdrawn)

@@ -482,6 +482,15 @@ def total_steps(steps: int | None, tokens: int | None, global_batch_tokens: int)
     return math.ceil(tokens / global_batch_tokens)
 
 
+class EarlyStoppingSection(_Section):
+    """Stop when the eval loss has stopped improving, and export the best model seen."""
+
+    patience: Annotated[int, Field(gt=0, le=10_000)]
+    """Evals in a row without improvement after which the job stops."""
+    min_delta: Annotated[float, Field(ge=0, le=1e6)] = 0.0
+    """How much lower than the best so far an eval loss must be to count as an improvement."""
+
+
 class TrainingSection(_Section):
     steps: Annotated[int, Field(gt=0, le=MAX_STEPS)] | None = None
     """Optimizer steps; give this or ``tokens``."""
@@ -503,6 +512,9 @@ class TrainingSection(_Section):
     """Steps between eval-loss measurements; 0 evaluates at the start and the end only."""
     eval_batches: Annotated[int, Field(gt=0, le=1 << 20)] = 8
     """Micro-batches of held-out data per eval-loss measurement."""
+    early_stopping: EarlyStoppingSection | None = None
+    """``{patience: K}``: stop once K evals in a row did not improve on the best eval loss, and
+    export the checkpoint of the best one (needs ``eval_interval``)."""
     log_interval: Annotated[int, Field(gt=0, le=MAX_STEPS)] = 1
     """Steps between metric records (loss, tokens/s, MFU, memory)."""
     compile: bool | Literal["auto"] = "auto"
@@ -519,6 +531,11 @@ class TrainingSection(_Section):
     def _length(self) -> Self:
         if (self.steps is None) == (self.tokens is None):
             raise ValueError("give exactly one of `steps` or `tokens`")
+        if self.early_stopping is not None and not self.eval_interval:
+            raise ValueError(
+                "early_stopping watches the eval loss, which eval_interval 0 measures only at the "
+                "start and the end; set eval_interval (steps between evals)"
+            )
         tokens_per_micro = self.micro_batch_size * self.seq_len
         if self.global_batch_tokens % tokens_per_micro:
             raise ValueError(

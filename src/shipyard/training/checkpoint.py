@@ -93,6 +93,8 @@ class Checkpointer:
         self.keep = keep
         self.trainable_only = trainable_only
         """Adapters: the trained parameters alone (and their optimizer state), not the frozen base."""
+        self.kept: set[str] = set()
+        """Checkpoints never pruned, by folder name: early stopping's best."""
         self._pending: Future[None] | None = None
         """The checkpoint being written in the background: done once it is committed."""
         self._stager: Any = None
@@ -237,7 +239,8 @@ class Checkpointer:
     def _prune(self) -> None:
         steps = sorted(p for p in self.directory.glob("step_*") if ".tmp" not in p.name)
         for old in steps[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+            if old.name not in self.kept:
+                shutil.rmtree(old, ignore_errors=True)
 
     def _state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[Any, Any]:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict

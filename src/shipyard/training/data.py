@@ -371,6 +371,10 @@ class TokenWindows:
         ids = [self.train_window_id(first_sample + i) for i in range(size)]
         return _split(np.stack([self._window(i) for i in ids]))
 
+    def trained_units(self, batch: tuple[torch.Tensor, ...]) -> int:
+        """Every target of a window is trained."""
+        return batch[1].numel()
+
     def eval_batch(self, index: int, size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``index``-th eval batch (wrapping around a small eval split)."""
         ids = [self.eval_window_id(index * size + i) for i in range(size)]

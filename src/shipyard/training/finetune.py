@@ -60,9 +60,10 @@ class CausalLM(nn.Module):
         logits: torch.Tensor = self.model(input_ids=tokens, **extra).logits
         if targets is None:
             return logits
-        return nn.functional.cross_entropy(
-            logits.float().view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE
-        )
+        # A sum over a clamped count: a micro-batch that trains no token (all prompt) is 0, not NaN.
+        flat = logits.float().view(-1, logits.shape[-1])
+        total = nn.functional.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE, reduction="sum")
+        return total / (targets != IGNORE).sum().clamp(min=1)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -208,6 +208,10 @@ class SampleRows:
             rows.append(self._train_rows[int(self._epoch_cache[1][position])])
         return self._batch(rows)
 
+    def trained_units(self, batch: tuple[torch.Tensor, ...]) -> int:
+        """The targets that carry a loss (not prompt, not padding)."""
+        return int((batch[1] != IGNORE).sum())
+
     def eval_batch(self, index: int, size: int) -> tuple[torch.Tensor, ...]:
         return self._batch([self._eval_rows[(index * size + i) % self.n_eval] for i in range(size)])
 

@@ -4,6 +4,7 @@ gradient accumulation, clip, step, log; evaluate and checkpoint on their interva
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -81,6 +82,19 @@ def tokenizer_dir(spec: JobSpec) -> Path | None:
 
 
 @dataclass
+class BestEval:
+    """What early stopping watches: the lowest eval loss so far, the step and checkpoint that
+    hold it, and the evals since. Kept in every checkpoint, so a resumed run stops where an
+    uninterrupted one would."""
+
+    loss: float = math.inf
+    step: int = 0
+    checkpoint: str | None = None
+    """The folder name of its checkpoint, among the job's."""
+    stale: int = 0
+
+
+@dataclass
 class Trainer:
     plan: LaunchPlan
     out: TextIO = field(default_factory=lambda: sys.stdout)
@@ -95,6 +109,7 @@ class Trainer:
         """Whether this attempt has appended a metrics line yet."""
         self.data_wait_s = 0.0
         """Seconds the last step waited for its batches (a job starved on input shows it here)."""
+        self.best = BestEval()
 
     def log(self, message: str) -> None:
         if self.dist.is_main:
@@ -204,6 +219,9 @@ class Trainer:
             if spec.training.optimizer.state_dtype == "bf16":
                 moments_in_bf16(self.optimizer)
             self.scheduler.load_state_dict(state["scheduler"])
+            self.best = BestEval(**state.get("best_eval") or {})
+            if self.best.checkpoint:
+                self.checkpointer.kept.add(self.best.checkpoint)
             self.start_step = self.pulse.step = state["step"]
             rngs = state["rng_by_rank"]
             checkpoint.set_rng_state(rngs[d.rank % len(rngs)])
@@ -265,6 +283,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "samples_seen": step * t.global_batch_tokens // t.seq_len,
             "base_digest": self.base_digest,
+            "best_eval": dataclasses.asdict(self.best),
         }
         description = {**describe(self.spec, self.raw_model, self.adapters), "base_digest": self.base_digest}
         path = self.checkpointer.save(
@@ -294,15 +313,20 @@ class Trainer:
         # Summed on the device: reading each micro-step's loss would make the host wait for the GPU
         # before it could queue the next micro-step's kernels.
         loss_sum = torch.zeros((), device=d.device)
-        self.data_wait_s = 0.0
-        for m in range(accum):
-            reading = time.perf_counter()
-            batch = self.windows.train_batch(first + m * micro, micro)
-            self.data_wait_s += time.perf_counter() - reading
+        reading = time.perf_counter()
+        batches = [self.windows.train_batch(first + m * micro, micro) for m in range(accum)]
+        self.data_wait_s = time.perf_counter() - reading
+        # The step's loss is the mean over all its trained tokens, on every micro-batch and rank,
+        # as one large batch's: a micro-batch of mostly prompt or padding weighs by what it trains.
+        # DDP and FSDP average the ranks' gradients, hence the data-parallel degree.
+        units = [self.windows.trained_units(batch) for batch in batches]
+        (step_units,) = parallel.all_reduce_sum([float(sum(units))], d)
+        step_units = max(1.0, step_units / d.tp)  # a tensor-parallel group reads the same batch
+        for m, batch in enumerate(batches):
             self.faults.before_forward(step + 1, d.rank, micro)
             with no_sync(self.model, last_micro_step=m == accum - 1), self.loss_context():
                 with self.autocast():
-                    loss = self.model(*self.to_device(*batch)) / accum
+                    loss = self.model(*self.to_device(*batch)) * (units[m] * d.dp_size / step_units)
                 if m == accum - 1:  # what comes next, the last backward, waits for the other ranks
                     if d.device.type == "cuda":
                         torch.cuda.synchronize()
@@ -349,7 +373,7 @@ class Trainer:
                 world_size=d.world_size,
                 flops_per_token=flops_per_token,
             )
-            self.evaluate(0)
+            self.watch_eval(0, self.evaluate(0))
         return n_params
 
     def _train(self, stop: StopSignal) -> AttemptResult:
@@ -358,7 +382,7 @@ class Trainer:
         flops_per_token = self.raw_model.flops_per_token(t.seq_len)
         peak = plan.peak_tflops_bf16 if self.precision in ("bf16", "fp16") else plan.peak_tflops_fp32
         peak_flops = peak * 1e12 * d.world_size
-        n_params = self._announce(flops_per_token)
+        self._announce(flops_per_token)
 
         # 4. The loop: step, log, evaluate, stop if asked, checkpoint.
         step, train_start, loss = self.start_step, time.perf_counter(), float("nan")
@@ -391,22 +415,66 @@ class Trainer:
                     f"step {step}/{total} | loss {loss:.4f} | lr {lr:.2e} | "
                     f"{tokens_per_s:,.0f} tok/s | mfu {mfu:.2%} | eta {(total - step) * elapsed:.0f}s"
                 )
-            if t.eval_interval and step % t.eval_interval == 0 and step < total:
-                self.evaluate(step)
+            evaluates = t.eval_interval and step % t.eval_interval == 0 and step < total
+            if evaluates and self.watch_eval(step, self.evaluate(step)):
+                return self._finish(step, loss, stopped_early=True)
+            # Early stopping may have checkpointed this step already.
+            saved = self.best.step == step and self.best.checkpoint is not None
             if parallel.any_rank(stop.requested, d) or step == plan.stop_at_step:
+                if saved:
+                    self.checkpointer.close()
+                written = self.checkpointer.directory / str(self.best.checkpoint)
                 return AttemptResult(
                     status="cancelled",
                     step=step,
-                    checkpoint=str(self.save_checkpoint(step, last=True)),
+                    checkpoint=str(written if saved else self.save_checkpoint(step, last=True)),
                     message=f"stopped after step {step} of {total}; resume with --resume",
                 )
-            if spec.checkpoint.interval and step % spec.checkpoint.interval == 0 and step < total:
+            interval = spec.checkpoint.interval
+            if interval and step % interval == 0 and step < total and not saved:
                 self.save_checkpoint(step, background=True)
+        return self._finish(step, loss)
+
+    def watch_eval(self, step: int, loss: float) -> bool:
+        """Early stopping: note an improved eval loss, checkpointing its weights (kept whatever
+        ``checkpoint.keep`` says); True when ``patience`` evals in a row have not improved."""
+        rule = self.spec.training.early_stopping
+        if rule is None:
+            return False
+        if loss < self.best.loss - rule.min_delta:
+            self.best = BestEval(loss=loss, step=step)
+            path = self.save_checkpoint(step)
+            self.best.checkpoint = path.name
+            self.checkpointer.kept.add(path.name)
+            return False
+        self.best.stale += 1
+        return self.best.stale >= rule.patience
+
+    def _finish(self, step: int, loss: float, stopped_early: bool = False) -> AttemptResult:
+        """Final eval, checkpoint and Hugging Face export; an early stop exports its best eval's
+        weights, read back from their checkpoint."""
+        d, t = self.dist, self.spec.training
+        message = None
 
         # 5. The end: final eval, checkpoint and Hugging Face export, assembled one tensor at a
         # time from the shards (no process holds the whole model).
-        eval_loss = self.evaluate(step)
-        path = self.save_checkpoint(step, last=True)
+        if stopped_early and self.best.checkpoint is not None:
+            self.checkpointer.wait()
+            path = self.checkpointer.directory / self.best.checkpoint
+            self.checkpointer.load(path, self.raw_model, self.optimizer)
+            self.checkpointer.close()
+            eval_loss = self.best.loss
+            rule = t.early_stopping
+            message = (
+                f"stopped early at step {step}: eval loss did not improve for "
+                f"{rule.patience if rule else 0} evals; exported step {self.best.step}, "
+                f"whose eval loss {eval_loss:.4f} was the best"
+            )
+            self.log(message)
+            self.record(kind="early_stop", step=step, best_step=self.best.step, best_loss=eval_loss)
+        else:
+            eval_loss = self.evaluate(step)
+            path = self.save_checkpoint(step, last=True)
         export_dir = self.run_dir / EXPORT_DIR
         self.pulse.enter("export")
         tensors = parallelize.full_tensors(self.raw_model, d, trainable_only=self.adapters)
@@ -421,9 +489,14 @@ class Trainer:
         return AttemptResult(
             status="completed",
             step=step,
+            message=message,
             checkpoint=str(path),
             export_dir=str(export_dir),
-            summary={"train_loss": loss, "eval_loss": eval_loss, "params": float(n_params)},
+            summary={
+                "train_loss": loss,
+                "eval_loss": eval_loss,
+                "params": float(self.raw_model.num_params()),
+            },
             lineage=self.lineage(),
         )
 
