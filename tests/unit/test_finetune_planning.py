@@ -26,6 +26,7 @@ QWEN2_7B = {
     "num_attention_heads": 28,
     "num_key_value_heads": 4,
     "vocab_size": 152064,
+    "tie_word_embeddings": False,  # as Qwen2.5-7B's config.json says (left out, it would be tied)
 }
 
 
