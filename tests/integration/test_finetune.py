@@ -5,6 +5,7 @@ models are built from configs with tokenizers trained on local text (tests/suppo
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import yaml
 from shipyard.storage.digests import folder_digest
 from tests.builders import spec_dict
 from tests.conftest import Cli
-from tests.integration.test_runtime import metrics, run_runtime
+from tests.integration.test_runtime import final_weights, metrics, run_runtime
 from tests.support import tiny_models
 from tests.support.checkpoints import checkpoint_tensors, final_checkpoint
 
@@ -311,3 +312,91 @@ def test_early_stopping_ends_the_job_with_its_reason_and_exports_the_best_eval(
     spec["training"]["eval_interval"] = 0
     refused = submit(cli, tmp_path, spec, check=False)
     assert refused.returncode == 1 and "set eval_interval" in refused.stderr
+
+
+def test_dpo_on_an_sft_version_through_jobs_submit_logs_rewards_and_names_its_base(
+    cli: Cli, tmp_path: Path, bases: dict[str, Path], datasets: dict[str, Path]
+) -> None:
+    sft = finetune_spec(bases["llama"], datasets["instruction"], "instruction", "sft", method="full")
+    sft["training"]["steps"] = 3
+    assert submit(cli, tmp_path, sft)["state"] == "succeeded"
+    pairs = tiny_models.write_jsonl(tmp_path / "pairs.jsonl", tiny_models.preference_records(240))
+
+    spec = finetune_spec(bases["llama"], pairs, "preference", "aligned", method="dpo", dpo={"beta": 0.1})
+    spec["model"] = {"version": "sft"}
+    spec["data"]["eval_fraction"] = 0.2  # 48 held-out pairs
+    spec["training"].update(steps=10, eval_interval=5)
+    done = submit(cli, tmp_path, spec)
+    assert done["state"] == "succeeded", done
+    run = Path(cli.json("jobs", "show", done["id"])["run_dir"])
+    train, evals = metrics(run, "train"), metrics(run, "eval")
+    # The adapters start at zero: the policy is its reference, and DPO's loss is ln 2.
+    assert train[0]["loss"] == pytest.approx(math.log(2), abs=1e-6)
+    assert evals[0]["loss"] == pytest.approx(math.log(2), abs=1e-6)
+    # Below ln 2 on the held-out pairs: the chosen answers' margin over the rejected ones grew
+    # (by Jensen, a mean loss under ln 2 means a positive mean margin).
+    assert evals[-1]["loss"] < math.log(2) and evals[-1]["reward_margin"] > 0
+    assert {"reward_chosen", "reward_rejected", "logps_chosen"} <= set(train[-1])
+    assert "dpo fine-tuning" in cli.run("jobs", "logs", done["id"]).stdout
+
+    lineage = cli.json("models", "show", "aligned:1")
+    assert lineage["method"] == "dpo" and lineage["base_model"] == "default/sft:1"
+    assert lineage["adapter"]["rank"] == 16
+    export = Path(cli.json("models", "list", "aligned")[0]["path"])
+    assert (export / "adapter_model.safetensors").is_file()
+    assert cli.json("generate", "aligned", "--prompt", "What colors are sky and coal?")["tokens"] > 0
+
+    # Checked at submit like the other formats: a bad pair by its line, and the format and the
+    # method go together.
+    bad = tmp_path / "bad-pairs.jsonl"
+    wrong = {"prompt": "p", "chosen": 3, "rejected": "x"}
+    bad.write_text("".join(json.dumps(r) + "\n" for r in [*tiny_models.preference_records(1), wrong]))
+    refused = submit(cli, tmp_path, {**spec, "data": {**spec["data"], "paths": [str(bad)]}}, check=False)
+    assert refused.returncode == 1
+    assert "bad-pairs.jsonl:2 chosen is a number and rejected is text" in refused.stderr
+    mismatched = finetune_spec(bases["llama"], datasets["instruction"], "instruction", "x", method="dpo")
+    refused = submit(cli, tmp_path, mismatched, check=False)
+    assert refused.returncode == 1 and "preference pairs train with finetune.method dpo" in refused.stderr
+
+
+@pytest.mark.parametrize("loss", ["sigmoid", "ipo"])
+def test_full_dpo_resumed_equals_an_uninterrupted_run(
+    tmp_path: Path, bases: dict[str, Path], loss: str
+) -> None:
+    pairs = tiny_models.write_jsonl(tmp_path / "pairs.jsonl", tiny_models.preference_records(120))
+    dpo = {"weights": "full", "loss": loss}
+    spec = finetune_spec(bases["qwen2"], pairs, "preference", method="dpo", dpo=dpo)
+    spec["training"].update(steps=4, global_batch_tokens=8 * 64)
+    straight = run_runtime(tmp_path / "straight", tmp_path / "cache", spec)
+    stopped = run_runtime(tmp_path / "stopped", tmp_path / "cache", spec, stop_at=2)
+    result = json.loads((stopped / "result.json").read_text())
+    resumed = run_runtime(
+        tmp_path / "resumed", tmp_path / "cache", spec, resume_from=Path(result["checkpoint"])
+    )
+    # The reference is the base's frozen copy, read again by the resumed attempt: the same losses.
+    losses = [m["loss"] for m in metrics(straight, "train")]
+    assert [m["loss"] for m in metrics(resumed, "train")] == losses[2:]
+    first = losses[0]
+    assert first == pytest.approx(math.log(2) if loss == "sigmoid" else (1 / (2 * 0.1)) ** 2, rel=1e-5)
+    a, b = final_weights(straight), final_weights(resumed)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert (straight / "export" / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("weights", "parallelism"), [("lora", "ddp"), ("full", "fsdp")])
+def test_dpo_on_two_processes_matches_one_large_batch(
+    tmp_path: Path, bases: dict[str, Path], weights: str, parallelism: str
+) -> None:
+    # A step's loss is the mean over all its pairs, on every micro-batch and rank.
+    pairs = tiny_models.write_jsonl(tmp_path / "pairs.jsonl", tiny_models.preference_records(120))
+    dpo = {"weights": weights}
+    spec = finetune_spec(bases["qwen2"], pairs, "preference", method="dpo", dpo=dpo, lora={"dropout": 0.0})
+    spec["training"].update(steps=3, global_batch_tokens=8 * 64, micro_batch_size=8, parallelism=parallelism)
+    one = run_runtime(tmp_path / "one", tmp_path / "cache", spec)
+    spec["training"]["micro_batch_size"] = 2
+    two = run_runtime(tmp_path / "two", tmp_path / "cache", spec, world=2)
+    for key in ("loss", "reward_margin", "reward_accuracy"):
+        assert [m[key] for m in metrics(two, "train")] == pytest.approx(
+            [m[key] for m in metrics(one, "train")], abs=1e-5
+        )

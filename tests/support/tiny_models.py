@@ -128,6 +128,17 @@ def instruction_records(count: int, seed: int = 0) -> list[dict[str, str]]:
     return out
 
 
+def preference_records(count: int, seed: int = 0) -> list[dict[str, str]]:
+    """``{prompt, chosen, rejected}`` pairs: the right colors chosen over two others."""
+    rng = random.Random(seed)
+    colors = sorted(set(COLORS.values()))
+    pairs = []
+    for r in instruction_records(count, seed):
+        wrong = " and ".join(rng.sample(colors, 2))
+        pairs.append({"prompt": r["prompt"] + "\n", "chosen": r["response"], "rejected": wrong})
+    return pairs
+
+
 def chat_records(count: int, seed: int = 0) -> list[dict[str, Any]]:
     return [
         {

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from shipyard.errors import DatasetError
 from shipyard.schemas.jobspec import DataSection, InstructionFields
-from shipyard.schemas.records import check_records, instruction_of, messages_of
+from shipyard.schemas.records import check_records, instruction_of, messages_of, preference_of
 from shipyard.training import finetune
 from shipyard.training.data import prepare
 from shipyard.training.model import Transformer
@@ -33,7 +33,8 @@ def _rows(
     path = tiny_models.write_jsonl(tmp_path / "data.jsonl", records)
     section = DataSection.model_validate({"paths": [str(path)], **data})
     prepared = prepare(section, tmp_path / "cache", log=lambda _: None, tokenizer_dir=tokenizer_dir)
-    return SampleRows(prepared.directory, prepared.pad_id, 64, 0.1, 0, section.packing)
+    pairs = section.format == "preference"
+    return SampleRows(prepared.directory, prepared.pad_id, 64, 0.1, 0, section.packing, pairs=pairs)
 
 
 def test_instruction_prompts_carry_no_loss_and_the_response_ends_with_eos(
@@ -154,3 +155,52 @@ def test_chat_content_as_a_list_of_text_parts_is_read_and_other_parts_are_refuse
     with pytest.raises(DatasetError, match="neither text nor a list of text parts") as caught:
         messages_of(record, "messages", "x:1")
     assert "images and other parts are not trained on" in (caught.value.hint or "")
+
+
+def test_preference_pairs_stay_together_chosen_first_with_only_the_completions_trained(
+    tmp_path: Path, tokenizer_dir: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    pairs = tiny_models.preference_records(40)
+    rows = _rows(tmp_path, tokenizer_dir, pairs, format="preference", packing=True)
+    assert not rows.packing  # pairs are never packed
+    tokens, targets = rows.train_batch(0, 3)
+    assert tokens.shape == (6, 64) and rows.trained_units((tokens, targets)) == 3
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    for chosen, rejected in zip(range(0, 6, 2), range(1, 6, 2), strict=True):
+        texts = [tokenizer.decode(targets[r][targets[r] != IGNORE]) for r in (chosen, rejected)]
+        # The same prompt in both rows, no loss on it; each completion ends with the end token.
+        prompt = tokens[chosen][: (targets[chosen] != IGNORE).nonzero()[0, 0] + 1]
+        assert torch.equal(tokens[rejected][: len(prompt)], prompt)
+        record = next(p for p in pairs if p["chosen"] + tokenizer.eos_token == texts[0])
+        assert texts[1] == record["rejected"] + tokenizer.eos_token
+
+
+@pytest.mark.parametrize(
+    ("record", "message"),
+    [
+        ({"prompt": "p", "chosen": "a"}, "has no field 'rejected'"),
+        ({"prompt": "p", "chosen": 1, "rejected": "b"}, "chosen is a number and rejected is text"),
+        ({"chosen": "a", "rejected": "b"}, "has no field 'prompt'"),
+        (
+            {
+                "chosen": [{"role": "user", "content": "q"}],
+                "rejected": [{"role": "assistant", "content": "a"}],
+            },
+            "chosen has no assistant turn",
+        ),
+    ],
+)
+def test_a_bad_preference_pair_is_named_with_its_fix(record: dict[str, object], message: str) -> None:
+    with pytest.raises(DatasetError, match=re.escape(message)):
+        preference_of(record, "pairs.jsonl:7")
+
+
+def test_conversation_pairs_share_their_prompt_as_trl_reads_them() -> None:
+    user = {"role": "user", "content": "What colors are sky and coal?"}
+    good, bad = {"role": "assistant", "content": "blue and black"}, {"role": "assistant", "content": "red"}
+    implicit = preference_of({"chosen": [user, good], "rejected": [user, bad]}, "x")
+    explicit = preference_of({"prompt": [user], "chosen": [good], "rejected": [bad]}, "x")
+    assert implicit == explicit and implicit.chat
+    assert implicit.prompt == [user] and implicit.chosen == [good]

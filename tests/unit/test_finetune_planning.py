@@ -58,3 +58,34 @@ def test_full_fine_tuning_that_fits_nowhere_names_the_methods_that_would(tmp_pat
     lora = estimate_job(_spec(tmp_path, "lora", "rtx-4090"), node, catalog())  # type: ignore[arg-type]
     qlora = estimate_job(_spec(tmp_path, "qlora", "rtx-4090"), node, catalog())  # type: ignore[arg-type]
     assert qlora["memory_gib_per_device"] < lora["memory_gib_per_device"] < rtx.memory_gib
+
+
+def test_full_dpo_counts_its_reference_copy_and_lora_dpo_none(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(QWEN2_7B))
+    (tmp_path / "pairs.jsonl").write_text('{"prompt": "p", "chosen": "a", "rejected": "b"}\n')
+    big = Device(
+        accelerator_type="cpu", index=0, name="cpu", vendor="cpu",
+        memory_gib=4096.0, peak_bf16_tflops=1.0, peak_fp32_tflops=1.0,
+    )  # fmt: skip
+    cpu = [NodeInventory(id="node", devices=(big,))]
+
+    def memory(method: str, **dpo: object) -> dict[str, float]:
+        fmt = "preference" if method == "dpo" else "text"
+        document = spec_dict(
+            model={"preset": None, "path": str(tmp_path)},
+            finetune={"method": method, "dpo": dpo},
+            data={"paths": [str(tmp_path / "pairs.jsonl")], "format": fmt},
+            training={"steps": 10, "precision": "bf16", "micro_batch_size": 1, "seq_len": 512,
+                      "global_batch_tokens": 512},
+        )  # fmt: skip
+        estimate = estimate_job(validate_job_spec(document), cpu, catalog())  # type: ignore[arg-type]
+        found: dict[str, float] = estimate["memory"]
+        return found
+
+    full, dpo = memory("full"), memory("dpo", weights="full")
+    params = 7_615_616_512  # Qwen2.5-7B's, as its config describes it
+    assert dpo["weights_gib"] - full["weights_gib"] == pytest.approx(params * 2 / 2**30, rel=0.01)
+    assert dpo["activations_gib"] > full["activations_gib"]  # two sequences a pair
+    simpo = memory("dpo", weights="full", loss="simpo")  # reference-free
+    assert simpo["weights_gib"] == pytest.approx(full["weights_gib"])
+    assert memory("dpo", weights="lora")["weights_gib"] == pytest.approx(memory("lora")["weights_gib"])

@@ -150,7 +150,8 @@ def test_fine_tuning_settings_are_checked_in_the_spec() -> None:
     assert validate_job_spec(spec_dict()).method is None  # a preset: pre-training
     for bad, words in (
         ({"finetune": {"lora": {"rank": 0}}, "model": tuned}, "finetune.lora.rank"),
-        ({"finetune": {"method": "dpo"}, "model": tuned}, "'full', 'lora' or 'qlora'"),
+        ({"finetune": {"method": "sft"}, "model": tuned}, "'full', 'lora', 'qlora' or 'dpo'"),
+        ({"finetune": {"method": "dpo"}, "model": tuned}, "preference pairs train with finetune.method dpo"),
         ({"finetune": {"method": "lora"}}, "give `model.path`, not a preset"),
         ({"data": {"paths": ["x.jsonl"], "format": "chat"}}, "fine-tunes an existing model"),
     ):

@@ -110,6 +110,8 @@ def training_memory(
         frozen_bytes = model.params * WEIGHT_BYTES[workload.precision]
     else:
         frozen_bytes = 0.0
+    if workload.reference_weights:
+        frozen_bytes += model.params * WEIGHT_BYTES[workload.precision]
     weights = frozen_bytes / shard + trainable * WEIGHT_BYTES[workload.precision]
     gradients = trainable * GRADIENT_BYTES[workload.precision]
     optimizer = trainable * OPTIMIZER_BYTES[workload.optimizer][mixed]

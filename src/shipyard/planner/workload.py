@@ -55,6 +55,9 @@ class TrainingWorkload:
     lora_rank: int = 16
     lora_dropout: bool = True
     """Dropout on the adapters' inputs (PEFT's default setting keeps a copy of each)."""
+    reference_weights: bool = False
+    """Preference tuning of every weight: a frozen copy of the starting weights is the reference
+    (under LoRA the reference is the base with the adapters off, which costs nothing)."""
     flash_attention: bool = True
     """Attention kernels that never store the s x s scores (FlashAttention, SDPA, xformers; since
     2022). Without them Korthikanti's 5*a*s/h term is stored and the scores cost memory traffic."""

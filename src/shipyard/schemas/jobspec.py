@@ -183,7 +183,7 @@ class InstructionFields(_Section):
         return self.template.format(prompt=prompt, input=extra or "")
 
 
-DataFormat = Literal["text", "instruction", "chat"]
+DataFormat = Literal["text", "instruction", "chat", "preference"]
 
 
 class DataSection(_Section):
@@ -198,7 +198,9 @@ class DataSection(_Section):
     format: DataFormat = "text"
     """``text``: plain text or JSONL ``text_field`` records, a stream of tokens. ``instruction``:
     JSONL records with a prompt and a response (see ``fields``). ``chat``: JSONL records with a
-    list of ``{role, content}`` messages, rendered with the model's chat template."""
+    list of ``{role, content}`` messages, rendered with the model's chat template. ``preference``:
+    JSONL pairs for ``finetune.method: dpo``, ``{prompt, chosen, rejected}`` as text, or as
+    message lists (``chosen``/``rejected`` the assistant's turns, ``prompt`` optional)."""
     text_field: FieldName = "text"
     """The field holding the text in JSONL records."""
     fields: InstructionFields = InstructionFields()
@@ -611,7 +613,26 @@ class LoraSection(_Section):
     """Weight-decomposed adapters (DoRA, Liu et al. 2024): a learned magnitude per output."""
 
 
-FinetuneMethod = Literal["full", "lora", "qlora"]
+FinetuneMethod = Literal["full", "lora", "qlora", "dpo"]
+TrainedWeights = Literal["full", "lora", "qlora"]
+PreferenceLoss = Literal["sigmoid", "ipo", "simpo"]
+
+
+class DpoSection(_Section):
+    """Preference tuning on ``{prompt, chosen, rejected}`` pairs (``data.format: preference``)."""
+
+    weights: TrainedWeights = "lora"
+    """What is trained: ``lora`` adapters (the reference is the base with them switched off, as
+    TRL does, with no second copy in memory), ``qlora``, or ``full`` (with a frozen copy of the
+    starting weights as the reference)."""
+    beta: Annotated[float, Field(gt=0, le=100)] = 0.1
+    """How far the policy may move from the reference (DPO's β; IPO's τ)."""
+    loss: PreferenceLoss = "sigmoid"
+    """``sigmoid``: DPO (Rafailov et al. 2023); ``ipo``: IPO's squared loss on per-token log
+    ratios (Azar et al. 2023, as TRL computes it); ``simpo``: SimPO's reference-free loss on
+    length-normalized log-likelihoods with a margin (Meng et al. 2024), which loads no reference."""
+    simpo_gamma: Annotated[float, Field(ge=0, le=100)] = 0.5
+    """``simpo``: the target margin γ between chosen and rejected rewards."""
 
 
 class FinetuneSection(_Section):
@@ -619,7 +640,10 @@ class FinetuneSection(_Section):
 
     method: FinetuneMethod = "lora"
     """``full`` trains every weight; ``lora`` trains low-rank adapters beside frozen weights;
-    ``qlora`` does so over 4-bit NF4 weights (bitsandbytes, NVIDIA GPUs)."""
+    ``qlora`` does so over 4-bit NF4 weights (bitsandbytes, NVIDIA GPUs); ``dpo`` tunes on
+    preference pairs, training what ``dpo.weights`` says."""
+    dpo: DpoSection = DpoSection()
+    """``dpo``: the weights it trains, β and the loss."""
     lora: LoraSection = LoraSection()
     """The adapters of ``lora`` and ``qlora``."""
     gradient_checkpointing: bool = False
@@ -706,6 +730,11 @@ class JobSpec(_Section):
     def _finetune_needs_a_model(self) -> Self:
         if self.finetune is not None and not self.model.pretrained:
             raise ValueError("`finetune` adapts an existing model: give `model.path`, not a preset")
+        if (self.method == "dpo") != (self.data.format == "preference"):
+            raise ValueError(
+                f"finetune.method {self.method!r} with data.format {self.data.format!r}: preference "
+                "pairs train with finetune.method dpo, and dpo trains on them; give both or neither"
+            )
         if self.data.format != "text" and not self.model.pretrained:
             raise ValueError(
                 f"data.format {self.data.format!r} fine-tunes an existing model: give `model.path`"
@@ -755,6 +784,20 @@ class JobSpec(_Section):
         if not self.model.pretrained:
             return None
         return self.finetune.method if self.finetune else "full"
+
+    @property
+    def weights(self) -> TrainedWeights | None:
+        """What training changes: every weight (``full``), or adapters beside frozen (``lora``) or
+        4-bit (``qlora``) ones; None pre-trains. DPO trains what ``finetune.dpo.weights`` says."""
+        method = self.method
+        if method == "dpo" and self.finetune is not None:
+            return self.finetune.dpo.weights
+        return None if method is None or method == "dpo" else method
+
+    @property
+    def adapters(self) -> bool:
+        """Whether training changes adapters only: checkpoints then hold them alone."""
+        return self.weights in ("lora", "qlora")
 
 
 def stored_job_spec(document: dict[str, Any]) -> JobSpec:

@@ -1,4 +1,4 @@
-"""Fine-tuning records: what an ``instruction`` or ``chat`` JSONL line must hold.
+"""Fine-tuning records: what an ``instruction``, ``chat`` or ``preference`` JSONL line must hold.
 
 One reader for both sides: the submit check walks every line of the dataset with it (a missing
 field names its line before the job queues), and the runtime reads the same parts from it.
@@ -39,7 +39,7 @@ def instruction_of(record: object, fields: InstructionFields, where: str) -> Ins
     return Instruction(prompt=fields.layout(prompt, extra), response=response)
 
 
-def messages_of(record: object, field: str, where: str) -> list[dict[str, str]]:
+def messages_of(record: object, field: str, where: str, needs_answer: bool = True) -> list[dict[str, str]]:
     if not isinstance(record, dict):
         raise _bad(where, "is not a JSON object", "each line must be one object")
     messages = record.get(field)
@@ -66,11 +66,80 @@ def messages_of(record: object, field: str, where: str) -> list[dict[str, str]]:
                 "trained on: drop them from the record",
             )
         texts.append({"role": message["role"], "content": text})
-    if not any(m["role"] == "assistant" for m in texts):
+    if needs_answer and not any(m["role"] == "assistant" for m in texts):
         raise _bad(
             where, "has no assistant message: nothing to learn from", "drop the record or add the answer"
         )
     return texts
+
+
+@dataclass(frozen=True, slots=True)
+class Preference:
+    """A preference pair: the prompt and two completions, as text or as message lists (TRL's
+    "standard" and "conversational" forms)."""
+
+    prompt: str | list[dict[str, str]]
+    chosen: str | list[dict[str, str]]
+    rejected: str | list[dict[str, str]]
+
+    @property
+    def chat(self) -> bool:
+        return isinstance(self.chosen, list)
+
+
+PAIR_HINT = (
+    'write each pair as {"prompt": "...", "chosen": "...", "rejected": "..."}, or with message '
+    'lists: {"prompt": [user turns], "chosen": [{"role": "assistant", ...}], "rejected": [...]}'
+)
+
+
+def preference_of(record: object, where: str) -> Preference:
+    if not isinstance(record, dict):
+        raise _bad(where, "is not a JSON object", "each line must be one object")
+    chosen, rejected = record.get("chosen"), record.get("rejected")
+    if isinstance(chosen, str) and isinstance(rejected, str):
+        text = _text(record, "prompt", where, "a prompt field")
+        return Preference(prompt=text, chosen=chosen, rejected=rejected)
+    if isinstance(chosen, list) and isinstance(rejected, list):
+        chosen_turns = messages_of(record, "chosen", where, needs_answer=False)
+        rejected_turns = messages_of(record, "rejected", where, needs_answer=False)
+        prompt: list[dict[str, str]]
+        if "prompt" in record:
+            prompt = messages_of(record, "prompt", where, needs_answer=False)
+        else:  # TRL's implicit prompt: the turns both conversations share
+            shared = 0
+            while shared < min(len(chosen_turns), len(rejected_turns)) - 1:
+                if chosen_turns[shared] != rejected_turns[shared]:
+                    break
+                shared += 1
+            prompt, chosen_turns, rejected_turns = (
+                chosen_turns[:shared],
+                chosen_turns[shared:],
+                rejected_turns[shared:],
+            )
+        for name, turns in (("chosen", chosen_turns), ("rejected", rejected_turns)):
+            if not any(m["role"] == "assistant" for m in turns):
+                raise _bad(where, f"{name} has no assistant turn: nothing to prefer", PAIR_HINT)
+        return Preference(prompt=prompt, chosen=chosen_turns, rejected=rejected_turns)
+    for name, value in (("chosen", chosen), ("rejected", rejected)):
+        if value is None:
+            present = ", ".join(sorted(record)[:8]) or "none"
+            raise _bad(where, f"has no field {name!r} (its fields: {present})", PAIR_HINT)
+    raise _bad(
+        where,
+        f"chosen is {json_kind(chosen) if not isinstance(chosen, str) else 'text'} and rejected is "
+        f"{json_kind(rejected) if not isinstance(rejected, str) else 'text'}: a pair is two texts or "
+        "two message lists",
+        PAIR_HINT,
+    )
+
+
+def conversation_pairs(files: list[Path]) -> bool:
+    """Whether a preference dataset's pairs are conversations (its first record says)."""
+    for path in files:
+        for _, record in records(path):
+            return isinstance(record, dict) and isinstance(record.get("chosen"), list)
+    return False
 
 
 def _text(record: dict[str, Any], field: str, where: str, setting: str) -> str:
@@ -137,8 +206,8 @@ def records(path: Path) -> Iterator[tuple[str, object]]:
 
 
 def check_records(data: DataSection, files: list[Path]) -> int:
-    """Read every record of an ``instruction`` or ``chat`` dataset as the runtime will, raising
-    on the first bad line; returns how many there are."""
+    """Read every record of an ``instruction``, ``chat`` or ``preference`` dataset as the runtime
+    will, raising on the first bad line; returns how many there are."""
     if data.format == "text":
         return 0
     count = 0
@@ -170,6 +239,8 @@ def _checked_file(
     for where, record in records(Path(path)):
         if format == "instruction":
             instruction_of(record, fields, where)
+        elif format == "preference":
+            preference_of(record, where)
         else:
             messages_of(record, messages_field, where)
         count += 1

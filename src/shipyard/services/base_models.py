@@ -13,6 +13,7 @@ from shipyard.errors import InvalidSpec, Unschedulable
 from shipyard.hardware.catalog import Catalog
 from shipyard.schemas.jobspec import JobSpec
 from shipyard.schemas.launch import CHECKPOINT_BASE_FILE, checkpoint_description
+from shipyard.schemas.records import conversation_pairs
 from shipyard.storage.digests import folder_digest
 
 CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
@@ -33,9 +34,9 @@ def check_base_model(spec: JobSpec, catalog: Catalog) -> None:
             f"model.path {folder} holds a {architectures[0]}, not a causal language model",
             hint="fine-tune a decoder model (its config.json names a ...ForCausalLM architecture)",
         )
-    if spec.method == "qlora":
+    if spec.weights == "qlora":
         _refuse_qlora_without_cuda(spec, catalog)
-    if spec.finetune and spec.method != "full" and spec.finetune.lora.target_modules:
+    if spec.finetune and spec.adapters and spec.finetune.lora.target_modules:
         present = linear_layer_names(folder)
         missing = [t for t in spec.finetune.lora.target_modules if t not in present]
         if present and missing:
@@ -43,7 +44,8 @@ def check_base_model(spec: JobSpec, catalog: Catalog) -> None:
                 f"finetune.lora.target_modules {missing} are not layers of {folder}",
                 hint=f"its linear layers are {', '.join(sorted(present))}",
             )
-    if spec.data.format == "chat":
+    conversations = spec.data.format == "preference" and conversation_pairs(spec.data.files())
+    if spec.data.format == "chat" or conversations:
         tokenizer = Path(spec.data.tokenizer.path or folder)
         if not has_chat_template(tokenizer):
             raise InvalidSpec(

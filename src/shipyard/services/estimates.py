@@ -78,15 +78,20 @@ def job_workload(spec: JobSpec) -> TrainingWorkload:
     arch = job_arch(spec)
     t = spec.training
     shape = shape_of(arch)
-    method = spec.method
+    weights = spec.weights
+    # A preference pair is two sequences (chosen and rejected), each run through the policy and
+    # (but for SimPO) the reference: the planner sees twice the rows.
+    rows = 2 if spec.method == "dpo" else 1
+    full_dpo = spec.method == "dpo" and weights == "full" and _loss(spec) != "simpo"
     return TrainingWorkload(
         model=shape,
-        kind="pretrain" if method is None else "finetune" if method == "full" else method,
+        kind="pretrain" if weights is None else "finetune" if weights == "full" else weights,
         lora_rank=spec.finetune.lora.rank if spec.finetune else 16,
         lora_dropout=bool(spec.finetune and spec.finetune.lora.dropout > 0),
+        reference_weights=full_dpo,
         seq_len=t.seq_len,
-        global_batch_tokens=t.global_batch_tokens,
-        tokens=float(t.total_steps * t.global_batch_tokens),
+        global_batch_tokens=t.global_batch_tokens * rows,
+        tokens=float(t.total_steps * t.global_batch_tokens * rows),
         # Autocast keeps fp32 master weights: 16 bytes per parameter, as mixed-precision Adam.
         precision="fp32" if t.precision == "fp32" else "bf16",
         optimizer="adamw-bf16" if t.optimizer.state_dtype == "bf16" else "adamw",
@@ -98,6 +103,10 @@ def job_workload(spec: JobSpec) -> TrainingWorkload:
         eval_every_steps=t.eval_interval,
         eval_steps=t.eval_batches * t.micro_batch_size * t.seq_len / t.global_batch_tokens,
     )
+
+
+def _loss(spec: JobSpec) -> str | None:
+    return spec.finetune.dpo.loss if spec.finetune is not None and spec.method == "dpo" else None
 
 
 def runtime_request(spec: JobSpec) -> LayoutRequest:
@@ -113,7 +122,7 @@ def runtime_request(spec: JobSpec) -> LayoutRequest:
         zero=zero,
         recompute=recompute,
         recompute_every=every if recompute == "full" else 1,
-        micro_batch=t.micro_batch_size,
+        micro_batch=t.micro_batch_size * (2 if spec.method == "dpo" else 1),
         interleave=1,
         zero_choices=(0, 3),
     )
@@ -268,7 +277,7 @@ def _cpu_has_bf16_tiles(cpu: AcceleratorSpec) -> bool:
     return (cpu.tflops.bf16 or 0) >= 4 * (cpu.tflops.fp32 or math.inf)
 
 
-METHOD_WORDS = {"full": "full fine-tuning", "lora": "lora", "qlora": "qlora"}
+METHOD_WORDS = {"full": "full fine-tuning", "lora": "lora", "qlora": "qlora", "dpo": "dpo"}
 
 
 def _estimate(
@@ -378,7 +387,7 @@ def memory_levers(spec: JobSpec) -> str:
     levers = []
     if spec.activation_checkpointing.mode not in ("auto", "full"):
         levers.append("training.activation_checkpointing: full")
-    if spec.method in (None, "full") and t.optimizer.state_dtype != "bf16":  # adapters: state is small
+    if spec.weights in (None, "full") and t.optimizer.state_dtype != "bf16":  # adapters: state is small
         levers.append("training.optimizer.state_dtype: bf16")
     return f"set {' and '.join(levers)}; " if levers else ""
 

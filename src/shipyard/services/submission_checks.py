@@ -235,7 +235,7 @@ def check_resume_shape(spec: JobSpec, checkpoint: Path) -> None:
         "ffn_dim": arch.ffn_dim,
     }
     differ = [f"{k} {written['model'].get(k)} -> {v}" for k, v in now.items() if written["model"].get(k) != v]
-    adapters = spec.method in ("lora", "qlora")
+    adapters = spec.adapters
     if bool(written.get("adapters_only")) != adapters:
         what = {True: "adapters", False: "every weight"}
         differ.append(f"trained {what[bool(written.get('adapters_only'))]} -> {what[adapters]}")

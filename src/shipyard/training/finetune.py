@@ -79,7 +79,7 @@ class CausalLM(nn.Module):
 
 def load(folder: Path, spec: JobSpec, device: torch.device, precision: str) -> CausalLM:
     """The model of ``folder`` on ``device``, ready to train with the spec's method."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoConfig
 
     finetune = spec.finetune or FinetuneSection(method="full")
     try:
@@ -90,28 +90,53 @@ def load(folder: Path, spec: JobSpec, device: torch.device, precision: str) -> C
             hint="give a folder that save_pretrained wrote (config.json + weights)",
         ) from None
     attention = attention_implementation(config)
-    kwargs: dict[str, Any] = {"local_files_only": True, "attn_implementation": attention}
-    if finetune.method == "qlora":
-        kwargs["quantization_config"] = _nf4(precision)
-        kwargs["device_map"] = {"": device}
-    else:
-        # fp32 master weights (autocast computes in 16 bits), or bf16 frozen weights under LoRA.
-        frozen_16 = finetune.method == "lora" and precision == "bf16"
-        kwargs["dtype"] = torch.bfloat16 if frozen_16 else torch.float32
+    weights = spec.weights or "full"
     if causal_lm_class(config) is None:
         raise InvalidSpec(
             f"model.path {folder} holds a {config.model_type} model, which transformers has no "
             f"causal language model class for ({type(config).__name__})",
             hint="fine-tune a decoder model (Llama, Qwen2, Mistral, Gemma, Phi, GPT-2, Falcon, ...)",
         )
+    model = _pretrained(folder, config, attention, weights, device, precision)
+    if weights in ("lora", "qlora"):
+        model = _with_adapters(model, finetune, qlora=weights == "qlora")
+    if weights != "qlora":
+        model = model.to(device)
+    if spec.method != "dpo":
+        return CausalLM(model)
+    from shipyard.training.preference import PreferenceModel
+
+    # The reference: under adapters, the base with them switched off (no second copy); for every
+    # weight trained, a frozen copy of the starting ones; SimPO needs none.
+    settings = finetune.dpo
+    needs_copy = weights == "full" and settings.loss != "simpo"
+    reference = _pretrained(folder, config, attention, "reference", device, precision) if needs_copy else None
+    return PreferenceModel(model, settings, reference)
+
+
+def _pretrained(
+    folder: Path, config: Any, attention: str, weights: str, device: torch.device, precision: str
+) -> Any:
+    """The folder's model as ``weights`` trains it: fp32 master weights (autocast computes in 16
+    bits), bf16 frozen weights under LoRA, 4-bit ones under QLoRA; a frozen reference in the
+    precision it computes in."""
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {"local_files_only": True, "attn_implementation": attention}
+    if weights == "qlora":
+        kwargs["quantization_config"] = _nf4(precision)
+        kwargs["device_map"] = {"": device}
+    else:
+        frozen_16 = weights in ("lora", "reference") and precision == "bf16"
+        kwargs["dtype"] = torch.bfloat16 if frozen_16 else torch.float32
     model: Any = AutoModelForCausalLM.from_pretrained(str(folder), config=config, **kwargs)
     # Activation checkpointing is applied to the decoder's blocks as to Shipyard's own (parallelize.py).
     model.config.use_cache = False
-    if finetune.method in ("lora", "qlora"):
-        model = _with_adapters(model, finetune, qlora=finetune.method == "qlora")
-    if finetune.method != "qlora":
-        model = model.to(device)
-    return CausalLM(model)
+    if weights == "reference":
+        model.requires_grad_(False)
+        model.eval()
+        model.to(device)
+    return model
 
 
 def causal_lm_class(config: Any) -> type[nn.Module] | None:
@@ -192,7 +217,7 @@ def trainable_state(model: nn.Module, state: dict[str, torch.Tensor]) -> dict[st
 def export(
     model: CausalLM,
     tensors: Iterable[tuple[str, torch.Tensor]],
-    finetune: FinetuneSection | None,
+    spec: JobSpec,
     base_dir: Path,
     tokenizer_dir: Path,
     out: Path,
@@ -200,7 +225,7 @@ def export(
     """Write ``out``: the adapter folder PEFT loads (and, with ``merge``, the merged model in
     ``out/merged``), or the full fine-tuned model, with the tokenizer; atomically. A full model's
     weights go to disk as they are gathered, one file's worth at a time."""
-    adapters = finetune is not None and finetune.method != "full"
+    adapters, finetune = spec.adapters, spec.finetune
     with staged_directory(out) as staging:
         if adapters:
             model.model.save_pretrained(str(staging), state_dict=dict(tensors), safe_serialization=True)

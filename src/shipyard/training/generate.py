@@ -108,7 +108,7 @@ def _load(folder: Path, raw: bool) -> tuple[Transformer | CausalLM, Encode, Deco
     def encode(text: str) -> list[int]:
         if trained_on == "instruction" and not raw:
             text = instruction_of({"prompt": text, "response": ""}, InstructionFields(), "--prompt").prompt
-        if raw or trained_on == "instruction" or not has_chat_template(hf_tokenizer):
+        if raw or trained_on in ("instruction", "text") or not has_chat_template(hf_tokenizer):
             return list(hf_tokenizer(text)["input_ids"])
         turn = [{"role": "user", "content": text}]
         rendered = hf_tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)

@@ -19,7 +19,7 @@ import torch
 
 from shipyard.errors import DatasetError
 from shipyard.schemas.jobspec import DataSection
-from shipyard.schemas.records import instruction_of, messages_of, records
+from shipyard.schemas.records import Preference, instruction_of, messages_of, preference_of, records
 
 IGNORE = -100
 """The target of a token that carries no loss (cross-entropy's default ``ignore_index``)."""
@@ -61,6 +61,9 @@ def encode_samples(
         )
     for path in files:
         for where, record in records(path):
+            if data.format == "preference":
+                yield from _preference_pair(tokenizer, preference_of(record, where), where)
+                continue
             if data.format == "instruction":
                 parts = instruction_of(record, data.fields, where)
                 prompt = tokenizer(parts.prompt, add_special_tokens=True)["input_ids"]
@@ -69,6 +72,58 @@ def encode_samples(
             else:
                 ids, loss = _chat_sample(tokenizer, messages_of(record, data.messages_field, where), where)
             yield ids, loss if data.mask_prompt else [1] * len(ids)
+
+
+def _preference_pair(tokenizer: Any, pair: Preference, where: str) -> Iterator[tuple[list[int], list[int]]]:
+    """The chosen sample, then the rejected one: each the prompt and its completion tokenized
+    together (as the model reads them at inference), the completion carrying the loss. As TRL's
+    DPOTrainer: text completions end with the end-of-sequence token, conversations are rendered by
+    the chat template, and the completion starts where the prompt alone and prompt + completion
+    first differ (a template may render a lone prompt otherwise)."""
+    if pair.chat:
+        if not has_chat_template(tokenizer):
+            raise DatasetError(
+                f"{where} is a conversation, rendered with the model's chat template, and this "
+                "tokenizer has none",
+                hint="use a chat model's tokenizer, or write the pair as prompt/chosen/rejected text",
+            )
+        assert isinstance(pair.prompt, list) and isinstance(pair.chosen, list)
+        assert isinstance(pair.rejected, list)
+        prompt = _ids(tokenizer.apply_chat_template(pair.prompt, tokenize=True, add_generation_prompt=True))
+        chosen = _ids(tokenizer.apply_chat_template(pair.prompt + pair.chosen, tokenize=True))
+        rejected = _ids(tokenizer.apply_chat_template(pair.prompt + pair.rejected, tokenize=True))
+    else:
+        eos = tokenizer.eos_token
+        text = str(pair.prompt)
+        prompt = tokenizer(text)["input_ids"]
+        chosen, rejected = (
+            tokenizer(text + c + ("" if c.endswith(eos) else eos))["input_ids"]
+            for c in (str(pair.chosen), str(pair.rejected))
+        )
+    start = min(_shared(prompt, chosen), _shared(prompt, rejected))
+    for ids in (chosen, rejected):
+        if len(ids) - start < 1 or len(ids) < 2:
+            raise DatasetError(
+                f"{where} has an empty completion: nothing to compare",
+                hint="drop the pair, or give both completions some text",
+            )
+    for ids in (chosen, rejected):
+        yield list(ids), [0] * start + [1] * (len(ids) - start)
+
+
+def _ids(rendered: Any) -> list[int]:
+    """Token ids from ``apply_chat_template(tokenize=True)``, a list or (transformers 5) a mapping."""
+    ids = rendered["input_ids"] if not isinstance(rendered, list) else rendered
+    return [int(i) for i in ids]
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    length = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        length += 1
+    return length
 
 
 def _chat_sample(tokenizer: Any, messages: list[dict[str, str]], where: str) -> tuple[list[int], list[int]]:
@@ -137,29 +192,46 @@ EVAL_BLOCK_SAMPLES = 16
 class SampleRows:
     """Rows of ``seq_len`` tokens, each holding whole samples (truncated to ``seq_len``), split by
     sample into train and eval. A batch is inputs, targets (``IGNORE`` where there is no loss) and,
-    when packed, the position of each token within its sample."""
+    when packed, the position of each token within its sample.
+
+    ``pairs``: the samples are preference pairs (chosen, then rejected), kept together: a unit of
+    the data is a pair, its two rows adjacent in a batch (``[c0, r0, c1, r1, ...]``), never packed."""
 
     def __init__(
-        self, directory: Path, pad_id: int, seq_len: int, eval_fraction: float, seed: int, packing: bool
+        self,
+        directory: Path,
+        pad_id: int,
+        seq_len: int,
+        eval_fraction: float,
+        seed: int,
+        packing: bool,
+        pairs: bool = False,
     ) -> None:
-        self.seq_len, self.seed, self.pad_id, self.packing = seq_len, seed, pad_id, packing
+        self.seq_len, self.seed, self.pad_id = seq_len, seed, pad_id
+        self.packing, self.pairs = packing and not pairs, pairs
         self._tokens = np.fromfile(directory / "tokens-00000.bin", dtype=_dtype_of(directory))
         self._loss = np.fromfile(directory / "loss.bin", dtype=np.uint8)
         self._starts = np.load(directory / "starts.npy")
-        n = len(self._starts) - 1
+        n = (len(self._starts) - 1) // (2 if pairs else 1)
         every = max(2, round(1 / eval_fraction))
         held_out = (np.arange(n) // EVAL_BLOCK_SAMPLES) % every == every - 1
         if n > 1 and not held_out.any():  # fewer records than one block: hold out the last one
             held_out[-1] = True
-        self._train_rows = self._rows(np.flatnonzero(~held_out))
-        self._eval_rows = self._rows(np.flatnonzero(held_out)) or self._train_rows[-1:]
-        self.n_train, self.n_eval = len(self._train_rows), len(self._eval_rows)
+        self._train_units = self._units(np.flatnonzero(~held_out))
+        self._eval_units = self._units(np.flatnonzero(held_out)) or self._train_units[-1:]
+        self.n_train, self.n_eval = len(self._train_units), len(self._eval_units)
         if self.n_train < 1:
             raise DatasetError(
                 f"dataset has {n} records: too few for training and eval",
                 hint="add records, or lower data.eval_fraction",
             )
         self._epoch_cache: tuple[int, np.ndarray] | None = None
+
+    def _units(self, records: np.ndarray) -> list[list[list[int]]]:
+        """What a batch draws from: a pair's two rows, or one row of whole samples."""
+        if self.pairs:
+            return [[[2 * r], [2 * r + 1]] for r in records.tolist()]
+        return [[row] for row in self._rows(records)]
 
     def _rows(self, samples: np.ndarray) -> list[list[int]]:
         """Whole samples laid into rows in order: as many as fit per row when packing, else one."""
@@ -194,26 +266,34 @@ class SampleRows:
         positions[offset:] = np.arange(s - offset)  # the padding: a sample of its own
         return x, y, positions
 
-    def _batch(self, rows: list[list[int]]) -> tuple[torch.Tensor, ...]:
+    def _batch(self, units: list[list[list[int]]]) -> tuple[torch.Tensor, ...]:
+        rows = [row for unit in units for row in unit]
         x, y, positions = (torch.from_numpy(np.stack(a)) for a in zip(*map(self._row, rows), strict=True))
         return (x, y, positions) if self.packing else (x, y)
 
+    def train_order(self, epoch: int) -> np.ndarray:
+        """The order the train units are visited in during ``epoch``: a seeded permutation."""
+        if self._epoch_cache is None or self._epoch_cache[0] != epoch:
+            rng = np.random.default_rng([self.seed, epoch])
+            self._epoch_cache = (epoch, rng.permutation(self.n_train))
+        return self._epoch_cache[1]
+
     def train_batch(self, first_sample: int, size: int) -> tuple[torch.Tensor, ...]:
-        rows = []
+        units = []
         for sample in range(first_sample, first_sample + size):
             epoch, position = divmod(sample, self.n_train)
-            if self._epoch_cache is None or self._epoch_cache[0] != epoch:
-                rng = np.random.default_rng([self.seed, epoch])
-                self._epoch_cache = (epoch, rng.permutation(self.n_train))
-            rows.append(self._train_rows[int(self._epoch_cache[1][position])])
-        return self._batch(rows)
+            units.append(self._train_units[int(self.train_order(epoch)[position])])
+        return self._batch(units)
 
     def trained_units(self, batch: tuple[torch.Tensor, ...]) -> int:
-        """The targets that carry a loss (not prompt, not padding)."""
+        """What the step's loss is a mean over: preference pairs, else the targets that carry a
+        loss (not prompt, not padding)."""
+        if self.pairs:
+            return batch[0].shape[0] // 2
         return int((batch[1] != IGNORE).sum())
 
     def eval_batch(self, index: int, size: int) -> tuple[torch.Tensor, ...]:
-        return self._batch([self._eval_rows[(index * size + i) % self.n_eval] for i in range(size)])
+        return self._batch([self._eval_units[(index * size + i) % self.n_eval] for i in range(size)])
 
 
 def _dtype_of(directory: Path) -> str:

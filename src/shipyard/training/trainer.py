@@ -33,6 +33,7 @@ from shipyard.schemas.launch import (
     LaunchPlan,
     write_json_atomic,
 )
+from shipyard.schemas.records import conversation_pairs
 from shipyard.storage.digests import folder_digest
 from shipyard.training import checkpoint, finetune, hf, parallel, parallelize
 from shipyard.training.build import build_model, build_optimizer, describe, resolve_precision
@@ -177,6 +178,7 @@ class Trainer:
                 spec.data.eval_fraction,
                 t.seed,
                 spec.data.packing,
+                pairs=spec.data.format == "preference",
             )
         )
 
@@ -185,7 +187,7 @@ class Trainer:
         built = build_model(spec, self.data, d, self.precision)
         self.raw_model, self.model, self.spread = built.model, built.forward, built.spread
         # Adapters: checkpoints hold the trained parameters alone, the base is read from model.path.
-        self.adapters = spec.method in ("lora", "qlora")
+        self.adapters = spec.adapters
         self.base_digest = folder_digest(Path(spec.model.path)) if spec.model.path else None
         self.model.train()  # from_pretrained hands a model over in eval mode (dropout off)
         self.optimizer = build_optimizer(
@@ -270,9 +272,19 @@ class Trainer:
         self.model.train()
         total, counted = parallel.all_reduce_sum([total, counted], d)
         loss = total / max(1.0, counted)
-        self.record(kind="eval", step=step, loss=loss)
+        self.record(kind="eval", step=step, loss=loss, **self.method_figures())
         self.log(f"eval step {step}: loss {loss:.4f}")
         return loss
+
+    def method_figures(self) -> dict[str, float]:
+        """A method's own figures since they were last taken (preference tuning's rewards), over
+        all ranks; every rank must ask."""
+        take = getattr(self.raw_model, "take_figures", None)
+        if take is None:
+            return {}
+        from shipyard.training.preference import mean_figures
+
+        return mean_figures(parallel.all_reduce_sum(take(), self.dist))
 
     def save_checkpoint(self, step: int, *, background: bool = False, last: bool = False) -> Path:
         """Checkpoint ``step``; ``background``: write it while the next steps train; ``last``: the
@@ -390,6 +402,7 @@ class Trainer:
             step_start = time.perf_counter()
             lr = self.scheduler.get_last_lr()[0]
             loss, grad_norm, compute_s = self.train_step(step)
+            figures = self.method_figures()
             step += 1
             if d.device.type == "cuda":
                 torch.cuda.synchronize()
@@ -410,6 +423,7 @@ class Trainer:
                     step_time_s=elapsed,
                     data_wait_s=self.data_wait_s,
                     elapsed_s=time.perf_counter() - train_start,
+                    **figures,
                 )
                 self.log(
                     f"step {step}/{total} | loss {loss:.4f} | lr {lr:.2e} | "
@@ -510,11 +524,11 @@ class Trainer:
             # The names are the wrapper's (``model.``...); PEFT and transformers name from within.
             inner = ((name.removeprefix("model."), value) for name, value in tensors)
             assert self.tokenizer_dir is not None and self.spec.model.path is not None
-            finetune.export(
-                model, inner, self.spec.finetune, Path(self.spec.model.path), self.tokenizer_dir, out
-            )
+            finetune.export(model, inner, self.spec, Path(self.spec.model.path), self.tokenizer_dir, out)
         if self.spec.method is not None:
             fmt = {"data_format": self.spec.data.format}
+            if self.spec.data.format == "preference":  # prompts as text, or through the chat template
+                fmt["data_format"] = "chat" if conversation_pairs(self.spec.data.files()) else "text"
             write_json_atomic(out / finetune.PROMPT_FORMAT_FILE, fmt)
         what = "adapters" if self.adapters else "model"
         self.log(f"exported Hugging Face {what} to {out}")
