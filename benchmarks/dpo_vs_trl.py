@@ -25,12 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +35,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support bu
 
 import torch
 
+from benchmarks.finetune_ways import accelerator_type, base_model, peak_gib, shipyard_job, steady, step_timer
 from tests.support import tiny_models
 
-WARMUP_STEPS = 2
 EVAL_FRACTION = 0.05
 RECORDS = 600
 BETAS = (0.9, 0.95)
@@ -59,29 +56,11 @@ def longest(base: Path, rows: list[dict[str, str]]) -> int:
     )
 
 
-def peak_gib(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
-def steady(step_times: list[float]) -> float:
-    return statistics.median(step_times[WARMUP_STEPS:])
-
-
-def shipyard_job(args: argparse.Namespace, base: Path, data: Path) -> dict[str, Any]:
-    """``shipyard jobs submit --wait``: the local agent places the job, the runtime trains it."""
-    import yaml
-
+def shipyard_way(args: argparse.Namespace, base: Path, data: Path) -> dict[str, Any]:
+    """``shipyard jobs submit --wait``, then the pairs each step trained on, in order: the job's
+    own data order, for TRL to follow."""
     from shipyard.training.samples import SampleRows
 
-    accelerator = "cpu"
-    if args.device == "cuda":
-        from shipyard.hardware import discover
-
-        accelerator = next(d.accelerator_type for d in discover() if d.accelerator_type != "cpu")
     spec = {
         "name": "bench-dpo",
         "model": {"path": str(base)},
@@ -102,28 +81,20 @@ def shipyard_job(args: argparse.Namespace, base: Path, data: Path) -> dict[str, 
             "seed": args.seed,
             "schedule": {"decay": "constant", "warmup_steps": 0},
         },
-        "resources": {"accelerator": accelerator, "devices": 1},
+        "resources": {"accelerator": accelerator_type(args.device), "devices": 1},
     }
-    with tempfile.TemporaryDirectory() as home:
-        path = Path(home) / "bench.yaml"
-        path.write_text(yaml.safe_dump(spec))
-        env = {**os.environ, "SHIPYARD_HOME": home, "SHIPYARD_AGENT_IDLE_EXIT_S": "1"}
-        command = [sys.executable, "-m", "shipyard.cli.main", "jobs", "submit", str(path), "--wait", "--json"]
-        job = json.loads(subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout)
-        if job["state"] != "succeeded":
-            raise RuntimeError(f"benchmark job {job['state']}: {job['message']}")
-        records = [
-            json.loads(line) for line in (Path(job["run_dir"]) / "metrics.jsonl").read_text().splitlines()
-        ]
-        # The pairs each step trained on, in order: the job's own data order, for TRL to follow.
-        [dataset] = [p.parent for p in Path(home).rglob("meta.json") if (p.parent / "starts.npy").is_file()]
+
+    def data_order(home: Path, _run_dir: Path) -> list[int]:
+        [dataset] = [p.parent for p in home.rglob("meta.json") if (p.parent / "starts.npy").is_file()]
         rows = SampleRows(dataset, 0, args.seq_len, EVAL_FRACTION, args.seed, packing=False, pairs=True)
         order = []
         for sample in range(args.steps * args.pairs):
             epoch, position = divmod(sample, rows.n_train)
             [[chosen], _] = rows._train_units[int(rows.train_order(epoch)[position])]
             order.append(chosen // 2)
-        time.sleep(1.5)  # let the agent go idle and exit before the next measurement
+        return order
+
+    records, order = shipyard_job(spec, data_order)
     train = [r for r in records if r["kind"] == "train"]
     return {
         "losses": [r["loss"] for r in train],
@@ -137,7 +108,7 @@ def shipyard_job(args: argparse.Namespace, base: Path, data: Path) -> dict[str, 
 def trl_trainer(args: argparse.Namespace, base: Path, data: Path) -> dict[str, Any]:
     """TRL's DPOTrainer as its documentation writes it, reading the pairs in the given order."""
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
     device = torch.device(args.device)
@@ -159,19 +130,6 @@ def trl_trainer(args: argparse.Namespace, base: Path, data: Path) -> dict[str, A
             task_type="CAUSAL_LM",
         )
     times: list[float] = []
-
-    def settle() -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return time.perf_counter()
-
-    class StepTimer(TrainerCallback):  # type: ignore[misc]
-        def on_step_begin(self, *_args: Any, **_kwargs: Any) -> None:
-            self.start = settle()
-
-        def on_step_end(self, *_args: Any, **_kwargs: Any) -> None:
-            times.append(settle() - self.start)
-
     with tempfile.TemporaryDirectory() as out:
         config = DPOConfig(
             output_dir=out,
@@ -202,7 +160,7 @@ def trl_trainer(args: argparse.Namespace, base: Path, data: Path) -> dict[str, A
             train_dataset=dataset,
             processing_class=tokenizer,
             peft_config=peft_config,
-            callbacks=[StepTimer()],
+            callbacks=[step_timer(device, times)],
         )
         trainer.train()
     logged = [h for h in trainer.state.log_history if "loss" in h and "train_runtime" not in h]
@@ -214,20 +172,11 @@ def trl_trainer(args: argparse.Namespace, base: Path, data: Path) -> dict[str, A
     }
 
 
-WAYS = {"Shipyard job": shipyard_job, "TRL DPOTrainer": trl_trainer}
+WAYS = {"Shipyard job": shipyard_way, "TRL DPOTrainer": trl_trainer}
 
 
 def prepare(args: argparse.Namespace, root: Path) -> tuple[Path, Path]:
-    base = root / f"base-{args.hidden}x{args.layers}"
-    if not (base / "config.json").is_file():
-        shape = {
-            "hidden_size": args.hidden,
-            "intermediate_size": args.hidden * 11 // 4,
-            "num_hidden_layers": args.layers,
-            "num_attention_heads": max(4, args.hidden // 64),
-            "num_key_value_heads": max(2, args.hidden // 128),
-        }
-        tiny_models.build(base, "llama", **shape)
+    base = base_model(root, "llama", args.hidden, args.layers)
     data = tiny_models.write_jsonl(root / "pairs.jsonl", tiny_models.preference_records(RECORDS))
     return base, data
 

@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support bu
 
 import torch
 
+from benchmarks.finetune_ways import accelerator_type, base_model, peak_gib, shipyard_job, steady, step_timer
 from shipyard.training.samples import EVAL_BLOCK_SAMPLES, IGNORE
 from tests.support import tiny_models
 
-WARMUP_STEPS = 2
 EVAL_FRACTION = 0.05
 RECORDS = 2000
 
@@ -43,25 +40,8 @@ RECORDS = 2000
 LORA = {"rank": 16, "alpha": 32, "dropout": 0.05}
 
 
-def steady(step_times: list[float], batch_tokens: int) -> float:
-    return batch_tokens / statistics.median(step_times[WARMUP_STEPS:])
-
-
-def peak_gib(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-
-
-def shipyard_job(args: argparse.Namespace, method: str, base: Path, data: Path) -> dict[str, float]:
+def shipyard_way(args: argparse.Namespace, method: str, base: Path, data: Path) -> dict[str, float]:
     """``shipyard jobs submit --wait``: the local agent places the job, the runtime trains it."""
-    import yaml
-
-    accelerator = "cpu"
-    if args.device == "cuda":
-        from shipyard.hardware import discover
-
-        accelerator = next(d.accelerator_type for d in discover() if d.accelerator_type != "cpu")
     spec = {
         "name": "bench",
         "model": {"path": str(base)},
@@ -83,22 +63,12 @@ def shipyard_job(args: argparse.Namespace, method: str, base: Path, data: Path) 
             "seed": args.seed,
             "schedule": {"decay": "linear", "min_lr_ratio": 0.0},
         },
-        "resources": {"accelerator": accelerator, "devices": 1},
+        "resources": {"accelerator": accelerator_type(args.device), "devices": 1},
     }
-    with tempfile.TemporaryDirectory() as home:
-        path = Path(home) / "bench.yaml"
-        path.write_text(yaml.safe_dump(spec))
-        env = {**os.environ, "SHIPYARD_HOME": home, "SHIPYARD_AGENT_IDLE_EXIT_S": "1"}
-        command = [sys.executable, "-m", "shipyard.cli.main", "jobs", "submit", str(path), "--wait", "--json"]
-        job = json.loads(subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout)
-        if job["state"] != "succeeded":
-            raise RuntimeError(f"benchmark job {job['state']}: {job['message']}")
-        lines = (Path(job["run_dir"]) / "metrics.jsonl").read_text().splitlines()
-        records = [json.loads(line) for line in lines]
-        time.sleep(1.5)  # let the agent go idle and exit before the next measurement
+    records, _ = shipyard_job(spec)
     train = [r for r in records if r["kind"] == "train"]
     return {
-        "tokens_per_s": steady([r["step_time_s"] for r in train], args.micro * args.seq_len),
+        "tokens_per_s": args.micro * args.seq_len / steady([r["step_time_s"] for r in train]),
         "peak_memory_gib": max(r["mem_gib"] for r in train),
         "eval_loss": [r for r in records if r["kind"] == "eval"][-1]["loss"],
     }
@@ -106,7 +76,7 @@ def shipyard_job(args: argparse.Namespace, method: str, base: Path, data: Path) 
 
 def peft_trainer(args: argparse.Namespace, method: str, base: Path, data: Path) -> dict[str, float]:
     """The script: tokenize prompt and response, mask the prompt, pad; PEFT adapters; Trainer."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
+    from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
     device = torch.device(args.device)
     tokenizer = AutoTokenizer.from_pretrained(str(base))
@@ -145,19 +115,6 @@ def peft_trainer(args: argparse.Namespace, method: str, base: Path, data: Path) 
         )
         model = get_peft_model(model, config)
     times: list[float] = []
-
-    def settle() -> float:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return time.perf_counter()
-
-    class StepTimer(TrainerCallback):  # type: ignore[misc]
-        def on_step_begin(self, *_args: Any, **_kwargs: Any) -> None:
-            self.start = settle()
-
-        def on_step_end(self, *_args: Any, **_kwargs: Any) -> None:
-            times.append(settle() - self.start)
-
     with tempfile.TemporaryDirectory() as out:
         training_args = TrainingArguments(
             output_dir=out,
@@ -183,31 +140,22 @@ def peft_trainer(args: argparse.Namespace, method: str, base: Path, data: Path) 
             args=training_args,
             train_dataset=train,
             eval_dataset=evaluation,
-            callbacks=[StepTimer()],
+            callbacks=[step_timer(device, times)],
         )
         trainer.train()
         eval_loss = trainer.evaluate()["eval_loss"]
     return {
-        "tokens_per_s": steady(times, args.micro * args.seq_len),
+        "tokens_per_s": args.micro * args.seq_len / steady(times),
         "peak_memory_gib": peak_gib(device),
         "eval_loss": float(eval_loss),
     }
 
 
-WAYS = {"Shipyard job": shipyard_job, "PEFT + Trainer": peft_trainer}
+WAYS = {"Shipyard job": shipyard_way, "PEFT + Trainer": peft_trainer}
 
 
 def prepare(args: argparse.Namespace, root: Path) -> tuple[Path, Path]:
-    base = root / f"base-{args.family}-{args.hidden}"
-    if not (base / "config.json").is_file():
-        shape = {
-            "hidden_size": args.hidden,
-            "intermediate_size": args.hidden * 11 // 4,
-            "num_hidden_layers": args.layers,
-            "num_attention_heads": max(4, args.hidden // 64),
-            "num_key_value_heads": max(2, args.hidden // 128),
-        }
-        tiny_models.build(base, args.family, **shape)
+    base = base_model(root, args.family, args.hidden, args.layers)
     data = tiny_models.write_jsonl(root / "instructions.jsonl", tiny_models.instruction_records(RECORDS))
     return base, data
 
