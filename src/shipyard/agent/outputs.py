@@ -16,6 +16,7 @@ from shipyard import audit
 from shipyard.auth import Permission
 from shipyard.db import Artifact, Job, User
 from shipyard.domain import JobState
+from shipyard.durable import write_text_atomic
 from shipyard.errors import Conflict, NotFound, ShipyardError
 from shipyard.executors.base import StoredCheckpoint
 from shipyard.schemas.launch import (
@@ -24,7 +25,6 @@ from shipyard.schemas.launch import (
     STORED_ONLY_MARKER,
     AttemptResult,
     is_stored_only,
-    write_text_atomic,
 )
 from shipyard.services import models, rbac, storage
 from shipyard.services.context import LOCAL_PREFIX, ServiceContext

@@ -34,6 +34,7 @@ from shipyard.agent.scheduler import LiveJob, executor_node, plan_round
 from shipyard.db import Attempt, Job, Metric, MetricPoint, rows_changed
 from shipyard.domain import ExitReason, JobState
 from shipyard.domain.transitions import job_transition
+from shipyard.durable import write_text_atomic
 from shipyard.executors.base import (
     AttemptHandle,
     AttemptStatus,
@@ -63,7 +64,6 @@ from shipyard.schemas.launch import (
     Heartbeat,
     checkpoint_step,
     latest_checkpoint,
-    write_text_atomic,
 )
 from shipyard.services import storage
 from shipyard.services.context import ServiceContext

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from shipyard.durable import write_atomically
 from shipyard.errors import Unauthenticated
 from shipyard.settings import Settings
-from shipyard.storage.files import write_atomically
 
 if TYPE_CHECKING:
     from shipyard.client import Client

@@ -70,7 +70,8 @@ class Advertisement:
                 raise InvalidSpec(
                     f"node {self.node}: device {device.index} ({device.name}) is of an accelerator "
                     f"type the catalog does not know ({device.accelerator_type!r})",
-                    hint=f"add it to hardware.yaml (see docs/hardware.md); "
+                    hint="add it to $SHIPYARD_HOME/hardware.yaml (as the README's planning section shows; "
+                    f"`shipyard plan catalog` lists the known types); "
                     f"{unknown_key_hint(device.accelerator_type, known)}",
                 )
 

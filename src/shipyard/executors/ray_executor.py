@@ -24,6 +24,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
+from shipyard.durable import write_json_atomic
 from shipyard.errors import DependencyMissing, ExecutorError, LaunchFailed
 from shipyard.executors.base import (
     AttemptHandle,
@@ -60,7 +61,6 @@ from shipyard.schemas.launch import (
     LAUNCH_FILE,
     METRICS_FILE,
     RESULT_FILE,
-    write_json_atomic,
 )
 
 HANDLE_PREFIX = "ray:"

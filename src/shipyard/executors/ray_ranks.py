@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from shipyard.durable import write_json_atomic
 from shipyard.executors.base import FolderMover, StoreAccess
 from shipyard.executors.stacks import python_stacks
 from shipyard.schemas.launch import (
@@ -35,7 +36,6 @@ from shipyard.schemas.launch import (
     LAUNCH_FILE,
     METRICS_FILE,
     RESULT_FILE,
-    write_json_atomic,
 )
 
 RESUME_DIR = "resume"

@@ -4,12 +4,12 @@ directory. It is the whole contract between the platform and ``python -m shipyar
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from shipyard.durable import write_json_atomic
 from shipyard.schemas.jobspec import JobSpec
 
 LAUNCH_FILE = "launch.json"
@@ -181,18 +181,3 @@ def checkpoint_description(checkpoint: Path) -> dict[str, Any]:
 def checkpoint_step(checkpoint: Path) -> int:
     """The step a ``step_000123`` checkpoint folder was written at."""
     return int(checkpoint.name.removeprefix("step_"))
-
-
-def write_json_atomic(path: Path, payload: object) -> None:
-    """Write JSON so that readers see the old file or the whole new one, never a torn write."""
-    write_text_atomic(path, json.dumps(payload, indent=2))
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write text so that readers see the old file or the whole new one, never a torn write."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

@@ -25,13 +25,13 @@ from sqlalchemy import select
 
 from shipyard.db import AgentStatus, Attempt, Job
 from shipyard.domain import JobState
+from shipyard.durable import write_json_atomic
 from shipyard.errors import DependencyMissing, ExecutorError, InvalidSpec, NotFound
 from shipyard.executors.cluster_nodes import NAMESPACE, Advertisement, kv_key
 from shipyard.executors.processes import descendants, has_ended
 from shipyard.hardware import discover
 from shipyard.hardware.emulation import EMULATE_ENV, parse_emulated
 from shipyard.hardware.probe import measure_host
-from shipyard.schemas.launch import write_json_atomic
 from shipyard.schemas.views import NodeView
 from shipyard.services import rbac
 from shipyard.services.context import ServiceContext

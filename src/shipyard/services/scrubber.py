@@ -24,7 +24,7 @@ from sqlalchemy import select
 
 from shipyard import audit
 from shipyard.db import StoredBlob
-from shipyard.schemas.launch import write_json_atomic
+from shipyard.durable import write_json_atomic
 from shipyard.services import manifests, store_health
 from shipyard.services.context import ServiceContext
 from shipyard.services.storage import blob_of

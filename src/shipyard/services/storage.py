@@ -22,6 +22,7 @@ from shipyard import audit
 from shipyard.auth import Permission
 from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
 from shipyard.domain.paths import refuse_overwrite
+from shipyard.durable import fsync_dir
 from shipyard.errors import Conflict, InvalidSpec, NotFound
 from shipyard.executors.base import StoredInput
 from shipyard.schemas.jobspec import STORE_SCHEME
@@ -36,7 +37,6 @@ from shipyard.storage import transfer
 from shipyard.storage.backend import ScrubTally
 from shipyard.storage.blobs import Blob, Progress
 from shipyard.storage.config import StorageConfig
-from shipyard.storage.files import fsync_dir
 from shipyard.storage.names import check_name
 from shipyard.storage.opening import Store, open_store
 from shipyard.storage.transfer import FolderTransfer

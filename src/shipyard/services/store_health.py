@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from shipyard.schemas.launch import write_json_atomic
+from shipyard.durable import write_json_atomic
 from shipyard.storage.backend import ScrubTally
 
 OWED_FILE = "store-repair.json"

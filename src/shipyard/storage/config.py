@@ -22,8 +22,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from shipyard.durable import write_atomically
 from shipyard.errors import InvalidSpec
-from shipyard.storage.files import write_atomically
 
 CONFIG_NAME = "storage.yaml"
 

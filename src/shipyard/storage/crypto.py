@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from shipyard.durable import write_atomically
 from shipyard.errors import DependencyMissing, IntegrityError, InvalidSpec
 from shipyard.storage.digests import blocks, prefetched
-from shipyard.storage.files import write_atomically
 
 MAGIC = b"SHYENC1\n"
 CHUNK_BYTES = 4 << 20

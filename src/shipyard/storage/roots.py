@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from shipyard.durable import fsync_dir
 from shipyard.errors import IntegrityError, StorageError
 from shipyard.storage.backend import Replica, ScrubTally, Verify, Written
 from shipyard.storage.config import RootConfig
-from shipyard.storage.files import fsync_dir
 
 TMP = "tmp"
 _COPY_BYTES = 4 << 20

@@ -14,8 +14,9 @@ import traceback
 from pathlib import Path
 from typing import Literal
 
+from shipyard.durable import write_json_atomic
 from shipyard.errors import ShipyardError
-from shipyard.schemas.launch import RESULT_FILE, AttemptResult, LaunchPlan, write_json_atomic
+from shipyard.schemas.launch import RESULT_FILE, AttemptResult, LaunchPlan
 from shipyard.training.heartbeat import Pulse
 
 

@@ -30,13 +30,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from shipyard.durable import fsync_dir, fsync_file
 from shipyard.errors import CheckpointError
 from shipyard.schemas.launch import CHECKPOINT_MARKER as MARKER
 from shipyard.schemas.launch import CHECKPOINT_POINTER as LATEST
 from shipyard.schemas.launch import CHECKPOINT_STATE_FILE as LEGACY_STATE_FILE
 from shipyard.schemas.launch import latest_checkpoint
 from shipyard.training import parallel
-from shipyard.training._atomic import fsync_dir, fsync_file
 from shipyard.training.faults import Faults
 from shipyard.training.parallel import Dist
 

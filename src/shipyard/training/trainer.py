@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import torch
 from torch import nn
 
+from shipyard.durable import write_json_atomic
 from shipyard.errors import CheckpointError
 from shipyard.schemas.data_roots import refuse_escaped_folders
 from shipyard.schemas.jobspec import JobSpec, ScheduleSection
@@ -31,7 +32,6 @@ from shipyard.schemas.launch import (
     METRICS_FILE,
     AttemptResult,
     LaunchPlan,
-    write_json_atomic,
 )
 from shipyard.schemas.records import conversation_pairs
 from shipyard.storage.digests import folder_digest
