@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from types import MappingProxyType
 
-from planner_accuracy import DEFAULT_RUNS, Case, load_cases, predict, score
+from planner_cases import DEFAULT_RUNS, Case, load_cases, predict, score
 from scipy.optimize import minimize
 
 from shipyard.planner.calibration import CALIBRATION, Calibration
