@@ -11,7 +11,6 @@ requeues the others.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import logging
 import os
@@ -52,9 +51,11 @@ def commit_continuously(ctx: ServiceContext, stopping: threading.Event) -> None:
         except Exception:  # a store that fails now may work at the next look
             _log.exception("could not commit outputs to the store; trying again")
         if stopping.wait(COMMIT_POLL_S):
-            with contextlib.suppress(Exception):
+            try:
                 while commit_outputs(ctx):  # what the last pass recorded
                     pass
+            except Exception:  # the next start commits it: outputs stay recorded until committed
+                _log.exception("could not commit the last outputs to the store before stopping")
             return
 
 

@@ -1,4 +1,4 @@
-"""Words of the platform as types: ids, states and reasons (see DESIGN.md, "Words")."""
+"""Words of the platform as types: ids, states and reasons (docs/architecture.md names them)."""
 
 from __future__ import annotations
 

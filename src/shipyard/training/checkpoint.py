@@ -261,18 +261,15 @@ class Checkpointer:
                 hint="resume from a job's checkpoint directory, e.g. RUN_DIR/checkpoints/step_000100",
             )
         from torch.distributed.checkpoint import state_dict_loader
+        from torch.distributed.checkpoint.api import CheckpointException
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
         model_state, optim_state = self._state(model, optimizer)
         state = {"model": model_state, "optimizer": optim_state}
         try:
             state_dict_loader.load(state, checkpoint_id=str(path), process_group=self.d.checkpoint_group)
-        except Exception as exc:
-            raise CheckpointError(
-                f"checkpoint {path} does not fit this model: {str(exc).splitlines()[0][:300]}",
-                hint="resume onto the model and fine-tuning method it was written by "
-                "(any device count or parallelism works)",
-            ) from exc
+        except (Exception, CheckpointException) as exc:  # the latter is a BaseException
+            raise _load_error(path, exc) from exc
         options = StateDictOptions(strict=not self.trainable_only)
         set_state_dict(
             model,
@@ -303,6 +300,31 @@ class Checkpointer:
             options=options,
         )
         return state
+
+
+MISMATCH_WORDS = ("missing key", "unexpected key", "size mismatch", "shape mismatch")
+"""How torch.distributed.checkpoint says a checkpoint's tensors are not this model's."""
+
+
+def _load_error(path: Path, exc: BaseException) -> CheckpointError:
+    """A checkpoint of another model, or one whose files cannot be read: said as such. A
+    ``CheckpointException`` carries each rank's own exception; the first one says what happened."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        found = next(iter(failures.values()))
+        exc = found[0] if isinstance(found, tuple) and found and isinstance(found[0], BaseException) else exc
+    first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    if any(word in str(exc).lower() for word in MISMATCH_WORDS):
+        return CheckpointError(
+            f"checkpoint {path} does not fit this model: {first}",
+            hint="resume onto the model and fine-tuning method it was written by "
+            "(any device count or parallelism works)",
+        )
+    return CheckpointError(
+        f"checkpoint {path} cannot be read: {first}",
+        hint="its files are damaged or incomplete: resume from another checkpoint of the job "
+        "(RUN_DIR/checkpoints), or from the artifact store's copy",
+    )
 
 
 def _by_name(
