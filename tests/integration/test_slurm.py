@@ -194,8 +194,9 @@ def test_a_node_set_down_requeues_the_job_which_resumes_on_the_other(
 def test_the_time_limit_warning_checkpoints_and_the_job_continues_in_a_new_allocation(
     on_slurm: Cli, tmp_path: Path
 ) -> None:
-    # A site limit of one minute; Slurm warns 45 s before it (the cancel grace).
-    on_slurm.env.update({"SHIPYARD_SLURM_TIME_LIMIT_MIN": "1", "SHIPYARD_CANCEL_GRACE_S": "45"})
+    # A site limit of two minutes; Slurm warns 80 s before it (the cancel grace): 40 s after the
+    # start, time enough for a loaded machine to begin training before the warning comes.
+    on_slurm.env.update({"SHIPYARD_SLURM_TIME_LIMIT_MIN": "2", "SHIPYARD_CANCEL_GRACE_S": "80"})
     on_slurm.env["SHIPYARD_FAULTS"] = json.dumps({"attempts": [1], "slow_rank": 0, "slow_s": 0.5})
     job = submit(on_slurm, tmp_path, "limited", 400, **ONE_GPU)
     limited = on_slurm.wait_for(job["id"], lambda j: len(j["attempts"]) >= 2, timeout=240)
