@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from shipyard.executors.base import AttemptHandle, Busy, Placement, Request, Unplaceable, place_now
+from shipyard.executors.base import AttemptHandle, Busy, Placement, Request, place_now
 from shipyard.executors.local import LocalExecutor
 from shipyard.hardware import VendorQueries, discover, match_accelerator_type
 from shipyard.hardware.discovery import GIB, CpuInfo, RawDevice
+from shipyard.scheduling.status import Status
 
 NODE = "node-0"
 
@@ -151,7 +152,7 @@ def test_the_inventory_is_one_node_with_its_devices_labels_and_nvlink_islands(
     assert node.labels["rack"] == "r7" and node.labels["zone"] == "a"
     assert node.labels["nvlink_islands"] == "0,1,2,3 4,5,6,7"
     elsewhere = executor.place(Request(accelerator_types=["h100-sxm"], devices=1), on={"other"})
-    assert isinstance(elsewhere, Unplaceable) and not elsewhere.transient
+    assert isinstance(elsewhere, Status) and not elsewhere.transient
     assert executor.runs(AttemptHandle(nodes=(NODE,), handle="1")) and not executor.runs(
         AttemptHandle(nodes=("other",), handle="1")
     )
@@ -166,13 +167,13 @@ def test_any_of_list_falls_through_to_the_first_type_present() -> None:
 def test_impossible_requests_say_why_and_are_not_transient() -> None:
     executor = LocalExecutor(discover(fake(nvidia=dgx_h100())), node=NODE)
     placed = place_now(executor, Request(accelerator_types=["a800", "h100-sxm"], devices=16), {})
-    assert isinstance(placed, Unplaceable) and not placed.transient
+    assert isinstance(placed, Status) and not placed.transient
     assert (
-        placed.reason
+        placed.message
         == "a800: needs 16 devices, this node has none; h100-sxm: needs 16 devices, this node has 8"
     )
     multi = place_now(executor, Request(accelerator_types=["h100-sxm"], devices=8, nodes=2), {})
-    assert isinstance(multi, Unplaceable) and "single-node" in multi.reason
+    assert isinstance(multi, Status) and "single-node" in multi.message
 
 
 def test_a_minimum_device_memory_rules_out_smaller_devices() -> None:
@@ -181,12 +182,12 @@ def test_a_minimum_device_memory_rules_out_smaller_devices() -> None:
     fits = place_now(executor, Request(accelerator_types=["h100-sxm"], devices=2, min_memory_gib=64), {})
     assert isinstance(fits, Placement)
     too_big = place_now(executor, Request(accelerator_types=["h100-sxm"], devices=2, min_memory_gib=100), {})
-    assert isinstance(too_big, Unplaceable) and not too_big.transient
-    assert too_big.reason == (
+    assert isinstance(too_big, Status) and not too_big.transient
+    assert too_big.message == (
         "h100-sxm: needs 2 devices, this node has none with 100 GiB or more (the largest has 80 GiB)"
     )
     host = place_now(executor, Request(accelerator_types=["cpu"], devices=1, min_memory_gib=1e6), {})
-    assert isinstance(host, Unplaceable) and host.reason.startswith("cpu: needs 1e+06 GiB of memory")
+    assert isinstance(host, Status) and host.message.startswith("cpu: needs 1e+06 GiB of memory")
 
 
 def test_busy_devices_make_a_job_wait_with_a_reason() -> None:
@@ -196,8 +197,8 @@ def test_busy_devices_make_a_job_wait_with_a_reason() -> None:
         Request(accelerator_types=["h100-sxm"], devices=4),
         {NODE: Busy(devices={"h100-sxm": {0, 1, 2, 3, 4}})},
     )
-    assert isinstance(placed, Unplaceable) and placed.transient
-    assert placed.reason == "h100-sxm: 3 of 8 devices free, needs 4"
+    assert isinstance(placed, Status) and placed.transient
+    assert placed.message == "h100-sxm: 3 of 8 devices free, needs 4"
 
 
 def test_cpu_jobs_share_cores_without_oversubscribing() -> None:
@@ -211,6 +212,6 @@ def test_cpu_jobs_share_cores_without_oversubscribing() -> None:
         Request(accelerator_types=["cpu"], devices=1, cpus_per_device=8),
         {NODE: Busy(cores=set(range(10)))},
     )
-    assert isinstance(half, Unplaceable) and half.reason == "cpu: 6 of 16 cores free, needs 8"
+    assert isinstance(half, Status) and half.message == "cpu: 6 of 16 cores free, needs 8"
     too_many = place_now(executor, Request(accelerator_types=["cpu"], devices=32), {})
-    assert isinstance(too_many, Unplaceable) and not too_many.transient
+    assert isinstance(too_many, Status) and not too_many.transient

@@ -10,15 +10,11 @@ from hypothesis import strategies as st
 
 from shipyard.scheduling.cycle import run_cycle
 from shipyard.scheduling.model import Job, Lease, Node, PolicyInput, Throughputs
-from shipyard.scheduling.policies import (
-    POLICIES,
-    fluid_makespan,
-    gavel_las_perf,
-    policy_named,
-    shortest_remaining_fluid,
-    shortest_remaining_perf,
-)
-from shipyard.scheduling.reasons import Reason
+from shipyard.scheduling.policies import POLICIES, policy_named
+from shipyard.scheduling.policies.fairness import gavel_las_perf
+from shipyard.scheduling.policies.makespan import fluid_makespan
+from shipyard.scheduling.policies.remaining import shortest_remaining_fluid, shortest_remaining_perf
+from shipyard.scheduling.status import Reason
 
 TYPES = ("v100", "p100", "k80")
 SPEED = {"v100": 3.0, "p100": 2.0, "k80": 1.0}
@@ -582,7 +578,7 @@ def test_gavel_las_takes_the_middle_of_its_optimal_allocations() -> None:
 def test_gavel_min_makespan_bisects_to_within_five_percent_of_the_optimum() -> None:
     """Two jobs of an hour's work on one device finish together at best after two hours; Gavel's
     bisection stops within 5 % of that, each job given the share that meets its T."""
-    from shipyard.scheduling.policies import GAVEL_T_TOLERANCE, gavel_min_makespan
+    from shipyard.scheduling.policies.makespan import GAVEL_T_TOLERANCE, gavel_min_makespan
 
     tp = throughputs(["a"])  # 1 step/s on one device of any type
     jobs = [Job(id=f"j{i}", job_type="a", devices=1, total_steps=3600, arrival_s=0) for i in range(2)]

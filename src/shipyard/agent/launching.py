@@ -21,7 +21,7 @@ from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
 from shipyard.errors import LaunchFailed, StorageError
 from shipyard.executors.base import Placement, StoreAccess, StoredInput
-from shipyard.scheduling.reasons import Reason
+from shipyard.scheduling.status import Reason
 from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, stored_job_spec, validate_job_spec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,

@@ -46,12 +46,11 @@ from shipyard.executors.base import (
     NodeLost,
     Running,
     Synced,
-    Unplaceable,
     Vanished,
     Waiting,
     place_now,
 )
-from shipyard.scheduling.reasons import Pending, Reason
+from shipyard.scheduling.status import Reason, Status
 from shipyard.schemas.jobspec import JobSpec, stored_job_spec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
@@ -279,7 +278,7 @@ def _handle(ctx: ServiceContext, node: str | None, handle: str | None, pid: int 
     return AttemptHandle.recorded(node or ctx.executor.nodes()[0].id, handle or str(pid), pid)
 
 
-WAITING = Pending(Reason.WAITING, "waiting for the scheduler")
+WAITING = Status(Reason.WAITING, "waiting for the scheduler")
 
 
 def _start_leased(
@@ -316,7 +315,7 @@ def _start_leased(
         (r for r in rows.values() if r.state == JobState.QUEUED),
         key=lambda r: (r.submitted.submitted_at, r.id),
     )
-    reasons: dict[str, Pending] = {}
+    reasons: dict[str, Status] = {}
     prepared: list[launching.Prepared] = []
     for waiting in queued:
         if waiting.restart_at is not None and aware(waiting.restart_at) > now:
@@ -328,14 +327,14 @@ def _start_leased(
         nodes = {executor_node(n) for n in lease.nodes}
         if sick := sorted(nodes & cordoned.keys()):
             why = "; ".join(cordoned[sick[0]])
-            reasons[waiting.id] = Pending(Reason.CORDONED, f"node {sick[0]} is cordoned: {why}")
+            reasons[waiting.id] = Status(Reason.CORDONED, f"node {sick[0]} is cordoned: {why}")
             continue
         # The lease's type, and the resources the job was submitted with (read once per job):
         # thousands of leases that wait on a busy cluster must not each load their job's spec.
         request = dataclasses.replace(waiting.submitted.request, accelerator_types=[lease.accelerator_type])
         placed = place_now(ctx.executor, request, busy, on=nodes)
-        if isinstance(placed, Unplaceable):
-            reasons[waiting.id] = Pending(Reason.UNPLACEABLE, f"0/{len(nodes)} nodes: {placed.reason}")
+        if isinstance(placed, Status):
+            reasons[waiting.id] = Status(Reason.UNPLACEABLE, f"0/{len(nodes)} nodes: {placed.message}")
             continue
         job = session.get_one(Job, waiting.id)
         if not _claim(session, job):

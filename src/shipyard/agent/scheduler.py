@@ -26,7 +26,7 @@ from shipyard.scheduling import model
 from shipyard.scheduling.cycle import Cycle, Decision
 from shipyard.scheduling.policies import policy_named
 from shipyard.scheduling.quota import NO_LIMIT, Queues, Usage, usage_of
-from shipyard.scheduling.reasons import Pending, Reason
+from shipyard.scheduling.status import Reason, Status
 from shipyard.schemas.views import PendingJobView, QueueStatusView, QueueUsageView
 from shipyard.services import rbac
 from shipyard.services.context import ServiceContext
@@ -254,7 +254,7 @@ def _waiting_for_down_nodes(
         wanted = set(rows[job_id].submitted.accelerator_types)
         named = sorted(node.id for node in down if wanted & node.capacity().keys())
         if reason.code in _NEVER_ON_THESE_NODES and named:
-            reasons[job_id] = Pending(
+            reasons[job_id] = Status(
                 Reason.NODES_DOWN,
                 f"{reason.message}; node{'s' * (len(named) > 1)} {', '.join(named)} with its "
                 "accelerator type is down: it waits for it to rejoin",
@@ -274,7 +274,7 @@ def _prices(rows: Mapping[str, AcceleratorSpec], accelerator_types: set[str]) ->
 
 
 def queue_status(ctx: ServiceContext, *, replan: bool = True) -> QueueStatusView:
-    """Pending jobs with the scheduler's reason (those of projects the caller reads), and quota,
+    """Status jobs with the scheduler's reason (those of projects the caller reads), and quota,
     usage and borrowing per queue. Without ``replan``: the reasons the agent last recorded and
     the usage of the running attempts, read rather than planned (a page's view of a long queue,
     in milliseconds; a job the agent has not looked at yet says so)."""
@@ -350,7 +350,7 @@ def _usage_views(queues: Queues, usage: Usage) -> list[QueueUsageView]:
     ]
 
 
-def _reason(row: LiveJob, planned: Pending | None) -> dict[str, str]:
+def _reason(row: LiveJob, planned: Status | None) -> dict[str, str]:
     """What the agent last recorded for a waiting job, else what this cycle says."""
     if row.pending_reason:
         return {"reason": row.pending_reason, "reason_code": row.pending_code or Reason.WAITING}

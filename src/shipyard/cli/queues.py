@@ -27,7 +27,7 @@ def _status() -> QueueStatusView:
 
 
 def queue(json_out: JsonOpt = False) -> None:
-    """Pending jobs, oldest first, each with why the scheduler keeps it waiting."""
+    """Status jobs, oldest first, each with why the scheduler keeps it waiting."""
     rows_or_json(
         _status().pending,
         json_out,

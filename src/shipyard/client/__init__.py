@@ -191,7 +191,7 @@ class Client:
             yield from response.iter_bytes()
 
     def queues(self) -> QueueStatusView:
-        """Pending jobs (of the projects the caller reads) with reasons; quota and usage per queue."""
+        """Status jobs (of the projects the caller reads) with reasons; quota and usage per queue."""
         return self._get(QueueStatusView, "GET", "/api/v1/queues")
 
     def queue_config(self) -> QueueSettingsView:

@@ -79,7 +79,7 @@ class Job(Base):
     """The scheduler asked the running attempt to checkpoint and stop; the job is requeued."""
     pending_reason: Mapped[str | None] = mapped_column(Text)
     pending_code: Mapped[str | None] = mapped_column(String(32))
-    """The stable code of ``pending_reason`` (``shipyard.scheduling.reasons.Reason``)."""
+    """The stable code of ``pending_reason`` (``shipyard.scheduling.status.Reason``)."""
     estimate: Mapped[dict[str, Any] | None]
     """The planner's prediction at submit time (memory, tokens/s, step time), shown beside the
     measured figures."""

@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 from shipyard.hardware.discovery import Device
 from shipyard.hardware.probe import HostRates
+from shipyard.scheduling.status import Status, unplaceable
 from shipyard.schemas.jobspec import ResourcesSection
 from shipyard.schemas.launch import TorchDevice
 
@@ -85,11 +86,11 @@ def units_on(node: NodeInventory, accelerator_type: str, request: Request) -> tu
     return request.devices, have
 
 
-def feasible_on(known: Sequence[NodeInventory], request: Request, empty: str) -> Unplaceable | None:
+def feasible_on(known: Sequence[NodeInventory], request: Request, empty: str) -> Status | None:
     """Could the request ever run on ``known`` nodes, each idle and up? If not, which nodes fall
     short and by how much (``empty``: why when there are none)."""
     if not known:
-        return Unplaceable(empty, transient=False)
+        return unplaceable(empty, transient=False)
     reasons = []
     for accelerator_type in request.accelerator_types:
         sized = {node.id: units_on(node, accelerator_type, request) for node in known}
@@ -102,7 +103,7 @@ def feasible_on(known: Sequence[NodeInventory], request: Request, empty: str) ->
             f"{accelerator_type}: needs {request.nodes} node(s) with {need} each; "
             f"{len(large)} of the {len(known)} nodes are that large ({nodes})"
         )
-    return Unplaceable("; ".join(reasons), transient=False)
+    return unplaceable("; ".join(reasons), transient=False)
 
 
 def devices_of(nodes: Sequence[NodeInventory]) -> list[Device]:
@@ -139,14 +140,6 @@ class Placement:
     @property
     def nodes(self) -> tuple[str, ...]:
         return (self.node, *self.peers)
-
-
-@dataclass(frozen=True, slots=True)
-class Unplaceable:
-    """Why an attempt cannot start now (``transient``) or ever on this executor's nodes."""
-
-    reason: str
-    transient: bool
 
 
 @dataclass(slots=True)
@@ -352,7 +345,7 @@ class Inventory(Protocol):
         """Every node it knows, those that are down too (``up`` False)."""
         ...
 
-    def check_feasible(self, request: Request) -> Unplaceable | None:
+    def check_feasible(self, request: Request) -> Status | None:
         """Why the request could never run on these nodes, even idle; None if it could."""
         ...
 
@@ -421,9 +414,7 @@ class DevicePicker(Protocol):
     and cores an attempt gets, given what the running attempts hold. An engine that picks its own
     (Ray's bundles, Slurm's GRES, a pod's device plugin) is not one, and never sees ``held``."""
 
-    def pick(
-        self, placement: Placement, request: Request, held: Mapping[str, Busy]
-    ) -> Placement | Unplaceable:
+    def pick(self, placement: Placement, request: Request, held: Mapping[str, Busy]) -> Placement | Status:
         """``placement`` with its device and core indices, or why they are taken now (transient)."""
         ...
 
@@ -433,7 +424,7 @@ class Executor(Inventory, Launcher, Protocol):
     """An engine the agent runs attempts on: its inventory, where an attempt starts on it, and the
     attempts' life. Chosen by name through ``executors.registry``."""
 
-    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Unplaceable:
+    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Status:
         """Where the attempt starts now: its nodes (only those ``on`` names, where the scheduler
         chose them), its accelerator type and world size. No device indices: the engine picks
         them, or, where the executor is a ``DevicePicker``, its ``pick`` does."""
@@ -442,7 +433,7 @@ class Executor(Inventory, Launcher, Protocol):
 
 def place_now(
     executor: Executor, request: Request, held: Mapping[str, Busy], on: Collection[str] | None = None
-) -> Placement | Unplaceable:
+) -> Placement | Status:
     """Where the attempt starts now, with its devices where Shipyard picks them (``held``: what
     the running attempts hold, per node)."""
     placed = executor.place(request, on)

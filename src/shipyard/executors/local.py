@@ -31,13 +31,13 @@ from shipyard.executors.base import (
     Running,
     StoreAccess,
     Synced,
-    Unplaceable,
     Vanished,
 )
 from shipyard.executors.processes import stat_fields
 from shipyard.executors.stacks import python_stacks
 from shipyard.hardware.discovery import Device
 from shipyard.hardware.probe import measure_host
+from shipyard.scheduling.status import Status, unplaceable
 from shipyard.schemas.launch import TorchDevice
 
 NODE_NAME_ENV = "SHIPYARD_NODE_NAME"
@@ -119,18 +119,18 @@ class LocalExecutor:
     def known_nodes(self) -> list[NodeInventory]:
         return [self.node]
 
-    def check_feasible(self, request: Request) -> Unplaceable | None:
+    def check_feasible(self, request: Request) -> Status | None:
         """Could the request ever run here, on an idle node?"""
         placed = self.place(request)
-        return placed if isinstance(placed, Unplaceable) else None
+        return placed if isinstance(placed, Status) else None
 
-    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Unplaceable:
+    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Status:
         """The first accelerator type of the request's any-of list this node has enough of, or
         why none does (its devices are picked by ``pick``)."""
         if on is not None and self.node.id not in on:
-            return Unplaceable(f"node {self.node.id} is not among {sorted(on)}", transient=False)
+            return unplaceable(f"node {self.node.id} is not among {sorted(on)}", transient=False)
         if request.nodes > 1:
-            return Unplaceable(
+            return unplaceable(
                 f"the local executor runs single-node jobs; this job asks for {request.nodes} nodes "
                 "(for a cluster, run the server with SHIPYARD_EXECUTOR=ray: README, Two machines)",
                 transient=False,
@@ -140,13 +140,13 @@ class LocalExecutor:
             placed = self._place_on(accelerator_type, request)
             if isinstance(placed, Placement):
                 return placed
-            reasons.append(placed.reason)
-        return Unplaceable("; ".join(reasons), transient=False)
+            reasons.append(placed.message)
+        return unplaceable("; ".join(reasons), transient=False)
 
-    def _place_on(self, accelerator_type: str, request: Request) -> Placement | Unplaceable:
+    def _place_on(self, accelerator_type: str, request: Request) -> Placement | Status:
         if accelerator_type == "cpu":
             if self.cpu.memory_gib < request.min_memory_gib:
-                return Unplaceable(
+                return unplaceable(
                     f"cpu: needs {request.min_memory_gib:g} GiB of memory, this node has "
                     f"{self.cpu.memory_gib:.0f} GiB",
                     transient=False,
@@ -154,7 +154,7 @@ class LocalExecutor:
             threads = request.threads_per_process(self.cpu.cores)
             need = threads * request.devices
             if need > self.cpu.cores:
-                return Unplaceable(
+                return unplaceable(
                     f"cpu: needs {need} cores ({request.devices} processes × {threads} threads), "
                     f"this node has {self.cpu.cores}",
                     transient=False,
@@ -177,7 +177,7 @@ class LocalExecutor:
             if len(matching) < len(of_type):
                 largest = max(d.memory_gib for d in of_type)
                 have += f" with {request.min_memory_gib:g} GiB or more (the largest has {largest:.0f} GiB)"
-            return Unplaceable(
+            return unplaceable(
                 f"{accelerator_type}: needs {request.devices} devices, this node {have}",
                 transient=False,
             )
@@ -206,9 +206,7 @@ class LocalExecutor:
             if d.accelerator_type == accelerator_type and d.memory_gib >= request.min_memory_gib
         ]
 
-    def pick(
-        self, placement: Placement, request: Request, held: Mapping[str, Busy]
-    ) -> Placement | Unplaceable:
+    def pick(self, placement: Placement, request: Request, held: Mapping[str, Busy]) -> Placement | Status:
         """The devices (an NVLink island where one fits) and cores the running attempts leave free
         (``held``), or why too few are."""
         busy = held.get(self.node.id, Busy())
@@ -217,7 +215,7 @@ class LocalExecutor:
         if kind == "cpu":
             need = placement.threads_per_process * count
             if need > len(free_cores):
-                return Unplaceable(
+                return unplaceable(
                     f"cpu: {len(free_cores)} of {self.cpu.cores} cores free, needs {need}", transient=True
                 )
             return dataclasses.replace(placement, core_ids=tuple(free_cores[:need]))
@@ -225,7 +223,7 @@ class LocalExecutor:
         taken = busy.devices.get(kind, set())
         free = [d for d in matching if d.index not in taken]
         if len(free) < count:
-            return Unplaceable(
+            return unplaceable(
                 f"{kind}: {len(free)} of {len(matching)} devices free, needs {count}", transient=True
             )
         chosen = _prefer_nvlink_island(free, count)

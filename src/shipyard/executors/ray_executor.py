@@ -38,7 +38,6 @@ from shipyard.executors.base import (
     StoreAccess,
     StoredCheckpoint,
     Synced,
-    Unplaceable,
     Vanished,
     Waiting,
     feasible_on,
@@ -55,6 +54,7 @@ from shipyard.executors.cluster_nodes import (
 from shipyard.executors.local import TORCH_DEVICE, read_log_file
 from shipyard.executors.ray_ranks import RankGroup
 from shipyard.executors.stacks import DUMP_S
+from shipyard.scheduling.status import Status, unplaceable
 from shipyard.schemas.launch import (
     FAULTS_ENV,
     HEARTBEAT_DIR,
@@ -162,14 +162,14 @@ class RayExecutor:
 
     # --- placement ---------------------------------------------------------------------------
 
-    def check_feasible(self, request: Request) -> Unplaceable | None:
+    def check_feasible(self, request: Request) -> Status | None:
         """Could the request ever run here, with every node idle and every node the cluster knows
         up (a job that needs a node that is down waits for it)? If not, say which nodes fall
         short and by how much."""
         known = [ad.inventory() for ad, _ in self._cluster()]
         return feasible_on(known, request, f"the Ray cluster at {self.address} has no Shipyard node")
 
-    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Unplaceable:
+    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Status:
         """Exactly the nodes the scheduler chose (``on``), in name order for ranks, where Ray's own
         accounting has the devices free; Ray picks them (a bundle's visibility)."""
         live = self._live()
@@ -197,7 +197,7 @@ class RayExecutor:
                     fits.append(name)
             if len(fits) >= request.nodes and (on is None or len(fits) == len(candidates)):
                 return _placement([live[n][0] for n in fits[: request.nodes]], accelerator_type, request)
-        return Unplaceable("; ".join(reasons) or "no live nodes", transient=True)
+        return unplaceable("; ".join(reasons) or "no live nodes", transient=True)
 
     # --- attempts ------------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from shipyard.executors.base import NodeInventory, Request, Unplaceable, feasible_on
+from shipyard.executors.base import NodeInventory, Request, feasible_on
+from shipyard.scheduling.status import Status
 
 READ_TTL_S = 1.0
 """How long one read of the record serves (a page of the dashboard asks several times)."""
@@ -37,7 +38,7 @@ class RecordedInventory:
     def nodes(self) -> Sequence[NodeInventory]:
         return [node for node in self.known_nodes() if node.up]
 
-    def check_feasible(self, request: Request) -> Unplaceable | None:
+    def check_feasible(self, request: Request) -> Status | None:
         return feasible_on(
             self.known_nodes(),
             request,

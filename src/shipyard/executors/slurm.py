@@ -39,7 +39,6 @@ from shipyard.executors.base import (
     Running,
     StoreAccess,
     Synced,
-    Unplaceable,
     Vanished,
     Waiting,
     feasible_on,
@@ -63,6 +62,7 @@ from shipyard.executors.slurm_records import (
 from shipyard.hardware.catalog import catalog
 from shipyard.hardware.discovery import Device, cpu_device, query_cpu
 from shipyard.hardware.emulation import emulated_accelerators
+from shipyard.scheduling.status import Status, unplaceable
 from shipyard.schemas.launch import LAUNCH_FILE
 from shipyard.settings import Settings
 
@@ -213,10 +213,10 @@ class SlurmExecutor:
             labels["slurm.reason"] = reason
         return NodeInventory(id=name, devices=tuple(devices), labels=labels, up=fit, in_use=in_use)
 
-    def check_feasible(self, request: Request) -> Unplaceable | None:
+    def check_feasible(self, request: Request) -> Status | None:
         known = self.known_nodes()
         if not known:
-            return Unplaceable("the Slurm cluster has no nodes", transient=False)
+            return unplaceable("the Slurm cluster has no nodes", transient=False)
         unfit = feasible_on(known, request, "the Slurm cluster has no nodes")
         unmapped = sorted(
             {n.labels["slurm.unmapped_gres"] for n in known if "slurm.unmapped_gres" in n.labels}
@@ -226,12 +226,12 @@ class SlurmExecutor:
                 f"; Slurm nodes have GPUs of GRES types the catalog does not know ({', '.join(unmapped)}): "
                 "map them with SHIPYARD_SLURM_GRES_TYPES=GRES_TYPE=CATALOG_TYPE"
             )
-            return Unplaceable(unfit.reason + hint, transient=False)
+            return unplaceable(unfit.message + hint, transient=False)
         return unfit
 
     # --- placement ----------------------------------------------------------------------------
 
-    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Unplaceable:
+    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Status:
         """The nodes the scheduler chose (``on``), or any fit ones, where they have the type; Slurm
         then places the allocation itself (and picks its devices through GRES)."""
         up = {node.id: node for node in self.nodes()}
@@ -249,7 +249,7 @@ class SlurmExecutor:
                     fits.append(up[name])
             if len(fits) >= request.nodes:
                 return self._placement(fits[: request.nodes], accelerator_type, request)
-        return Unplaceable("; ".join(reasons) or "no Slurm node is fit for work", transient=True)
+        return unplaceable("; ".join(reasons) or "no Slurm node is fit for work", transient=True)
 
     def _placement(
         self, nodes: Sequence[NodeInventory], accelerator_type: str, request: Request

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
 from shipyard.scheduling.policies import Policy
 from shipyard.scheduling.quota import Admission, Queues, admit
-from shipyard.scheduling.reasons import Pending, Reason, pending_reasons
+from shipyard.scheduling.reasons import pending_reasons
+from shipyard.scheduling.status import Reason, Status
 
 NEVER_RECEIVED = 1e9
 """Priority of a share allocated but never yet received: it goes before every other."""
@@ -230,7 +231,7 @@ def _place(job: Job, nodes: Sequence[Node], node_free: dict[str, int]) -> tuple[
 
 def fit_device_memory(
     jobs: Sequence[Job], nodes: Sequence[Node]
-) -> tuple[list[Job], dict[str, Pending], dict[str, str]]:
+) -> tuple[list[Job], dict[str, Status], dict[str, str]]:
     """Narrow each job's accelerator types to those whose devices have the memory it asks for.
 
     A type counts with its smallest node. Returns the jobs that can still run (with the narrowed
@@ -247,7 +248,7 @@ def fit_device_memory(
     for node in nodes:
         nodes_of_type[node.accelerator_type] = nodes_of_type.get(node.accelerator_type, 0) + 1
     kept: list[Job] = []
-    reasons: dict[str, Pending] = {}
+    reasons: dict[str, Status] = {}
     notes: dict[str, str] = {}
     for job in jobs:
         if not job.min_memory_gib:  # most jobs: nothing to narrow
@@ -264,7 +265,7 @@ def fit_device_memory(
         else:
             small = sum(nodes_of_type[k] for k in types)
             largest = max(memory[k] for k in types)
-            reasons[job.id] = Pending(
+            reasons[job.id] = Status(
                 Reason.INSUFFICIENT_MEMORY,
                 f"0/{len(nodes)} nodes: {small} insufficient device memory "
                 f"(needs {job.min_memory_gib:g} GiB per device, the largest here has {largest:g} GiB)",
@@ -412,7 +413,7 @@ class Cycle:
                 reasons[job_id] = reasons[job_id].noted(note)
         reasons.update(too_small)
         for job_id in admission.reclaimed:
-            reasons[job_id] = Pending(Reason.RECLAIMED, RECLAIMED_MESSAGE)
+            reasons[job_id] = Status(Reason.RECLAIMED, RECLAIMED_MESSAGE)
         plan = RoundPlan(leases=plan.leases, preempted=plan.preempted, pending_reasons=reasons)
         return Decision(plan=plan, admission=admission, solved=solved)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from shipyard.scheduling.reasons import Pending
+    from shipyard.scheduling.status import Status
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -129,4 +129,4 @@ class RoundPlan:
     leases: Mapping[str, Lease]
     preempted: tuple[str, ...]
     """Jobs running now that do not run next round: checkpoint, then stop."""
-    pending_reasons: Mapping[str, Pending]
+    pending_reasons: Mapping[str, Status]

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from shipyard.scheduling.model import Job
-from shipyard.scheduling.reasons import Pending, Reason
+from shipyard.scheduling.status import Reason, Status
 from shipyard.schemas.queues import QueueConfig
 
 NO_LIMIT = 10**9
@@ -70,7 +70,7 @@ class Usage:
 class Admission:
     jobs: tuple[Job, ...]
     """Admitted jobs, in the order given, each restricted to the types its quota allows now."""
-    reasons: Mapping[str, Pending]
+    reasons: Mapping[str, Status]
     """Why each job that was not admitted waits."""
     reclaimed: tuple[str, ...]
     """Running jobs that borrow quota its owner now needs: preempt them."""
@@ -99,7 +99,7 @@ def admit(jobs: Sequence[Job], queues: Queues) -> Admission:
     """Running jobs keep their quota; waiting ones are admitted by priority, then arrival."""
     used: dict[str, dict[str, int]] = {name: {} for name in queues.cluster_queues}
     admitted: list[Job] = []
-    reasons: dict[str, Pending] = {}
+    reasons: dict[str, Status] = {}
     running = [j for j in jobs if j.running_on is not None]
     waiting = [j for j in jobs if j.running_on is None]
     waiting.sort(key=lambda j: (-j.priority, j.arrival_s, j.id))
@@ -117,7 +117,7 @@ def admit(jobs: Sequence[Job], queues: Queues) -> Admission:
         if cq is None:
             known = ", ".join(sorted({*queues.local_queues, *queues.cluster_queues}))
             message = f"queue {job.queue!r} does not exist (queues: {known})"
-            reasons[job.id] = Pending(Reason.NO_SUCH_QUEUE, message)
+            reasons[job.id] = Status(Reason.NO_SUCH_QUEUE, message)
             continue
         allowed: list[str] = []
         short: list[str] = []
@@ -135,7 +135,7 @@ def admit(jobs: Sequence[Job], queues: Queues) -> Admission:
         if not allowed:
             where = f"in cohort {cq.cohort}" if cq.cohort else f"in queue {cq.name}"
             detail = "; ".join(short) or "no quota for the types it asks for"
-            reasons[job.id] = Pending(Reason.QUOTA_EXHAUSTED, f"quota exhausted {where} ({detail})")
+            reasons[job.id] = Status(Reason.QUOTA_EXHAUSTED, f"quota exhausted {where} ({detail})")
             continue
         # Count the job against the first type that has room, so later jobs see it.
         first = allowed[0]

@@ -7,57 +7,14 @@ accelerator type (v100: 1 of 8 free, needs 4)``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 
 from shipyard.scheduling.model import Job, Node
-
-
-class Reason(StrEnum):
-    NO_SUCH_ACCELERATOR = "no_such_accelerator"
-    """No node has a device of any type the job allows."""
-    GANG_TOO_LARGE = "gang_too_large"
-    """The job asks for more devices of one type than the cluster has."""
-    INSUFFICIENT_MEMORY = "insufficient_memory"
-    """Every allowed type's devices have less memory than the job needs."""
-    INSUFFICIENT_DEVICES = "insufficient_devices"
-    """Too few free devices of every allowed type now."""
-    RANKED_BEHIND = "ranked_behind"
-    """There is room, but the policy gave it to jobs it ranks first."""
-    NO_SUCH_QUEUE = "no_such_queue"
-    QUOTA_EXHAUSTED = "quota_exhausted"
-    RECLAIMED = "reclaimed"
-    """Preempted: its queue borrowed quota that the owner needs back."""
-    PREEMPTED = "preempted"
-    """Preempted by the policy; it resumes from its checkpoint."""
-    NODE_LOST = "node_lost"
-    """Its last attempt lost a node; it resumes from its last stored checkpoint elsewhere."""
-    NODES_DOWN = "nodes_down"
-    """Only nodes the cluster knows but has lost (down) could run it: it waits for them."""
-    CORDONED = "cordoned"
-    """Leased on a node that is unfit for new work (low disk, a failing GPU)."""
-    RESTARTING = "restarting"
-    """Its last attempt failed in a way the restart policy retries; it waits out the backoff."""
-    UNPLACEABLE = "unplaceable"
-    """Leased, but the executor found no devices for it on the node."""
-    WAITING = "waiting"
-    """Not yet seen by a scheduling cycle."""
-    HELD_BY_ENGINE = "held_by_engine"
-    """Admitted and handed to its engine (a Slurm allocation), which holds it in its own queue."""
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    code: Reason
-    message: str
-
-    def noted(self, note: str) -> Pending:
-        return Pending(self.code, f"{self.message}; {note}")
+from shipyard.scheduling.status import Reason, Status
 
 
 def pending_reasons(
     waiting: Sequence[Job], nodes: Sequence[Node], node_free: Mapping[str, int]
-) -> dict[str, Pending]:
+) -> dict[str, Status]:
     """Why each waiting job waits after the round's leases took ``node_free``'s complement."""
     capacity: dict[str, int] = {}
     free: dict[str, int] = {}
@@ -68,12 +25,12 @@ def pending_reasons(
         capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
         free[node.accelerator_type] = free.get(node.accelerator_type, 0) + node_free[node.id]
         free_by_node.setdefault(node.accelerator_type, []).append(node_free[node.id])
-    reasons: dict[str, Pending] = {}
+    reasons: dict[str, Status] = {}
     for job in waiting:
         allowed = sorted(k for k in capacity if job.allows(k))
         if not allowed:
             types = ", ".join(job.accelerator_types)
-            reasons[job.id] = Pending(
+            reasons[job.id] = Status(
                 Reason.NO_SUCH_ACCELERATOR, f"0/{len(nodes)} nodes: no device of type {types}"
             )
             continue
@@ -85,7 +42,7 @@ def pending_reasons(
         largest = max(capacity[k] for k in allowed)
         if largest < job.devices:
             message = f"needs {job.devices} devices of one type; the largest type here has {largest}"
-            reasons[job.id] = Pending(Reason.GANG_TOO_LARGE, message)
+            reasons[job.id] = Status(Reason.GANG_TOO_LARGE, message)
             continue
         counts: dict[str, int] = {}
         wrong = len(nodes) - sum(len(free_by_node[k]) for k in allowed)
@@ -101,13 +58,13 @@ def pending_reasons(
         summary = ", ".join(f"{n} {why}" for why, n in counts.items())
         detail = "; ".join(f"{k}: {free[k]} of {capacity[k]} free, needs {job.devices}" for k in allowed)
         code = Reason.RANKED_BEHIND if ranked_behind in counts else Reason.INSUFFICIENT_DEVICES
-        reasons[job.id] = Pending(code, f"0/{len(nodes)} nodes: {summary} ({detail})")
+        reasons[job.id] = Status(code, f"0/{len(nodes)} nodes: {summary} ({detail})")
     return reasons
 
 
 def _whole_nodes_reason(
     job: Job, allowed: Sequence[str], nodes: Sequence[Node], node_free: Mapping[str, int]
-) -> Pending:
+) -> Status:
     """Why a gang of whole nodes (``per_node`` devices on each of ``node_count`` nodes) waits,
     naming the nodes that are too small or too busy for it."""
     of_type = [n for n in nodes if n.accelerator_type in allowed]
@@ -116,18 +73,18 @@ def _whole_nodes_reason(
     large = [n for n in of_type if n.devices >= job.per_node]
     if len(large) < count:
         small = _named(f"{n.id} has {n.devices}" for n in of_type if n.devices < job.per_node)
-        return Pending(
+        return Status(
             Reason.GANG_TOO_LARGE,
             f"needs {wanted}; {len(large)} of {len(nodes)} nodes are that large ({small or 'no such nodes'})",
         )
     free = [n for n in large if node_free[n.id] >= job.per_node]
     if len(free) >= count:
-        return Pending(
+        return Status(
             Reason.RANKED_BEHIND,
             f"0/{len(nodes)} nodes: free devices given to jobs the policy ranks first (needs {wanted})",
         )
     busy = _named(f"{n.id} {node_free[n.id]} of {n.devices} free" for n in large if n not in free)
-    return Pending(
+    return Status(
         Reason.INSUFFICIENT_DEVICES,
         f"0/{len(nodes)} nodes: needs {wanted}, {len(free)} of them free now ({busy})",
     )

@@ -45,7 +45,7 @@ class JobView(_View):
     pending_reason: str | None = None
     """Why a queued job is not running yet."""
     pending_code: str | None = None
-    """The stable code of that reason (``shipyard.scheduling.reasons.Reason``)."""
+    """The stable code of that reason (``shipyard.scheduling.status.Reason``)."""
     devices: int
     accelerator_types: list[str]
     step: int = 0
@@ -291,7 +291,7 @@ class PendingJobView(_View):
     submitted_at: str
     reason: str
     reason_code: str
-    """``shipyard.scheduling.reasons.Reason``: what a program matches on."""
+    """``shipyard.scheduling.status.Reason``: what a program matches on."""
 
 
 class QueueUsageView(_View):

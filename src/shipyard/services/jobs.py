@@ -28,7 +28,7 @@ from shipyard.domain import ExitReason, JobState
 from shipyard.domain.transitions import job_transition
 from shipyard.errors import Conflict, InvalidSpec, NotFound
 from shipyard.executors.processes import has_ended
-from shipyard.scheduling.reasons import Reason
+from shipyard.scheduling.status import Reason
 from shipyard.schemas.documents import read_document_file
 from shipyard.schemas.jobspec import (
     STORE_SCHEME,

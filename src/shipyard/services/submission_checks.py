@@ -82,7 +82,7 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
             inventory = ", ".join(f"{k}: {v}" for k, v in capacity_of(nodes).items())
             where = "this node" if len(nodes) == 1 else f"these {len(nodes)} nodes"
             raise Unschedulable(
-                f"job {spec.name!r} can never run on {where}: {unplaceable.reason}",
+                f"job {spec.name!r} can never run on {where}: {unplaceable.message}",
                 hint=f"{where} {'has' if len(nodes) == 1 else 'have'} {inventory} in all (cpu counts "
                 "cores); lower resources.devices, resources.nodes or resources.min_memory_gib, or "
                 "list an accelerator type they have in resources.accelerator",

@@ -8,7 +8,7 @@ import numpy as np
 
 from shipyard.errors import InvalidSpec
 from shipyard.scheduling.model import Job, Throughputs
-from shipyard.scheduling.policies import fluid_makespan
+from shipyard.scheduling.policies.makespan import fluid_makespan
 from shipyard.sim.workload import TraceJob
 
 

@@ -17,7 +17,7 @@ router = APIRouter(prefix="/api/v1", tags=["queues"], responses=PROBLEM_RESPONSE
 
 @router.get("/queues", operation_id="queueStatus", response_model=QueueStatusView)
 def queue_state(ctx: Reader) -> QueueStatusView:
-    """Pending jobs with why each waits, and every queue's quota, usage and borrowing."""
+    """Status jobs with why each waits, and every queue's quota, usage and borrowing."""
     return queue_status(ctx)
 
 
