@@ -24,6 +24,9 @@ class Settings:
     """Least time a job keeps its devices before the scheduler may preempt it."""
     policy: str = "shortest_remaining_fluid"
     """The scheduling policy the agent runs (`shipyard sim policies` lists them)."""
+    placement: str = "topology"
+    """The scheduling framework's placer: ``topology`` (a gang over the fewest racks, by the
+    nodes' ``rack``/``switch`` labels) or ``pack`` (the fewest nodes, racks unseen)."""
     audit_key: str | None = None
     """Key of the audit log's MACs; default: a key file made once in ``home``."""
     max_upload_bytes: int = 2 << 30
@@ -75,6 +78,7 @@ class Settings:
             cancel_grace_s=float(environ.get("SHIPYARD_CANCEL_GRACE_S", "60")),
             round_s=float(environ.get("SHIPYARD_ROUND_S", "300")),
             policy=environ.get("SHIPYARD_POLICY", "shortest_remaining_fluid"),
+            placement=environ.get("SHIPYARD_PLACEMENT", "topology"),
             audit_key=environ.get("SHIPYARD_AUDIT_KEY") or None,
             max_upload_bytes=int(float(environ.get("SHIPYARD_MAX_UPLOAD_MB", "2048")) * 2**20),
             executor=environ.get("SHIPYARD_EXECUTOR", "local"),

@@ -20,3 +20,17 @@ def test_every_docs_page_named_in_the_source_exists() -> None:
     assert named, "the source names no docs page: the pattern no longer matches"
     missing = {page: where for page, where in named.items() if not (ROOT / page).is_file()}
     assert not missing, missing
+
+
+LINK = re.compile(r"\]\(([A-Za-z0-9_./-]+)(?:#[^)]*)?\)")
+
+
+def test_every_relative_link_in_the_readme_and_the_docs_resolves() -> None:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = [
+        f"{page.relative_to(ROOT)}: {target}"
+        for page in pages
+        for target in LINK.findall(page.read_text())
+        if not target.startswith(("http://", "https://", "mailto:")) and not (page.parent / target).exists()
+    ]
+    assert len(pages) > 5 and not broken, broken

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shipyard.scheduling.cycle import run_cycle
+from shipyard.scheduling.cycle import Cycle, place_round
 from shipyard.scheduling.model import Job, Lease, Node, PolicyInput, Throughputs
 from shipyard.scheduling.policies import POLICIES, policy_named
 from shipyard.scheduling.policies.fairness import gavel_las_perf
@@ -17,6 +17,13 @@ from shipyard.scheduling.policies.remaining import shortest_remaining_fluid, sho
 from shipyard.scheduling.status import Reason
 
 TYPES = ("v100", "p100", "k80")
+
+
+def schedule(jobs, nodes, tp, policy, queues=None, *, now_s, round_s):  # type: ignore[no-untyped-def]
+    """One cycle of a fresh ``Cycle``: nothing remembered from an earlier round."""
+    return Cycle(policy=policy, queues=queues, round_s=round_s).run(jobs, nodes, tp, now_s=now_s)
+
+
 SPEED = {"v100": 3.0, "p100": 2.0, "k80": 1.0}
 
 
@@ -64,7 +71,7 @@ def test_leases_never_exceed_capacity_and_gangs_stay_whole(raw: list, policy: st
     allocation = POLICIES[policy](inp)
     for shares in allocation.values():
         assert sum(shares.values()) <= 1 + 1e-6
-    plan = run_cycle(jobs, cluster, allocation, now_s=1e4, round_s=360)
+    plan = place_round(jobs, cluster, allocation, now_s=1e4, round_s=360)
     used: dict[str, int] = {}
     by_id = {j.id: j for j in jobs}
     node_type = {n.id: n.accelerator_type for n in cluster}
@@ -78,7 +85,7 @@ def test_leases_never_exceed_capacity_and_gangs_stay_whole(raw: list, policy: st
     assert set(plan.leases).isdisjoint(plan.pending_reasons)
     assert set(plan.leases) | set(plan.pending_reasons) == set(by_id)
     # Same input, same decision.
-    again = run_cycle(jobs, cluster, POLICIES[policy](inp), now_s=1e4, round_s=360)
+    again = place_round(jobs, cluster, POLICIES[policy](inp), now_s=1e4, round_s=360)
     assert again.leases == plan.leases
 
 
@@ -86,25 +93,25 @@ def test_a_running_job_keeps_its_devices() -> None:
     job = Job(id="r", job_type="a", devices=2, total_steps=100, arrival_s=0, running_on="p100",
               nodes=("p100-1", "p100-1"), attained_s={"p100": 3600})  # fmt: skip
     cluster = nodes()
-    plan = run_cycle([job], cluster, {"r": {"p100": 1.0}}, now_s=3600, round_s=360)
+    plan = place_round([job], cluster, {"r": {"p100": 1.0}}, now_s=3600, round_s=360)
     assert plan.leases["r"].nodes == ("p100-1", "p100-1") and plan.preempted == ()
 
 
 def test_gangs_pack_on_one_node_before_spreading() -> None:
     small = Job(id="s", job_type="a", devices=2, total_steps=1, arrival_s=0)
     big = Job(id="b", job_type="a", devices=4, total_steps=1, arrival_s=1)
-    plan = run_cycle([small, big], nodes(), {"s": {"v100": 1.0}, "b": {"v100": 1.0}}, now_s=10, round_s=360)
+    plan = place_round([small, big], nodes(), {"s": {"v100": 1.0}, "b": {"v100": 1.0}}, now_s=10, round_s=360)
     assert not plan.leases["b"].spread and not plan.leases["s"].spread
     assert plan.leases["s"].nodes[0] != plan.leases["b"].nodes[0]
     eight = Job(id="e", job_type="a", devices=8, total_steps=1, arrival_s=0)
-    spread = run_cycle([eight], nodes(), {"e": {"k80": 1.0}}, now_s=10, round_s=360)
+    spread = place_round([eight], nodes(), {"e": {"k80": 1.0}}, now_s=10, round_s=360)
     assert spread.leases["e"].spread
 
 
 def test_a_gang_of_whole_nodes_takes_that_many_nodes_or_none() -> None:
     cluster = [Node(id=f"n{i}", accelerator_type="v100", devices=2) for i in range(3)]
     gang = Job(id="g", job_type="a", devices=4, per_node=2, total_steps=1, arrival_s=0)
-    plan = run_cycle([gang], cluster, {"g": {"v100": 1.0}}, now_s=10, round_s=360)
+    plan = place_round([gang], cluster, {"g": {"v100": 1.0}}, now_s=10, round_s=360)
     held = plan.leases["g"].nodes
     assert len(set(held)) == 2 and all(held.count(n) == 2 for n in set(held))
     # With one node half taken, 4 devices are free in all but only one whole node: it waits.
@@ -113,7 +120,7 @@ def test_a_gang_of_whole_nodes_takes_that_many_nodes_or_none() -> None:
     other = Job(id="o", job_type="a", devices=1, per_node=1, total_steps=1, arrival_s=0, running_on="v100",
                 nodes=("n1",), attained_s={"v100": 1.0})  # fmt: skip
     allocation = {"b": {"v100": 1.0}, "o": {"v100": 1.0}, "g": {"v100": 1.0}}
-    plan = run_cycle([busy, other, gang], cluster, allocation, now_s=10, round_s=360)
+    plan = place_round([busy, other, gang], cluster, allocation, now_s=10, round_s=360)
     assert "g" not in plan.leases
     reason = plan.pending_reasons["g"]
     assert reason.code == Reason.INSUFFICIENT_DEVICES
@@ -125,7 +132,7 @@ def test_a_gang_of_whole_nodes_takes_that_many_nodes_or_none() -> None:
 def test_a_node_gang_larger_than_every_node_names_the_nodes() -> None:
     cluster = [Node(id=f"n{i}", accelerator_type="v100", devices=2) for i in range(2)]
     wide = Job(id="w", job_type="a", devices=4, per_node=4, total_steps=1, arrival_s=0)
-    plan = run_cycle([wide], cluster, {"w": {"v100": 1.0}}, now_s=0, round_s=360)
+    plan = place_round([wide], cluster, {"w": {"v100": 1.0}}, now_s=0, round_s=360)
     assert plan.pending_reasons["w"].code == Reason.GANG_TOO_LARGE
     assert plan.pending_reasons["w"].message == (
         "needs 1 node with 4 v100 each; 0 of 2 nodes are that large (n0 has 2, n1 has 2)"
@@ -134,14 +141,12 @@ def test_a_node_gang_larger_than_every_node_names_the_nodes() -> None:
 
 def test_a_job_bigger_than_any_type_says_so() -> None:
     job = Job(id="x", job_type="a", devices=16, total_steps=1, arrival_s=0)
-    plan = run_cycle([job], nodes(), {}, now_s=0, round_s=360)
+    plan = place_round([job], nodes(), {}, now_s=0, round_s=360)
     assert plan.pending_reasons["x"].message == "needs 16 devices of one type; the largest type here has 8"
     assert plan.pending_reasons["x"].code == Reason.GANG_TOO_LARGE
 
 
 def test_a_job_runs_only_where_devices_have_the_memory_it_asks_for() -> None:
-    from shipyard.scheduling.cycle import schedule
-
     cluster = [
         Node(id="v100-0", accelerator_type="v100", devices=4, memory_gib=32),
         Node(id="k80-0", accelerator_type="k80", devices=4, memory_gib=12),
@@ -261,16 +266,15 @@ def test_idle_devices_are_backfilled_for_one_round_without_delaying_allocated_jo
         Node(id="k80-0", accelerator_type="k80", devices=4),
     ]
     allocation = {"big": {"v100": 1.0}}  # the policy gave "small" nothing this round
-    strict = run_cycle(jobs, cluster, allocation, now_s=0, round_s=360)
+    strict = place_round(jobs, cluster, allocation, now_s=0, round_s=360)
     assert set(strict.leases) == {"big"}
-    filled = run_cycle(jobs, cluster, allocation, now_s=0, round_s=360, backfill=tp)
+    filled = place_round(jobs, cluster, allocation, now_s=0, round_s=360, backfill=tp)
     assert filled.leases["big"].accelerator_type == "v100"
     assert filled.leases["small"] == Lease(job_id="small", accelerator_type="k80", nodes=("k80-0",) * 2)
 
 
 # --- quota and cohorts --------------------------------------------------------------------------
 
-from shipyard.scheduling.cycle import schedule  # noqa: E402
 from shipyard.scheduling.quota import ClusterQueue, Queues, admit  # noqa: E402
 
 LAB = Queues(
@@ -540,7 +544,7 @@ def test_type_passes_fill_each_type_before_the_next_with_unallocated_jobs_last()
     ]
     jobs = [Job(id=f"j{i}", job_type="a", devices=1, total_steps=10, arrival_s=i) for i in range(4)]
     allocation = {"j0": {"k80": 1.0}, "j3": {"v100": 1.0}, "j2": {"k80": 1.0}}
-    plan = run_cycle(
+    plan = place_round(
         jobs, cluster, allocation, now_s=0, round_s=360, backfill=tp, type_passes=["v100", "k80"]
     )
     placed = {job_id: lease.accelerator_type for job_id, lease in plan.leases.items()}

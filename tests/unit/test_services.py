@@ -496,7 +496,7 @@ def test_a_server_sees_a_cluster_through_the_nodes_its_agent_recorded(tmp_path: 
     try:
         assert (
             "no node of the ray cluster is known yet"
-            in server_ctx.inventory.check_feasible(Request(accelerator_types=["h100-sxm"], devices=1)).reason
+            in server_ctx.inventory.check_feasible(Request(accelerator_types=["h100-sxm"], devices=1)).message
         )  # type: ignore[union-attr]
         recorded = [node("n1"), node("n2"), node("n3", up=False)]
         telemetry.record_inventory(agent_ctx, recorded)
@@ -508,7 +508,7 @@ def test_a_server_sees_a_cluster_through_the_nodes_its_agent_recorded(tmp_path: 
             is None
         )
         refused = server_ctx.inventory.check_feasible(Request(accelerator_types=["h100-sxm"], devices=4))
-        assert refused is not None and "n1 has 2, n2 has 2, n3 has 2" in refused.reason
+        assert refused is not None and "n1 has 2, n2 has 2, n3 has 2" in refused.message
         telemetry.record_inventory(agent_ctx, recorded[:1])  # the engine forgot two nodes
         server_ctx.inventory._cache = (-1.0, [])  # type: ignore[attr-defined]
         assert [n.id for n in server_ctx.inventory.known_nodes()] == ["n1"]

@@ -289,13 +289,13 @@ def _start_leased(
     known: list[NodeInventory],
     cordoned: dict[str, list[str]],
 ) -> tuple[dict[str, LiveJob], list[launching.Prepared], list[Attempt]]:
-    """Ask the scheduler which jobs run now; claim and record the attempts of those it leases
-    (unless on a ``cordoned`` node), preempt those it drops (once they held their devices for a
+    """Ask the scheduler which jobs run now (no new gang on a ``cordoned`` node); claim and record
+    the attempts of those it leases, preempt those it drops (once they held their devices for a
     round), and tell every waiting job why it waits. Returns the live jobs as the scheduler read
     them, the attempts to hand to the engine, and those to stop, once the transaction is
     committed (the engine is not asked inside it)."""
     now = utcnow()
-    decision, rows = plan_round(ctx, session, now, known)
+    decision, rows = plan_round(ctx, session, now, known, cordoned)
     plan = decision.plan
     # What the running attempts hold, where Shipyard picks the devices (an engine that picks its
     # own keeps its own account).
@@ -324,11 +324,7 @@ def _start_leased(
         if lease is None:
             reasons[waiting.id] = plan.pending_reasons.get(waiting.id, WAITING)
             continue
-        nodes = {executor_node(n) for n in lease.nodes}
-        if sick := sorted(nodes & cordoned.keys()):
-            why = "; ".join(cordoned[sick[0]])
-            reasons[waiting.id] = Status(Reason.CORDONED, f"node {sick[0]} is cordoned: {why}")
-            continue
+        nodes = {executor_node(n) for n in lease.nodes}  # never a cordoned one: the cycle filtered them
         # The lease's type, and the resources the job was submitted with (read once per job):
         # thousands of leases that wait on a busy cluster must not each load their job's spec.
         request = dataclasses.replace(waiting.submitted.request, accelerator_types=[lease.accelerator_type])

@@ -24,6 +24,7 @@ from shipyard.hardware import Device
 from shipyard.hardware.catalog import AcceleratorSpec
 from shipyard.scheduling import model
 from shipyard.scheduling.cycle import Cycle, Decision
+from shipyard.scheduling.framework import profile_named
 from shipyard.scheduling.policies import policy_named
 from shipyard.scheduling.quota import NO_LIMIT, Queues, Usage, usage_of
 from shipyard.scheduling.status import Reason, Status
@@ -89,8 +90,15 @@ _LIVE = select(
 
 
 def snapshot(
-    session: Session, inventory: list[NodeInventory], now: datetime, submitted_jobs: SubmittedJobs
+    session: Session,
+    inventory: list[NodeInventory],
+    now: datetime,
+    submitted_jobs: SubmittedJobs,
+    cordoned: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[list[model.Job], list[model.Node], model.Throughputs, dict[str, LiveJob]]:
+    """What the cycle sees: the live jobs, the nodes (one per machine and accelerator type, with
+    the machine's labels, unschedulable where ``cordoned`` names the machine's problems), and the
+    throughputs."""
     # A handful of queries per cycle whatever the queue's length (one query per job made a cycle
     # over 5,000 queued jobs take seconds): the jobs' state; what never changes, once per job;
     # the attempts of live jobs in one query (most queued jobs have none); last steps and
@@ -156,7 +164,12 @@ def snapshot(
             foreign = max(0, machine.in_use.get(kind, 0) - ours.get(node_id, 0))
             nodes.append(
                 model.Node(
-                    id=node_id, accelerator_type=kind, devices=count - foreign, memory_gib=memory[kind]
+                    id=node_id,
+                    accelerator_type=kind,
+                    devices=count - foreign,
+                    memory_gib=memory[kind],
+                    labels=machine.labels,
+                    unschedulable="; ".join((cordoned or {}).get(machine.id, ())),
                 )
             )
     return jobs, nodes, model.Throughputs(packed=packed), live
@@ -220,19 +233,25 @@ def _rates(job: Submitted, peaks: dict[str, float], measured: dict[str, float]) 
 
 
 def plan_round(
-    ctx: ServiceContext, session: Session, now: datetime, known: Sequence[NodeInventory] | None = None
+    ctx: ServiceContext,
+    session: Session,
+    now: datetime,
+    known: Sequence[NodeInventory] | None = None,
+    cordoned: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[Decision, dict[str, LiveJob]]:
     """The scheduler's decision for the executor's nodes now (a fresh cycle: the policy is
-    solved on every pass), over ``known`` nodes when the caller read them already."""
+    solved on every pass), over ``known`` nodes when the caller read them already; machines in
+    ``cordoned`` take no new gang (the framework's ``node_schedulable`` filter)."""
     known = list(ctx.executor.known_nodes()) if known is None else known
     inventory = [node for node in known if node.up]
-    jobs, nodes, throughputs, rows = snapshot(session, inventory, now, ctx.submitted_jobs)
+    jobs, nodes, throughputs, rows = snapshot(session, inventory, now, ctx.submitted_jobs, cordoned)
     queues = load_queues(session, ctx.settings.home, capacity_of(inventory))
     cycle = Cycle(
         policy=policy_named(ctx.settings.policy),
         queues=queues,
         round_s=ctx.settings.round_s,
         prices=_prices(hardware_catalog(ctx.settings), {node.accelerator_type for node in nodes}),
+        profile=profile_named(ctx.settings.placement),
     )
     decision = cycle.run(jobs, nodes, throughputs, now_s=now.timestamp())
     down = [node for node in known if not node.up]

@@ -26,6 +26,12 @@ def run(
         str, typer.Option(help="Allocation policy (`shipyard sim policies`).")
     ] = DEFAULT_POLICY,
     gpus_per_node: Annotated[int, typer.Option(help="Devices per node.")] = 4,
+    nodes_per_rack: Annotated[
+        int, typer.Option(help="Nodes per rack (0: racks unknown); a gang over racks runs slower still.")
+    ] = 0,
+    placement: Annotated[
+        str, typer.Option(help="Placer: topology (fewest racks, then nodes) or pack (fewest nodes).")
+    ] = "topology",
     workload: Annotated[str, typer.Option(help="Generated workload: gavel.")] = "gavel",
     multi_gpu: Annotated[bool, typer.Option("--multi-gpu", help="Generate gangs of 1-8 devices.")] = False,
     rate: Annotated[float | None, typer.Option(help="Jobs per hour (Poisson arrivals).")] = None,
@@ -76,6 +82,8 @@ def run(
         throughputs=throughputs,
         cluster=cluster,
         devices_per_node=gpus_per_node,
+        nodes_per_rack=nodes_per_rack,
+        placement=placement,
         policy=policy,
         workload=workload,
         multi_gpu=multi_gpu,

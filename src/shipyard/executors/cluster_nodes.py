@@ -70,7 +70,7 @@ class Advertisement:
                 raise InvalidSpec(
                     f"node {self.node}: device {device.index} ({device.name}) is of an accelerator "
                     f"type the catalog does not know ({device.accelerator_type!r})",
-                    hint="add it to $SHIPYARD_HOME/hardware.yaml (as the README's planning section shows; "
+                    hint="add it to $SHIPYARD_HOME/hardware.yaml (as docs/planning.md shows; "
                     f"`shipyard plan catalog` lists the known types); "
                     f"{unknown_key_hint(device.accelerator_type, known)}",
                 )

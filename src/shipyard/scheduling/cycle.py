@@ -3,8 +3,9 @@
 Each round, a job's priority on a type is its allocated share divided by the share it has
 received so far (Gavel's mechanism): jobs behind their allocation go first. Gangs are all or
 nothing on one type; a job that keeps its type keeps its exact devices (lease extension, no
-restart); new gangs go to the fullest node that fits them (packing), and only when no single node
-can hold them are they spread over several, where they run slower.
+restart); new gangs go where the profile's placer puts them (``framework``) among the nodes its
+filters leave: by default the fullest node that fits them, and only when no single node can hold
+them over several, in the fewest racks, where they run slower.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from shipyard.scheduling.framework import DEFAULT_PROFILE, Profile, cordoned, level_of, rack_of
 from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
 from shipyard.scheduling.policies import Policy
 from shipyard.scheduling.quota import Admission, Queues, admit
@@ -26,7 +28,7 @@ Received = Mapping[str, Mapping[str, float]]
 """job id -> accelerator type -> share of that type's time the job has had."""
 
 
-def run_cycle(
+def place_round(
     jobs: Sequence[Job],
     nodes: Sequence[Node],
     allocation: Allocation,
@@ -38,8 +40,12 @@ def run_cycle(
     received: Received | None = None,
     behind: Received | None = None,
     type_passes: Sequence[str] | None = None,
+    profile: Profile = DEFAULT_PROFILE,
+    queue_profiles: Mapping[str, Profile] | None = None,
 ) -> RoundPlan:
-    """The leases of the next round for ``jobs`` on ``nodes`` under ``allocation``.
+    """The leases of the next round for ``jobs`` on ``nodes`` under ``allocation``: the round
+    mechanism, then the filter and place extension points (``profile``, or the job's queue's in
+    ``queue_profiles``).
 
     ``received``: the share of each type's time each job has had, where the caller counts it
     otherwise (Gavel's mechanism: since the allocation was last reset); by default, the time it
@@ -98,34 +104,83 @@ def run_cycle(
 
     node_free = {n.id: n.devices for n in nodes}
     leases: dict[str, Lease] = {}
+    place = _Placement(nodes, profile, queue_profiles or {}, node_free)
     for job_id, accelerator_type in chosen.items():
         job = by_id[job_id]
         if job.running_on == accelerator_type and _fits_again(job, node_free):
-            for node_id in job.nodes:
-                node_free[node_id] -= 1
-            leases[job_id] = Lease(job_id=job_id, accelerator_type=accelerator_type, nodes=job.nodes)
-    nodes_of: dict[str, list[Node]] = {}  # once per type, not once per job over every node
-    for node in nodes:
-        nodes_of.setdefault(node.accelerator_type, []).append(node)
+            leases[job_id] = place.extend(job)
     for job_id, accelerator_type in chosen.items():
         if job_id in leases:
             continue
-        job = by_id[job_id]
-        placed = _place(job, nodes_of.get(accelerator_type, []), node_free)
-        if placed is not None:
-            leases[job_id] = Lease(job_id=job_id, accelerator_type=accelerator_type, nodes=placed)
+        if (lease := place(by_id[job_id], accelerator_type)) is not None:
+            leases[job_id] = lease
 
     if backfill is not None:
         waiting = [j for j in jobs if j.id not in leases and j.id not in never_backfill]
-        _backfill(waiting, nodes, allocation, backfill, node_free, leases)
+        _backfill(waiting, allocation, backfill, place, leases)
 
     preempted = tuple(sorted(j.id for j in jobs if j.running_on is not None and j.id not in leases))
     waiting = [j for j in jobs if j.id not in leases]
     return RoundPlan(
         leases=leases,
         preempted=preempted,
-        pending_reasons=pending_reasons(waiting, nodes, node_free),
+        pending_reasons=pending_reasons(waiting, nodes, node_free, place.refusals()),
     )
+
+
+class _Placement:
+    """One round's placement: each type's nodes that pass the filters of the job's profile,
+    and the profile's placer over them, taking devices from ``node_free``."""
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        profile: Profile,
+        queue_profiles: Mapping[str, Profile],
+        node_free: dict[str, int],
+    ) -> None:
+        self.by_id = {n.id: n for n in nodes}
+        self.profile, self.queue_profiles, self.node_free = profile, queue_profiles, node_free
+        self.nodes_of: dict[str, list[Node]] = {}  # once per type, not once per job over every node
+        for node in nodes:
+            self.nodes_of.setdefault(node.accelerator_type, []).append(node)
+        self.refused: dict[str, Status] = {}
+        """Nodes a filter turned away for some job this round, with its reason (the pending
+        reasons name them)."""
+
+    def refusals(self) -> dict[str, Status]:
+        """Every node a filter turned away this round, and every unschedulable node."""
+        refused = dict(self.refused)
+        for node in self.by_id.values():
+            if not node.schedulable and node.id not in refused:
+                refused[node.id] = cordoned(node)
+        return refused
+
+    def extend(self, job: Job) -> Lease:
+        """The running job keeps its devices (the filters judge new gangs only)."""
+        assert job.running_on is not None
+        for node_id in job.nodes:
+            self.node_free[node_id] -= 1
+        return self._lease(job, job.running_on, job.nodes)
+
+    def __call__(self, job: Job, accelerator_type: str) -> Lease | None:
+        profile = self.queue_profiles.get(job.queue, self.profile)
+        nodes = self.nodes_of.get(accelerator_type, [])
+        if profile.filters:
+            kept = []
+            for node in nodes:
+                if (why := profile.refusal(job, node)) is None:
+                    kept.append(node)
+                else:
+                    self.refused.setdefault(node.id, why)
+            nodes = kept
+        placed = profile.placer(job, nodes, self.node_free)
+        return None if placed is None else self._lease(job, accelerator_type, placed)
+
+    def _lease(self, job: Job, accelerator_type: str, nodes: tuple[str, ...]) -> Lease:
+        return Lease(
+            job_id=job.id, accelerator_type=accelerator_type, nodes=nodes, level=level_of(nodes, self.by_id)
+        )
 
 
 def _by_type_passes(
@@ -156,17 +211,14 @@ def _by_type_passes(
 
 def _backfill(
     jobs: Sequence[Job],
-    nodes: Sequence[Node],
     allocation: Allocation,
     throughputs: Throughputs,
-    node_free: dict[str, int],
+    place: _Placement,
     leases: dict[str, Lease],
 ) -> None:
     """Idle devices to ``jobs``: running ones keep theirs, then the most allocated, then the oldest."""
-    by_type: dict[str, list[Node]] = {}
-    for node in nodes:
-        by_type.setdefault(node.accelerator_type, []).append(node)
-    free = {k: sum(node_free[n.id] for n in of_type) for k, of_type in by_type.items()}
+    node_free = place.node_free
+    free = {k: sum(node_free[n.id] for n in of_type) for k, of_type in place.nodes_of.items()}
 
     def order(job: Job) -> tuple[int, float, float, str]:
         return (job.running_on is None, -sum(allocation.get(job.id, {}).values()), job.arrival_s, job.id)
@@ -175,17 +227,14 @@ def _backfill(
         if not any(free.values()):
             return
         if job.running_on is not None and _fits_again(job, node_free):
-            for node_id in job.nodes:
-                node_free[node_id] -= 1
             free[job.running_on] -= job.devices
-            leases[job.id] = Lease(job_id=job.id, accelerator_type=job.running_on, nodes=job.nodes)
+            leases[job.id] = place.extend(job)
             continue
         fitting = [k for k in free if free[k] >= job.devices and job.allows(k) and throughputs.of(job, k) > 0]
         for accelerator_type in sorted(fitting, key=lambda k: (-throughputs.of(job, k), k)):
-            placed = _place(job, by_type[accelerator_type], node_free)
-            if placed is not None:
+            if (lease := place(job, accelerator_type)) is not None:
                 free[accelerator_type] -= job.devices
-                leases[job.id] = Lease(job_id=job.id, accelerator_type=accelerator_type, nodes=placed)
+                leases[job.id] = lease
                 break
 
 
@@ -194,39 +243,6 @@ def _fits_again(job: Job, node_free: Mapping[str, int]) -> bool:
     for node_id in job.nodes:
         need[node_id] = need.get(node_id, 0) + 1
     return bool(job.nodes) and all(node_free.get(n, 0) >= c for n, c in need.items())
-
-
-def _place(job: Job, nodes: Sequence[Node], node_free: dict[str, int]) -> tuple[str, ...] | None:
-    """Best fit on one node; otherwise the emptiest nodes first (fewest nodes spanned). A gang
-    of whole nodes gets the fullest nodes that each hold ``per_node`` devices, or nothing."""
-    devices = job.devices
-    if job.per_node and job.per_node < devices:
-        fitting = sorted(
-            (n for n in nodes if node_free[n.id] >= job.per_node), key=lambda n: (node_free[n.id], n.id)
-        )
-        if len(fitting) < job.node_count:
-            return None
-        chosen = fitting[: job.node_count]
-        for node in chosen:
-            node_free[node.id] -= job.per_node
-        return tuple(node.id for node in chosen for _ in range(job.per_node))
-    # (free, id) pairs compared as tuples: thousands of leases a cycle each look at every node
-    # of their type, and a key function per node was most of a cycle's placement.
-    single = [(free, n.id) for n in nodes if (free := node_free[n.id]) >= devices]
-    if single:
-        _, node_id = min(single)
-        node_free[node_id] -= devices
-        return (node_id,) * devices
-    if job.per_node or sum(node_free[n.id] for n in nodes) < devices:
-        return None
-    placed: list[str] = []
-    for node in sorted(nodes, key=lambda n: (-node_free[n.id], n.id)):
-        take = min(node_free[node.id], devices - len(placed))
-        placed += [node.id] * take
-        node_free[node.id] -= take
-        if len(placed) == devices:
-            break
-    return tuple(placed)
 
 
 def fit_device_memory(
@@ -349,10 +365,13 @@ class Cycle:
     """A changed set of jobs re-solves the policy only once this long has passed since the last
     solve (Gavel's simulator: 1,920 s); until then new jobs run only on devices left idle."""
     type_passes: Sequence[str] | None = None
-    """Gavel's order of placement: one pass per type, in this order (see ``run_cycle``)."""
+    """Gavel's order of placement: one pass per type, in this order (see ``place_round``)."""
     ledger: TimeSinceSolve | None = None
     """Gavel's count of the time each job received since the last solve, by which the round
     mechanism ranks jobs (else: time run since arrival, from the jobs themselves)."""
+    profile: Profile = DEFAULT_PROFILE
+    """The filter and place plugins (``framework``) for every queue without its own."""
+    queue_profiles: Mapping[str, Profile] = field(default_factory=dict)
     _allocation: Allocation = field(default_factory=dict, init=False, repr=False)
     _solved_for: frozenset[str] | None = field(default=None, init=False, repr=False)
     _solved_at: float | None = field(default=None, init=False, repr=False)
@@ -365,13 +384,7 @@ class Cycle:
         *,
         now_s: float,
     ) -> Decision:
-        capacity: dict[str, int] = {}
-        node_devices: dict[str, int] = {}
-        for node in nodes:
-            capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
-            node_devices[node.accelerator_type] = max(
-                node_devices.get(node.accelerator_type, 0), node.devices
-            )
+        capacity, node_devices, rack_devices = _sizes(jobs, nodes)
         jobs, too_small, narrowed = fit_device_memory(jobs, nodes)
         admission = admit(jobs, self.queues or Queues.unlimited(capacity))
         candidates = [j for j in admission.jobs if j.id not in admission.reclaimed]
@@ -392,9 +405,10 @@ class Cycle:
                 now_s=now_s,
                 seed=self.seed,
                 node_devices=node_devices,
+                rack_devices=rack_devices,
             )
             self._allocation, self._solved_for = self.policy(inp), job_set
-        plan = run_cycle(
+        plan = place_round(
             admission.jobs,
             nodes,
             self._allocation,
@@ -405,6 +419,8 @@ class Cycle:
             received=None if self.ledger is None else self.ledger.shares(),
             behind=None if self.ledger is None else self.ledger.behind,
             type_passes=self.type_passes,
+            profile=self.profile,
+            queue_profiles=self.queue_profiles,
         )
         reasons = dict(plan.pending_reasons)
         reasons.update(admission.reasons)
@@ -418,18 +434,30 @@ class Cycle:
         return Decision(plan=plan, admission=admission, solved=solved)
 
 
+def _sizes(
+    jobs: Sequence[Job], nodes: Sequence[Node]
+) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """Devices of each type the policy may hand out (a node no new gang may use counts only the
+    devices its running gangs keep), the most one node holds, and the most one rack holds
+    (empty where no node's labels name a rack)."""
+    held: dict[str, int] = {}
+    for job in jobs:
+        for node_id in job.nodes:
+            held[node_id] = held.get(node_id, 0) + 1
+    capacity: dict[str, int] = {}
+    node_devices: dict[str, int] = {}
+    racks: dict[tuple[str, str], int] = {}
+    for node in nodes:
+        kind = node.accelerator_type
+        usable = node.devices if node.schedulable else min(node.devices, held.get(node.id, 0))
+        capacity[kind] = capacity.get(kind, 0) + usable
+        node_devices[kind] = max(node_devices.get(kind, 0), node.devices)
+        if (rack := rack_of(node)) is not None:
+            racks[(kind, rack)] = racks.get((kind, rack), 0) + usable
+    rack_devices: dict[str, int] = {}
+    for (kind, _), devices in racks.items():
+        rack_devices[kind] = max(rack_devices.get(kind, 0), devices)
+    return capacity, node_devices, rack_devices
+
+
 RECLAIMED_MESSAGE = "preempted: its queue borrowed quota that the owner needs back"
-
-
-def schedule(
-    jobs: Sequence[Job],
-    nodes: Sequence[Node],
-    throughputs: Throughputs,
-    policy: Policy,
-    queues: Queues | None = None,
-    *,
-    now_s: float,
-    round_s: float,
-) -> Decision:
-    """One cycle of a fresh ``Cycle`` (nothing remembered from an earlier round)."""
-    return Cycle(policy=policy, queues=queues, round_s=round_s).run(jobs, nodes, throughputs, now_s=now_s)

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Literal
 
-if TYPE_CHECKING:
-    from shipyard.scheduling.status import Status
+from shipyard.scheduling.status import Status
+
+Level = Literal["node", "rack", "fabric"]
+"""How far a gang spreads: on one node, over nodes of one rack (one leaf switch), or over the
+fabric between racks. Each step out is slower: more of its gradients cross slower links."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,23 +66,36 @@ class Node:
     devices: int
     memory_gib: float | None = None
     """Memory per device; None when unknown (then no job is turned away for memory)."""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    """Failure and topology domains (``rack``, ``switch``, ``ib_fabric``...), as its executor reports."""
+    unschedulable: str = ""
+    """Why no new gang may land here (cordoned, drained, refused by its engine); empty: it may.
+    Gangs running here keep their devices."""
+
+    @property
+    def schedulable(self) -> bool:
+        return not self.unschedulable
 
 
 @dataclass(frozen=True, slots=True)
 class Throughputs:
-    """Steps per second of each job type on each accelerator type, per gang.
+    """Steps per second of each job type on each accelerator type, per gang, at each ``Level``.
 
-    ``spread`` holds the (lower) figure when a gang spans nodes; absent means the same. A job type
-    measured on one device only (not data-parallel) runs a larger gang no faster than one device.
+    ``spread`` holds the (lower) figure when a gang spans nodes of one rack, ``fabric`` when it
+    spans racks; absent means the level below's. A job type measured on one device only (not
+    data-parallel) runs a larger gang no faster than one device.
     """
 
     packed: Mapping[tuple[str, int, str], float]
     """(job_type, devices, accelerator_type) -> steps/s with the gang on one node."""
     spread: Mapping[tuple[str, int, str], float] = field(default_factory=dict)
+    fabric: Mapping[tuple[str, int, str], float] = field(default_factory=dict)
 
-    def of(self, job: Job, accelerator_type: str, *, spread: bool = False) -> float:
+    def of(self, job: Job, accelerator_type: str, *, level: Level = "node") -> float:
         key = (job.job_type, job.devices, accelerator_type)
-        if spread and key in self.spread:
+        if level == "fabric" and key in self.fabric:
+            return self.fabric[key]
+        if level != "node" and key in self.spread:
             return self.spread[key]
         if key in self.packed:
             return self.packed[key]
@@ -99,11 +115,16 @@ class PolicyInput:
     node_devices: Mapping[str, int] = field(default_factory=dict)
     """The most devices one node of each type holds: a larger gang must spread over nodes, and
     runs at its spread throughput there. Absent: no gang is known to spread."""
+    rack_devices: Mapping[str, int] = field(default_factory=dict)
+    """The most devices one rack of each type holds: a larger gang spreads over the fabric.
+    Absent: racks are not known, and a spread gang is valued at its one-rack figure."""
 
     def rate(self, job: Job, accelerator_type: str) -> float:
-        """The job's steps/s on that type as it will run there: spread when no node holds it."""
-        spread = job.devices > self.node_devices.get(accelerator_type, job.devices)
-        return self.throughputs.of(job, accelerator_type, spread=spread)
+        """The job's steps/s on that type as it will run there, at the level it must spread to."""
+        level: Level = "node"
+        if job.devices > self.node_devices.get(accelerator_type, job.devices):
+            level = "fabric" if job.devices > self.rack_devices.get(accelerator_type, job.devices) else "rack"
+        return self.throughputs.of(job, accelerator_type, level=level)
 
 
 Allocation = Mapping[str, Mapping[str, float]]
@@ -116,6 +137,8 @@ class Lease:
     accelerator_type: str
     nodes: tuple[str, ...]
     """One entry per device (a node id repeats for each device used there)."""
+    level: Level = "node"
+    """How far the gang spreads (``framework.level_of``)."""
 
     @property
     def spread(self) -> bool:

@@ -13,18 +13,32 @@ from shipyard.scheduling.status import Reason, Status
 
 
 def pending_reasons(
-    waiting: Sequence[Job], nodes: Sequence[Node], node_free: Mapping[str, int]
+    waiting: Sequence[Job],
+    nodes: Sequence[Node],
+    node_free: Mapping[str, int],
+    refused: Mapping[str, Status] | None = None,
 ) -> dict[str, Status]:
-    """Why each waiting job waits after the round's leases took ``node_free``'s complement."""
+    """Why each waiting job waits after the round's leases took ``node_free``'s complement;
+    nodes in ``refused`` (turned away by a filter) count as such, not as free."""
+    refused = refused or {}
     capacity: dict[str, int] = {}
     free: dict[str, int] = {}
     free_by_node: dict[str, list[int]] = {}
+    shut: dict[str, list[Node]] = {}
+    """Refused nodes with free devices, by type."""
     largest_of: dict[str, int] = {}  # once per type, not once per job over every node
     for node in nodes:
-        largest_of[node.accelerator_type] = max(largest_of.get(node.accelerator_type, 0), node.devices)
-        capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
-        free[node.accelerator_type] = free.get(node.accelerator_type, 0) + node_free[node.id]
-        free_by_node.setdefault(node.accelerator_type, []).append(node_free[node.id])
+        kind = node.accelerator_type
+        largest_of[kind] = max(largest_of.get(kind, 0), node.devices)
+        capacity[kind] = capacity.get(kind, 0) + node.devices
+        free.setdefault(kind, 0)
+        free_by_node.setdefault(kind, [])
+        if node.id in refused:
+            shut.setdefault(kind, []).append(node)
+            continue
+        free[kind] += node_free[node.id]
+        free_by_node[kind].append(node_free[node.id])
+    node_free = {n: 0 if n in refused else f for n, f in node_free.items()}
     reasons: dict[str, Status] = {}
     for job in waiting:
         allowed = sorted(k for k in capacity if job.allows(k))
@@ -45,19 +59,24 @@ def pending_reasons(
             reasons[job.id] = Status(Reason.GANG_TOO_LARGE, message)
             continue
         counts: dict[str, int] = {}
-        wrong = len(nodes) - sum(len(free_by_node[k]) for k in allowed)
+        closed = [n for k in allowed for n in shut.get(k, ())]
+        wrong = len(nodes) - sum(len(free_by_node[k]) for k in allowed) - len(closed)
         if wrong:
             counts["wrong accelerator type"] = wrong
+        if closed:
+            counts[f"cordoned ({refused[closed[0].id].message})"] = len(closed)
         ranked_behind = "free devices given to jobs the policy ranks first"
         for k in allowed:
             if free[k] >= job.devices:
                 # Room on the type (maybe spread over nodes): the policy ranked other jobs first.
                 counts[ranked_behind] = counts.get(ranked_behind, 0) + len(free_by_node[k])
-            else:
+            elif free_by_node[k]:
                 counts[f"insufficient free {k}"] = len(free_by_node[k])
         summary = ", ".join(f"{n} {why}" for why, n in counts.items())
         detail = "; ".join(f"{k}: {free[k]} of {capacity[k]} free, needs {job.devices}" for k in allowed)
         code = Reason.RANKED_BEHIND if ranked_behind in counts else Reason.INSUFFICIENT_DEVICES
+        if closed and code == Reason.INSUFFICIENT_DEVICES:
+            code = Reason.CORDONED  # the cordoned nodes are what it waits for
         reasons[job.id] = Status(code, f"0/{len(nodes)} nodes: {summary} ({detail})")
     return reasons
 

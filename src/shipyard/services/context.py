@@ -115,7 +115,7 @@ def _refuse_local_store(settings: Settings) -> None:
             f"the {settings.executor} executor needs an artifact store every node sees, but "
             f"storage.yaml in {settings.home} says backend: {backend}",
             hint="point the store at an S3-compatible service (SeaweedFS, MinIO, Ceph): "
-            "backend: s3 with an s3: section (README: Artifact storage)",
+            "backend: s3 with an s3: section (docs/operations.md: Artifact storage)",
         )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,13 +12,20 @@ from typing import Any
 from shipyard.errors import InvalidSpec
 from shipyard.hardware.catalog import catalog
 from shipyard.planner.shapes import positive
-from shipyard.scheduling.model import Throughputs
+from shipyard.scheduling.framework import profile_named
+from shipyard.scheduling.model import Job, RoundPlan, Throughputs
 from shipyard.scheduling.policies import DEFAULT_POLICY, policy_named
 from shipyard.scheduling.quota import Queues, most_ever, queues_of
 from shipyard.schemas.documents import read_document_file
 from shipyard.schemas.queues import parse_queue_config
 from shipyard.sim.simulator import GAVEL_MECHANISM, SimConfig, SimResult, cluster_nodes, simulate
-from shipyard.sim.workload import TraceJob, generate_gavel_jobs, load_throughputs, load_trace
+from shipyard.sim.workload import (
+    TraceJob,
+    generate_gavel_jobs,
+    load_throughputs,
+    load_trace,
+    with_fabric_slowdown,
+)
 
 GAVEL_PRICES_USD_PER_H = {"v100": 0.74, "p100": 0.43, "k80": 0.135}
 """GCP preemptible prices Gavel's simulator uses for its three types (scheduler/utils.py)."""
@@ -51,6 +58,11 @@ class SimRequest:
     """A queue configuration (``shipyard queues config`` writes one): quotas, cohorts, borrowing."""
     queue_mix: str | None = None
     """``research=0.7,prod=0.3``: the share of jobs that wait in each local queue (else default)."""
+    nodes_per_rack: int = 0
+    """Nodes of each rack (0: racks unknown); a gang over several racks then runs slower still
+    (``workload.with_fabric_slowdown``)."""
+    placement: str = "topology"
+    """The placer plugin: ``topology`` (fewest racks) or ``pack`` (fewest nodes, racks unseen)."""
 
 
 def parse_pairs(text: str, flag: str, number: Callable[[str], float]) -> dict[str, float]:
@@ -93,7 +105,11 @@ MAX_JOBS = 1_000_000
 MAX_DEVICES = 1_000_000
 
 
-def run(request: SimRequest, progress: Callable[[int, int], None] | None = None) -> SimResult:
+def run(
+    request: SimRequest,
+    progress: Callable[[int, int], None] | None = None,
+    on_round: Callable[[float, Sequence[Job], RoundPlan], None] | None = None,
+) -> SimResult:
     policy = policy_named(request.policy)
     throughputs = load_throughputs(request.throughputs)
     known = sorted({k for _, _, k in throughputs.packed})
@@ -106,6 +122,10 @@ def run(request: SimRequest, progress: Callable[[int, int], None] | None = None)
             )
         positive(f"--cluster {accelerator_type}", count, at_most=MAX_DEVICES)
     positive("--gpus-per-node", request.devices_per_node, at_most=1024)
+    if request.nodes_per_rack:
+        positive("--nodes-per-rack", request.nodes_per_rack, at_most=MAX_DEVICES)
+        throughputs = with_fabric_slowdown(throughputs)
+    profile = profile_named(request.placement)
     positive("--round-s", request.round_s, at_most=1e7)
     if not 0 <= request.restart_cost_s <= 1e7:  # NaN fails too
         raise InvalidSpec(
@@ -149,10 +169,11 @@ def run(request: SimRequest, progress: Callable[[int, int], None] | None = None)
         seed=request.seed,
         prices=prices,
         spread_slowdown=request.spread_slowdown,
+        profile=profile,
         **MECHANISMS[request.mechanism],
     )
-    nodes = cluster_nodes(cluster, request.devices_per_node)
-    return simulate(jobs, nodes, throughputs, policy, config, progress=progress)
+    nodes = cluster_nodes(cluster, request.devices_per_node, request.nodes_per_rack)
+    return simulate(jobs, nodes, throughputs, policy, config, progress=progress, on_round=on_round)
 
 
 QUEUE_MIX_SEED = 7

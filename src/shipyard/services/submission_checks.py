@@ -77,7 +77,7 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
                     "has 1 node",
                     hint="lower resources.nodes, or join machines into a Ray cluster: `shipyard node "
                     "start --head` on one, `shipyard node start --address HEAD:6380` on each other "
-                    "(README: Two machines (and more))",
+                    "(docs/operations.md: Two machines (and more))",
                 )
             inventory = ", ".join(f"{k}: {v}" for k, v in capacity_of(nodes).items())
             where = "this node" if len(nodes) == 1 else f"these {len(nodes)} nodes"

@@ -1,2 +1,2 @@
-"""Trace-driven simulation of the scheduler: the same ``run_cycle``, a virtual clock and a
+"""Trace-driven simulation of the scheduler: the same ``Cycle``, a virtual clock and a
 simulated executor."""

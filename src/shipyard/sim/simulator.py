@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard.scheduling.cycle import Cycle, TimeSinceSolve
+from shipyard.scheduling.framework import DEFAULT_PROFILE, Profile
 from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
 from shipyard.scheduling.policies import Policy
 from shipyard.scheduling.quota import Queues
@@ -49,6 +50,8 @@ class SimConfig:
     types_in_turn: bool = False
     """Place jobs type by type, fastest type first, each type's devices filled before the next
     is looked at (else: one ranking of every job on every type)."""
+    profile: Profile = DEFAULT_PROFILE
+    """The filter and place plugins the cycle runs (``scheduling.framework``)."""
 
 
 GAVEL_MECHANISM = {
@@ -148,6 +151,7 @@ def simulate(
         resolve_after_s=config.resolve_after_s,
         type_passes=_fastest_first(throughputs, capacity) if config.types_in_turn else None,
         ledger=TimeSinceSolve(credit_s=config.round_s / 2) if config.received_since_solve else None,
+        profile=config.profile,
     )
     # The scheduler sees the spread figures only where gangs spread over nodes do run slower.
     seen = throughputs if config.spread_slowdown else Throughputs(packed=throughputs.packed)
@@ -229,8 +233,8 @@ def _advance(state: _State, lease: Lease, throughputs: Throughputs, config: SimC
         penalty = min(config.restart_cost_s, config.round_s)
     state.lease = lease
     state.started = True
-    spread = lease.spread and config.spread_slowdown
-    rate = throughputs.of(state.snapshot(), lease.accelerator_type, spread=spread)
+    level = lease.level if config.spread_slowdown else "node"
+    rate = throughputs.of(state.snapshot(), lease.accelerator_type, level=level)
     remaining = state.trace.total_steps - state.steps_done
     usable = config.round_s - penalty
     if rate > 0 and remaining / rate <= usable:
@@ -307,14 +311,20 @@ def _rho(state: _State, throughputs: Throughputs, capacity: Mapping[str, int], t
     return (state.finish_s - state.trace.arrival_s) / fair_s  # type: ignore[operator]
 
 
-def cluster_nodes(spec: Mapping[str, int], devices_per_node: int) -> list[Node]:
-    """``{"v100": 36}`` with 4 per node -> nine 4-device nodes named v100-0 ... v100-8."""
+def cluster_nodes(spec: Mapping[str, int], devices_per_node: int, nodes_per_rack: int = 0) -> list[Node]:
+    """``{"v100": 36}`` with 4 per node -> nine 4-device nodes named v100-0 ... v100-8; with
+    ``nodes_per_rack`` each is labelled with its rack (``v100-r0`` for the first ones)."""
     nodes = []
     for accelerator_type, count in spec.items():
         full, rest = divmod(count, devices_per_node)
         sizes = [devices_per_node] * full + ([rest] if rest else [])
         nodes += [
-            Node(id=f"{accelerator_type}-{i}", accelerator_type=accelerator_type, devices=d)
+            Node(
+                id=f"{accelerator_type}-{i}",
+                accelerator_type=accelerator_type,
+                devices=d,
+                labels={"rack": f"{accelerator_type}-r{i // nodes_per_rack}"} if nodes_per_rack else {},
+            )
             for i, d in enumerate(sizes)
         ]
     return nodes

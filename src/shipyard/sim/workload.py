@@ -368,3 +368,15 @@ def _sia_trace(path: Path, throughputs: Throughputs, rng: random.Random) -> list
         if devices > 0:
             jobs.append(_typed_job(throughputs, rng, devices, _duration_s(rng), arrival))
     return jobs
+
+
+def with_fabric_slowdown(throughputs: Throughputs) -> Throughputs:
+    """The figures with a gang over several racks slowed once more by its own node-to-rack
+    slowdown (spread² / packed): the fabric between racks is assumed as much slower than a rack's
+    switch as that switch is than a node's links. Gavel's file measures one spread level only."""
+    fabric = {
+        key: rate * rate / packed
+        for key, rate in throughputs.spread.items()
+        if (packed := throughputs.packed.get(key, 0.0)) > 0
+    }
+    return Throughputs(packed=throughputs.packed, spread=throughputs.spread, fabric=fabric)
