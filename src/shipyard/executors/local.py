@@ -132,7 +132,8 @@ class LocalExecutor:
         if request.nodes > 1:
             return unplaceable(
                 f"the local executor runs single-node jobs; this job asks for {request.nodes} nodes "
-                "(for a cluster, run the server with SHIPYARD_EXECUTOR=ray: docs/operations.md, Two machines)",
+                "(for a cluster, run the server with SHIPYARD_EXECUTOR=ray: docs/operations.md, "
+                "Two machines)",
                 transient=False,
             )
         reasons: list[str] = []
