@@ -260,7 +260,7 @@ def test_the_planned_memory_of_full_and_lora_fine_tuning_is_within_15_percent_of
         spec["training"].update(steps=3, micro_batch_size=4, seq_len=128, global_batch_tokens=512)
         run = run_runtime(tmp_path / method, tmp_path / "cache", spec)
         measured = max(m["mem_gib"] for m in metrics(run, "train"))
-        planned = estimate_job(validate_job_spec(spec), here, catalog())["memory_gib_per_device"]
+        planned = estimate_job(validate_job_spec(spec), here, catalog()).memory_gib_per_device  # type: ignore[union-attr]
         assert planned == pytest.approx(measured, rel=0.15), (method, planned, measured)
 
 

@@ -68,7 +68,7 @@ def test_an_estimate_plans_each_type_with_the_host_its_nodes_measured() -> None:
             NodeInventory(id=f"gpu-{i}", devices=emulated_devices("h100-sxm", 8), host=rates)
             for i, rates in enumerate(hosts)
         ]
-        return float(estimate_job(spec, nodes, catalog())["tokens_per_s"])
+        return float(estimate_job(spec, nodes, catalog()).tokens_per_s)  # type: ignore[union-attr]
 
     reference = planned(None)  # a node that did not measure its host: the reference Xeon's 5.42 us
     assert planned(host(2.71)) == pytest.approx(2 * reference)

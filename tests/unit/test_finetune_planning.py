@@ -57,7 +57,8 @@ def test_full_fine_tuning_that_fits_nowhere_names_the_methods_that_would(tmp_pat
     assert "lora fits in" in hint and "on rtx-4090" in hint and "qlora fits in" in hint
     lora = estimate_job(_spec(tmp_path, "lora", "rtx-4090"), node, catalog())  # type: ignore[arg-type]
     qlora = estimate_job(_spec(tmp_path, "qlora", "rtx-4090"), node, catalog())  # type: ignore[arg-type]
-    assert qlora["memory_gib_per_device"] < lora["memory_gib_per_device"] < rtx.memory_gib
+    assert qlora is not None and lora is not None
+    assert qlora.memory_gib_per_device < lora.memory_gib_per_device < rtx.memory_gib
 
 
 def test_full_dpo_counts_its_reference_copy_and_lora_dpo_none(tmp_path: Path) -> None:
@@ -79,7 +80,8 @@ def test_full_dpo_counts_its_reference_copy_and_lora_dpo_none(tmp_path: Path) ->
                       "global_batch_tokens": 512},
         )  # fmt: skip
         estimate = estimate_job(validate_job_spec(document), cpu, catalog())  # type: ignore[arg-type]
-        found: dict[str, float] = estimate["memory"]
+        assert estimate is not None
+        found: dict[str, float] = estimate.memory
         return found
 
     full, dpo = memory("full"), memory("dpo", weights="full")

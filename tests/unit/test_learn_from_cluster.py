@@ -17,7 +17,8 @@ from shipyard.db import Attempt, Job, Metric, ShapeMeasurement
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.services import calibrate, jobs
 from shipyard.services.context import ServiceContext
-from shipyard.services.estimates import estimate_job, record_measurements
+from shipyard.services.estimates import estimate_job
+from shipyard.services.measurements import record_measurements
 from shipyard.services.planning import hardware_catalog
 from tests.builders import spec_dict
 
@@ -65,22 +66,22 @@ def test_an_attempts_figures_plan_the_next_job_of_its_shape(ctx: ServiceContext)
     with ctx.db.read() as session:
         [row] = session.query(ShapeMeasurement).all()
     assert (row.measured_tokens_per_s, row.measured_gib) == (500.0, 0.9)
-    assert row.planned_tokens_per_s == planned["tokens_per_s"] and row.job_id == first.id
+    assert row.planned_tokens_per_s == planned.tokens_per_s and row.job_id == first.id
 
     again = jobs.get(ctx, jobs.submit(ctx, validate_job_spec(spec_dict(name="two"))).id).estimate
-    assert (again["tokens_per_s"], again["throughput_measured_by"]) == (500.0, first.id)
-    assert again["tokens_per_s_planned"] == planned["tokens_per_s"]
-    slower = planned["tokens_per_s"] / 500.0
-    assert again["step_time_s"] == pytest.approx(planned["step_time_s"] * slower)
-    assert again["wall_time_s"] == pytest.approx(planned["wall_time_s"] * slower)
-    assert again["by_accelerator"]["cpu"]["tokens_per_s"] == 500.0
-    assert (again["memory_gib_per_device"], again["memory_measured_by"]) == (0.9, first.id)
-    assert again["measured_tokens_per_s"] == {"cpu": 500.0}
+    assert (again.tokens_per_s, again.throughput_measured_by) == (500.0, first.id)
+    assert again.tokens_per_s_planned == planned.tokens_per_s
+    slower = planned.tokens_per_s / 500.0
+    assert again.step_time_s == pytest.approx(planned.step_time_s * slower)
+    assert again.wall_time_s == pytest.approx(planned.wall_time_s * slower)
+    assert again.by_accelerator["cpu"].tokens_per_s == 500.0
+    assert (again.memory_gib_per_device, again.memory_measured_by) == (0.9, first.id)
+    assert again.measured_tokens_per_s == {"cpu": 500.0}
 
     # Another shape (more threads per process) is not planned from it.
     other = spec_dict(name="three", resources={"accelerator": "cpu", "devices": 1, "cpus_per_device": 2})
     assert (
-        "throughput_measured_by" not in jobs.get(ctx, jobs.submit(ctx, validate_job_spec(other)).id).estimate
+        jobs.get(ctx, jobs.submit(ctx, validate_job_spec(other)).id).estimate.throughput_measured_by is None
     )
 
 
@@ -115,7 +116,7 @@ def test_calibrate_fits_the_cluster_and_later_plans_use_it(ctx: ServiceContext) 
     for micro_batch, share in [(1, 0.5), (2, 0.4), (4, 0.625)]:
         spec = spec_dict(name=f"mb{micro_batch}", training={"micro_batch_size": micro_batch})
         view = jobs.submit(ctx, validate_job_spec(spec))
-        planned = jobs.get(ctx, view.id).estimate["tokens_per_s"]
+        planned = jobs.get(ctx, view.id).estimate.tokens_per_s
         _ran(ctx, view.id, [1.0, *[planned * share] * 3], mem_gib=0.5)
 
     [fit] = calibrate.calibrate(ctx, save_fits=False)
@@ -136,11 +137,11 @@ def test_calibrate_fits_the_cluster_and_later_plans_use_it(ctx: ServiceContext) 
     # about half the planner's catalog figure.
     fresh = validate_job_spec(spec_dict(name="fresh", training={"micro_batch_size": 8}))
     estimate = jobs.get(ctx, jobs.submit(ctx, fresh).id).estimate
-    assert estimate["device_efficiency"] == pytest.approx(0.5)
+    assert estimate.device_efficiency == pytest.approx(0.5)
     catalog_only = estimate_job(fresh, ctx.executor.nodes(), hardware_catalog(ctx.settings))
-    assert 0.5 - 1e-9 <= estimate["tokens_per_s"] / catalog_only["tokens_per_s"] < 0.55
+    assert 0.5 - 1e-9 <= estimate.tokens_per_s / catalog_only.tokens_per_s < 0.55
     # A run measured just as its calibrated plan said confirms the factor: the planned figure
     # is taken back to the catalog's efficiency before it is compared.
-    _ran(ctx, jobs.list_jobs(ctx)[0].id, [1.0, *[estimate["tokens_per_s"]] * 3], mem_gib=0.5)
+    _ran(ctx, jobs.list_jobs(ctx)[0].id, [1.0, *[estimate.tokens_per_s] * 3], mem_gib=0.5)
     [refit] = calibrate.calibrate(ctx, save_fits=False)
     assert (refit.rows, refit.efficiency) == (4, pytest.approx(0.5))

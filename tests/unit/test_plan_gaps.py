@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 
+from shipyard.schemas.estimate import Figures
 from shipyard.services.plan_gaps import Measured, explain
 
 # One device planned at 100 TFLOPS peak and 40 % MFU with 1 GFLOP per token: 40,000 tokens/s.
-PLAN = {
-    "tokens_per_s": 40_000.0,
-    "peak_tflops": 100.0,
-    "mfu": 0.40,
-    "flops_per_token": 1e9,
-    "memory_gib_per_device": 10.0,
-}
+PLAN = Figures(
+    tokens_per_s=40_000.0,
+    peak_tflops=100.0,
+    mfu=0.40,
+    flops_per_token=1e9,
+    memory_gib_per_device=10.0,
+    step_time_s=0.1,
+)
 
 
 def run(tokens_per_s: float, mfu: float, **changes: object) -> Measured:
@@ -60,7 +62,10 @@ def test_both_parts_off_are_named_the_larger_first() -> None:
 
 
 def test_an_estimate_without_the_parts_says_so() -> None:
-    old = {"tokens_per_s": 40_000.0, "memory_gib_per_device": 10.0}
+    # A document stored before the planner recorded what tokens/s is made of still reads.
+    old = Figures.model_validate(
+        {"tokens_per_s": 40_000.0, "memory_gib_per_device": 10.0, "step_time_s": 0.1}
+    )
     [why] = explain(old, run(1_000.0, 0.01))
     assert "predates" in why and "0.025x" in why
 
@@ -75,7 +80,7 @@ def test_memory_far_above_the_plan_on_a_cpu_is_the_process_peak() -> None:
 def test_a_step_planned_as_its_host_s_says_so() -> None:
     # A small model on a GPU: the plan's step is the host queuing kernels at 5.4 us an operation,
     # and the run reached a third of the planned MFU (a host slower than its node measured).
-    host_bound = {**PLAN, "host_bound": True, "host_op_us": 5.42}
+    host_bound = PLAN.model_copy(update={"host_bound": True, "host_op_us": 5.42})
     [why] = explain(host_bound, run(12_000.0, 0.12))
     assert "the planned step was its host's, queuing kernels at 5.4 us an operation (0.3x)" in why
     [plain] = explain(PLAN, run(12_000.0, 0.12))

@@ -85,10 +85,10 @@ def test_an_out_of_memory_halves_the_micro_batch_to_a_divisor(micro: int, smalle
 
 def test_a_grace_shorter_than_a_planned_step_and_an_interval_past_the_end_are_warned_of() -> None:
     spec = validate_job_spec(spec_dict(restarts={"startup_grace_s": 5.0}, checkpoint={"interval": 20}))
-    first, second = recovery_warnings(spec, {"step_time_s": 30.0})
+    first, second = recovery_warnings(spec, planned_step_s=30.0)
     assert first.startswith("checkpoint.interval (20) is longer than the run (8 steps)")
     assert second.startswith("restarts.startup_grace_s (5s) is shorter than one step as planned (30s)")
-    assert recovery_warnings(validate_job_spec(spec_dict()), {"step_time_s": 0.1}) == ()
+    assert recovery_warnings(validate_job_spec(spec_dict()), planned_step_s=0.1) == ()
 
 
 def test_a_starting_rank_beats_by_itself_until_its_first_step(

@@ -126,9 +126,10 @@ def test_a_job_that_fits_no_accelerator_here_is_refused_with_the_numbers(tmp_pat
 def test_a_fitting_job_keeps_the_planners_estimate(ctx: ServiceContext) -> None:
     view = jobs.submit(ctx, validate_job_spec(spec_dict()))
     estimate = jobs.get(ctx, view.id).estimate
-    assert estimate["accelerator"] == "cpu" and estimate["devices"] == 1
-    assert 0 < estimate["memory_gib_per_device"] < 2
-    assert estimate["tokens_per_s"] > 0 and estimate["wall_time_s"] > 0
+    assert estimate is not None
+    assert estimate.accelerator == "cpu" and estimate.devices == 1
+    assert 0 < estimate.memory_gib_per_device < 2
+    assert estimate.tokens_per_s > 0 and estimate.wall_time_s > 0
 
 
 def test_estimates_are_remembered_per_shape_of_job_not_per_name(ctx: ServiceContext) -> None:
@@ -136,8 +137,8 @@ def test_estimates_are_remembered_per_shape_of_job_not_per_name(ctx: ServiceCont
     same_shape = jobs.submit(ctx, validate_job_spec(spec_dict(name="two")))
     longer = jobs.submit(ctx, validate_job_spec(spec_dict(name="three", training={**TRAINING, "steps": 80})))
     one, two, three = (jobs.get(ctx, v.id).estimate for v in (first, same_shape, longer))
-    assert one == two
-    assert three["wall_time_s"] == pytest.approx(10 * one["wall_time_s"])
+    assert one == two and one is not None and three is not None
+    assert three.wall_time_s == pytest.approx(10 * one.wall_time_s)
 
 
 def test_a_job_id_drawn_twice_is_drawn_again(

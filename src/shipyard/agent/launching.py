@@ -22,6 +22,7 @@ from shipyard.domain import ExitReason, JobState
 from shipyard.errors import LaunchFailed, StorageError
 from shipyard.executors.base import Placement, StoreAccess, StoredInput
 from shipyard.scheduling.status import Reason
+from shipyard.schemas.estimate import Estimate
 from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, stored_job_spec, validate_job_spec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
@@ -150,9 +151,8 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
                 Path(local) for local, path in zip(spec.data.paths, given, strict=True) if path != local
             ]
             roots += [model.fetched] if model.fetched else []
-    spec = planned_layout(
-        _with_micro_batch(spec, job.micro_batch_size), job.estimate or {}, placed.accelerator_type
-    )
+    estimate = Estimate.stored(job.estimate)
+    spec = planned_layout(_with_micro_batch(spec, job.micro_batch_size), estimate, placed.accelerator_type)
     LaunchPlan(
         job_id=job.id,
         attempt=number,
@@ -167,7 +167,7 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
         peak_tflops_fp32=placed.peak_tflops_fp32,
         resume_from=resume_from,
         data_roots=None if roots is None else [str(root.resolve()) for root in roots],
-        expected_s=_expected_s(job.estimate or {}, placed.accelerator_type, spec.training.total_steps),
+        expected_s=_expected_s(estimate, placed.accelerator_type, spec.training.total_steps),
     ).write(run_dir)
     log_path = run_dir / "logs" / f"attempt-{number}.log"
     metrics = run_dir / METRICS_FILE
@@ -193,11 +193,11 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
     return Prepared(job.id, attempt.id, placed, run_dir, log_path, store, from_store, to_store)
 
 
-def _expected_s(estimate: dict[str, Any], accelerator_type: str, steps: int) -> float | None:
+def _expected_s(estimate: Estimate | None, accelerator_type: str, steps: int) -> float | None:
     """The planner's time for the whole run on the type (a resumed attempt's is shorter: an
     engine's time limit derived from it errs long)."""
-    step_s = (estimate.get("by_accelerator") or {}).get(accelerator_type, {}).get("step_time_s")
-    return step_s * steps if step_s else None
+    figures = None if estimate is None else estimate.by_accelerator.get(accelerator_type)
+    return figures.step_time_s * steps if figures is not None and figures.step_time_s else None
 
 
 def _inputs_for_nodes(

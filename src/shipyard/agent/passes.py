@@ -66,7 +66,7 @@ from shipyard.schemas.launch import (
 )
 from shipyard.services import storage
 from shipyard.services.context import ServiceContext
-from shipyard.services.estimates import record_measurements
+from shipyard.services.measurements import record_measurements
 from shipyard.services.submitted_jobs import aware
 
 _log = logging.getLogger("shipyard.agent")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -12,6 +12,7 @@ from shipyard.cli._follow import follow
 from shipyard.cli._jobs_backend import jobs as jobs_backend
 from shipyard.cli._output import JsonOpt, console, duration, err_console, fmt, print_json, table
 from shipyard.domain import JobState
+from shipyard.schemas.estimate import Estimate
 from shipyard.schemas.views import JobDetail, JobView
 
 sub_app = typer.Typer(help="Submit and watch training jobs.", no_args_is_help=True)
@@ -175,36 +176,34 @@ def _print_detail(d: JobDetail) -> None:
 
 
 def _estimate_rows(
-    estimate: dict[str, Any], measured: dict[str, float], ran_on: str | None, gaps: list[str]
+    estimate: Estimate | None, measured: dict[str, float], ran_on: str | None, gaps: list[str]
 ) -> list[tuple[str, object]]:
     """The planner's prediction at submit time beside what the run measured: for the accelerator
     type the job ran on, with the layout it ran with."""
-    if not estimate:
+    if estimate is None:
         return []
-    from shipyard.services.estimates import describe_layout, plan_on  # the service layer's words
-
-    accelerator, plan = plan_on(estimate, ran_on)
+    accelerator, plan = estimate.on(ran_on)
 
     def against(key: str) -> str:
         return f" (measured {fmt(measured[key])})" if key in measured else ""
 
     # Where an earlier job of this shape measured a figure, it was planned with that one.
-    memory = f"{plan['memory_gib_per_device']:.2f} GiB"
-    if "memory_measured_by" in plan:
-        memory += f" (as job {plan['memory_measured_by']} peaked; the planner's model: "
-        memory += f"{plan['memory_gib_planned']:.2f})"
-    speed = fmt(plan["tokens_per_s"])
-    if "throughput_measured_by" in plan:
-        speed += f" (as job {plan['throughput_measured_by']} ran; the planner's model: "
-        speed += f"{fmt(plan['tokens_per_s_planned'])})"
-    rows: list[tuple[str, object]] = [("planned on", f"{estimate['devices']} x {accelerator}")]
-    if "layout" in plan:
-        rows.append(("planned layout", describe_layout(plan["layout"])))
+    memory = f"{plan.memory_gib_per_device:.2f} GiB"
+    if plan.memory_measured_by is not None:
+        memory += f" (as job {plan.memory_measured_by} peaked; the planner's model: "
+        memory += f"{plan.memory_gib_planned or 0:.2f})"
+    speed = fmt(plan.tokens_per_s)
+    if plan.throughput_measured_by is not None:
+        speed += f" (as job {plan.throughput_measured_by} ran; the planner's model: "
+        speed += f"{fmt(plan.tokens_per_s_planned or 0)})"
+    rows: list[tuple[str, object]] = [("planned on", f"{estimate.devices} x {accelerator}")]
+    if plan.layout is not None:
+        rows.append(("planned layout", plan.layout.describe()))
     rows += [
         ("planned memory/device", f"{memory}{against('memory_gib')}"),
-        ("planned step time", f"{fmt(plan['step_time_s'])} s{against('step_time_s')}"),
+        ("planned step time", f"{fmt(plan.step_time_s)} s{against('step_time_s')}"),
         ("planned tokens/s", f"{speed}{against('tokens_per_s')}"),
-        ("planned wall time", f"{duration(estimate['wall_time_s'])}"),
+        ("planned wall time", f"{duration(estimate.wall_time_s or 0)}"),
     ]
     return rows + [("why they differ", why) for why in gaps]
 

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from shipyard.schemas.estimate import Estimate
+
 
 class _View(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -78,8 +80,8 @@ class JobDetail(JobView):
     spec: dict[str, Any]
     summary: dict[str, float]
     """Start/end losses, median tokens/s, MFU and wall time of the training."""
-    estimate: dict[str, Any] = {}
-    """The planner's prediction at submit time (empty for jobs submitted before it existed)."""
+    estimate: Estimate | None = None
+    """The planner's prediction at submit time (none where no node had the job's types)."""
     plan_gaps: list[str] = []
     """Where a measured figure is more than twice off the plan: which assumption was off."""
 
@@ -366,7 +368,7 @@ class ModelLineageView(_View):
     dataset: list[dict[str, Any]]
     stored_as: str | None
     metrics: dict[str, Any]
-    estimate: dict[str, Any]
+    estimate: Estimate | None
 
 
 class ModelComparisonView(_View):

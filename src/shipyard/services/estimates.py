@@ -7,21 +7,13 @@ measured figures.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import statistics
 from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
-from shipyard.db import Attempt, Job, Metric, ShapeMeasurement
-from shipyard.db.tables import utcnow
-from shipyard.domain import ExitReason
 from shipyard.errors import InvalidSpec, ShipyardError, Unschedulable
 from shipyard.executors.base import NodeInventory, Request
 from shipyard.hardware.catalog import AcceleratorSpec, Catalog
@@ -31,6 +23,13 @@ from shipyard.planner.shapes import shape_of
 from shipyard.planner.training import TrainingPlan, host_op_us, plan_training
 from shipyard.planner.workload import LayoutRequest, Recompute, TrainingWorkload, cluster_of
 from shipyard.schemas.documents import read_document_file
+from shipyard.schemas.estimate import (
+    Estimate,
+    Figures,
+    PlannedCheckpointing,
+    PlannedLayout,
+    PlannedParallelism,
+)
 from shipyard.schemas.jobspec import (
     ActivationCheckpointingSection,
     FinetuneSection,
@@ -139,25 +138,23 @@ def _recompute(spec: JobSpec) -> tuple[Recompute | None, int]:
     return section.mode, 1
 
 
-def runtime_layout(plan: TrainingPlan) -> dict[str, Any]:
+def runtime_layout(plan: TrainingPlan) -> PlannedLayout:
     """The plan's layout as the job spec's fields (what a launch fills in for ``auto``)."""
     layout = plan.layout
     sharded = layout.zero >= 1 and layout.dp > 1
     if layout.recompute == "full" and layout.recompute_every > 1:
-        checkpointing = {"mode": "selective", "selective": "blocks", "every": layout.recompute_every}
+        checkpointing = PlannedCheckpointing(
+            mode="selective", selective="blocks", every=layout.recompute_every
+        )
     else:
-        checkpointing = {"mode": layout.recompute}
-    return {
-        "parallelism": {
-            "tp": layout.tp,
-            "dp_shard": layout.dp if sharded else 1,
-            "dp_replicate": 1 if sharded else layout.dp,
-        },
-        "activation_checkpointing": checkpointing,
-    }
+        checkpointing = PlannedCheckpointing(mode=layout.recompute)
+    parallelism = PlannedParallelism(
+        tp=layout.tp, dp_shard=layout.dp if sharded else 1, dp_replicate=1 if sharded else layout.dp
+    )
+    return PlannedLayout(parallelism=parallelism, activation_checkpointing=checkpointing)
 
 
-def _plan_on(
+def _plan_for_type(
     workload: TrainingWorkload,
     spec: JobSpec,
     accelerator: AcceleratorSpec,
@@ -171,19 +168,19 @@ def _plan_on(
 
 
 _MEMO_SIZE = 512
-_memo: dict[Hashable, dict[str, Any]] = {}
+_memo: dict[Hashable, Estimate | None] = {}
 
 
 def estimate_job(
     spec: JobSpec, nodes: Sequence[NodeInventory], catalog: Catalog, calibration: Calibration = CALIBRATION
-) -> dict[str, Any]:
+) -> Estimate | None:
     """The fastest fitting accelerator type among those the job may use on these nodes, planned
     with ``calibration`` (this cluster's: :func:`shipyard.services.calibrate.cluster_calibration`)
     and with the hosts the nodes measured.
 
-    Raises ``Unschedulable`` with the memory needed and the largest memory here when none fits.
-    Remembered per shape of job (a queue fills with copies of one spec, each asking again); the
-    dict returned is shared, not to be changed.
+    None where no node here has any of its types; raises ``Unschedulable`` with the memory
+    needed and the largest memory here when none fits. Remembered per shape of job (a queue
+    fills with copies of one spec, each asking again).
     """
     if spec.model.path:  # the config.json behind a path can change: read it each time
         return _estimate(spec, nodes, catalog, calibration)
@@ -199,12 +196,12 @@ def estimate_job(
         tuple(catalog.get(a) for a in accelerators),
         tuple(sorted(calibration.device_efficiency.items())),
     )
-    found = _memo.get(key)
-    if found is None:
-        found = _estimate(spec, nodes, catalog, calibration)
-        if len(_memo) >= _MEMO_SIZE:
-            _memo.clear()
-        _memo[key] = found
+    if key in _memo:
+        return _memo[key]
+    found = _estimate(spec, nodes, catalog, calibration)
+    if len(_memo) >= _MEMO_SIZE:
+        _memo.clear()
+    _memo[key] = found
     return found
 
 
@@ -247,7 +244,7 @@ def _plans(
             if host is not None:
                 update |= _measured_cpu(host, row, planned.precision, threads or 1, cores or 1)
         accelerator = row.model_copy(update={**update, "memory_gib": memory_gib})
-        plans.append(_plan_on(planned, spec, accelerator, devices, calibration))
+        plans.append(_plan_for_type(planned, spec, accelerator, devices, calibration))
     return plans
 
 
@@ -282,68 +279,57 @@ METHOD_WORDS = {"full": "full fine-tuning", "lora": "lora", "qlora": "qlora", "d
 
 def _estimate(
     spec: JobSpec, nodes: Sequence[NodeInventory], catalog: Catalog, calibration: Calibration
-) -> dict[str, Any]:
+) -> Estimate | None:
     workload = job_workload(spec)
     plans = _plans(workload, spec, nodes, catalog, calibration)
     if not plans:
-        return {}
+        return None
     fitting = [p for p in plans if p.fits]
     if not fitting:
         raise _fits_nowhere(spec, workload, plans, nodes, catalog)
     best = min(fitting, key=lambda p: p.step.total_s)
-    return {
-        "accelerator": best.cluster.accelerator.key,
-        "devices": spec.resources.devices,
-        **_figures(best, calibration),
-        "memory": best.memory.to_dict(),
-        "mfu": best.mfu,
-        "wall_time_s": best.wall_time_h * 3600,
+    return Estimate(
+        accelerator=best.cluster.accelerator.key,
+        devices=spec.resources.devices,
+        **_figures(best, calibration).model_dump(exclude={"wall_time_s"}),
+        memory=best.memory.to_dict(),
+        wall_time_s=best.wall_time_h * 3600,
         # Each accelerator type the job may land on: the layout a launch there fills in for what
         # the spec leaves to the planner, and what the plan predicts with it.
-        "by_accelerator": {p.cluster.accelerator.key: _figures(p, calibration) for p in fitting},
-    }
+        by_accelerator={p.cluster.accelerator.key: _figures(p, calibration) for p in fitting},
+    )
 
 
-def _figures(plan: TrainingPlan, calibration: Calibration) -> dict[str, Any]:
-    return {
-        "memory_gib_per_device": round(plan.memory.total_gib, 3),
-        "step_time_s": plan.step.total_s,
-        "tokens_per_s": plan.tokens_per_s,
-        "layout": runtime_layout(plan),
-        # What tokens/s is made of, so a measurement far from it can say which part was off.
-        "peak_tflops": plan.peak_tflops,
-        "mfu": plan.mfu,
-        "flops_per_token": plan.model_flops_per_token,
-        # This cluster's factor on the type's efficiency the figures were planned with.
-        "device_efficiency": calibration.device_efficiency.get(plan.cluster.accelerator.key, 1.0),
-        # The host the plan took (its node's, as measured), and whether the step was its time.
-        "host_op_us": host_op_us(plan.cluster.accelerator, calibration),
-        "host_bound": plan.step.host_overlaps and plan.step.host_s > plan.step.device_s,
-    }
+def _figures(plan: TrainingPlan, calibration: Calibration) -> Figures:
+    return Figures(
+        memory_gib_per_device=round(plan.memory.total_gib, 3),
+        step_time_s=plan.step.total_s,
+        tokens_per_s=plan.tokens_per_s,
+        layout=runtime_layout(plan),
+        peak_tflops=plan.peak_tflops,
+        mfu=plan.mfu,
+        flops_per_token=plan.model_flops_per_token,
+        device_efficiency=calibration.device_efficiency.get(plan.cluster.accelerator.key, 1.0),
+        host_op_us=host_op_us(plan.cluster.accelerator, calibration),
+        host_bound=plan.step.host_overlaps and plan.step.host_s > plan.step.device_s,
+    )
 
 
-def plan_on(estimate: dict[str, Any], accelerator_type: str | None) -> tuple[str, dict[str, Any]]:
-    """The accelerator type the estimate is read for (the one the job ran on, where the estimate
-    planned it, else the planner's pick) and the figures planned there."""
-    by_accelerator = estimate.get("by_accelerator") or {}
-    chosen = str(estimate["accelerator"])
-    if accelerator_type is not None and accelerator_type in by_accelerator:
-        chosen = accelerator_type
-    return chosen, {**estimate, **by_accelerator.get(chosen, {})}
-
-
-def planned_layout(spec: JobSpec, estimate: dict[str, Any], accelerator_type: str) -> JobSpec:
+def planned_layout(spec: JobSpec, estimate: Estimate | None, accelerator_type: str) -> JobSpec:
     """The spec as a launch on ``accelerator_type`` runs it: the parallelism degrees and the
     activation checkpointing it leaves open, as the planner chose them for that type."""
-    planned = (estimate.get("by_accelerator") or {}).get(accelerator_type, {}).get("layout")
-    if not planned:
+    figures = None if estimate is None else estimate.by_accelerator.get(accelerator_type)
+    planned = None if figures is None else figures.layout
+    if planned is None:
         return spec
     t = spec.training
     given = t.parallelism.model_dump(exclude_none=True)
-    parallelism = ParallelismSection(**{**planned["parallelism"], **given})
+    parallelism = ParallelismSection(**{**planned.parallelism.model_dump(), **given})
     checkpointing = t.activation_checkpointing
     if spec.activation_checkpointing.mode == "auto":
-        checkpointing = ActivationCheckpointingSection(**planned["activation_checkpointing"])
+        checkpointing = ActivationCheckpointingSection(
+            **planned.activation_checkpointing.model_dump(exclude_none=True)
+        )
     training = t.model_copy(update={"parallelism": parallelism, "activation_checkpointing": checkpointing})
     return spec.model_copy(update={"training": training})
 
@@ -374,7 +360,7 @@ def _fits_nowhere(
         hint = f"{', '.join(lighter)} (finetune.method); or {hint}"
     return Unschedulable(
         f"{what} needs {need.memory.total_gib:.1f} GiB per device at best "
-        f"({describe_layout(runtime_layout(need))}: {_breakdown(need)}); "
+        f"({runtime_layout(need).describe()}: {_breakdown(need)}); "
         f"the largest accelerator here has {largest.memory.usable_gib:.1f} GiB "
         f"({largest.cluster.accelerator.key}{shared})",
         hint=hint,
@@ -390,19 +376,6 @@ def memory_levers(spec: JobSpec) -> str:
     if spec.weights in (None, "full") and t.optimizer.state_dtype != "bf16":  # adapters: state is small
         levers.append("training.optimizer.state_dtype: bf16")
     return f"set {' and '.join(levers)}; " if levers else ""
-
-
-def describe_layout(layout: dict[str, Any]) -> str:
-    """``tp=2 x dp_shard=4 x dp_replicate=1, activation checkpointing full`` (a
-    :func:`runtime_layout`)."""
-    p, ac = layout["parallelism"], layout["activation_checkpointing"]
-    checkpointing = ac["mode"]
-    if ac.get("selective") == "blocks":
-        checkpointing += f" (one block in {ac['every']})"
-    return (
-        f"tp={p['tp']} x dp_shard={p['dp_shard']} x dp_replicate={p['dp_replicate']}, "
-        f"activation checkpointing {checkpointing}"
-    )
 
 
 def _lighter_methods(spec: JobSpec, nodes: Sequence[NodeInventory], catalog: Catalog) -> list[str]:
@@ -423,7 +396,7 @@ def _lighter_methods(spec: JobSpec, nodes: Sequence[NodeInventory], catalog: Cat
             found.append(f"{method} fits in {p.memory.total_gib:.1f} GiB on {p.cluster.accelerator.key}")
         elif method == "qlora" and not plans:
             gpu = catalog[next(k for k in catalog if catalog[k].vendor == QLORA_VENDOR)]
-            need = _plan_on(workload, variant, gpu, spec.resources.devices).memory.total_gib
+            need = _plan_for_type(workload, variant, gpu, spec.resources.devices).memory.total_gib
             found.append(f"qlora needs {need:.1f} GiB on an NVIDIA GPU")
     return found
 
@@ -434,116 +407,3 @@ def _breakdown(plan: TrainingPlan) -> str:
         f"weights {m.weights_gib:.1f}, gradients {m.gradients_gib:.1f}, optimizer {m.optimizer_gib:.1f}, "
         f"activations {m.activations_gib:.1f}"
     )
-
-
-def shape_key(spec: JobSpec) -> str:
-    """What decides a job's memory and speed per device, hashed: the model (a fine-tuned folder
-    by its config), the method, the batch, the precision, the layout and the threads per process.
-    Data and step counts do not."""
-    model: object = spec.model.preset
-    if spec.model.path:
-        config = Path(spec.model.path) / "config.json"
-        model = hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else spec.model.path
-    t = spec.training
-    shape = {
-        "model": model,
-        "vocab": spec.data.tokenizer.vocab_size if spec.model.preset else None,
-        "finetune": spec.finetune.model_dump(mode="json", exclude={"merge"}) if spec.finetune else None,
-        "batch": [t.micro_batch_size, t.seq_len],
-        "precision": t.precision,
-        "layout": [
-            t.parallelism.model_dump(),
-            spec.activation_checkpointing.model_dump(),
-            spec.resources.devices,
-            spec.resources.nodes,
-            spec.resources.cpus_per_device,  # threads: a CPU job's throughput
-        ],
-    }
-    return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()
-
-
-CLEAN_ENDS = frozenset({ExitReason.COMPLETED, ExitReason.CANCELLED, ExitReason.PREEMPTED})
-"""Attempts whose figures are the shape's own: one that failed (out of memory, hung, lost) may
-have stopped short of its peak or run slowed by what failed."""
-MEASURED_STEPS = 3
-"""Steps after the first (which includes warm-up) a throughput measurement needs."""
-
-
-def with_measurements(session: Session, spec: JobSpec, estimate: dict[str, Any]) -> dict[str, Any]:
-    """The estimate, with what earlier attempts of the same shape measured in place of the
-    planner's figures on each accelerator type they ran on (the planner's stay beside them as
-    ``*_planned``): the measured figure wins once it exists. ``measured_tokens_per_s`` gathers
-    the measured rates by type, for the scheduler's throughputs."""
-    if not estimate:
-        return estimate
-    shape = shape_key(spec)
-    out: dict[str, Any] = {**estimate, "shape": shape}
-    by_accelerator = dict(estimate.get("by_accelerator") or {})
-    types = set(by_accelerator) | {estimate["accelerator"]}
-    rows = session.scalars(
-        select(ShapeMeasurement).where(
-            ShapeMeasurement.shape == shape, ShapeMeasurement.accelerator_type.in_(sorted(types))
-        )
-    )
-    rates = {}
-    for row in rows:
-        if row.accelerator_type in by_accelerator:
-            by_accelerator[row.accelerator_type] = _as_measured(by_accelerator[row.accelerator_type], row)
-        if row.accelerator_type == estimate["accelerator"]:
-            out = _as_measured(out, row)
-        if row.measured_tokens_per_s:
-            rates[row.accelerator_type] = row.measured_tokens_per_s
-    if by_accelerator:
-        out["by_accelerator"] = by_accelerator
-    if rates:
-        out["measured_tokens_per_s"] = rates
-    return out
-
-
-def _as_measured(figures: dict[str, Any], row: ShapeMeasurement) -> dict[str, Any]:
-    out = dict(figures)
-    if row.measured_gib is not None:
-        out["memory_gib_planned"] = figures["memory_gib_per_device"]
-        out["memory_gib_per_device"] = round(row.measured_gib, 3)
-        out["memory_measured_by"] = row.job_id
-    if row.measured_tokens_per_s and figures.get("tokens_per_s"):
-        slower = figures["tokens_per_s"] / row.measured_tokens_per_s
-        out["tokens_per_s_planned"] = figures["tokens_per_s"]
-        out["tokens_per_s"] = row.measured_tokens_per_s
-        out["throughput_measured_by"] = row.job_id
-        for key in ("step_time_s", "wall_time_s"):
-            if key in figures:
-                out[key] = figures[key] * slower
-    return out
-
-
-def record_measurements(session: Session, job: Job, attempt: Attempt) -> None:
-    """Remember what a cleanly ended attempt measured where it ran (the median tokens/s of its
-    steps after the first, its peak memory per device) beside what the planner had predicted
-    there, for later jobs of its shape and for ``shipyard plan calibrate``."""
-    estimate = job.estimate or {}
-    if "shape" not in estimate or attempt.exit_reason not in CLEAN_ENDS:
-        return
-    chosen, plan = plan_on(estimate, attempt.accelerator_type)
-    if chosen != attempt.accelerator_type:
-        return  # never planned there: nothing to set the measurement beside
-    steps = session.execute(
-        select(Metric.tokens_per_s, Metric.values["mem_gib"].as_float())
-        .where(Metric.attempt_id == attempt.id, Metric.kind == "train")
-        .order_by(Metric.step)
-    ).all()
-    rates = [float(rate) for rate, _ in steps[1:] if rate]
-    memory = [float(gib) for _, gib in steps if gib is not None]
-    if len(rates) < MEASURED_STEPS and not memory:
-        return
-    key = (estimate["shape"], chosen)
-    row = session.get(ShapeMeasurement, key) or ShapeMeasurement(shape=key[0], accelerator_type=key[1])
-    if memory:
-        row.planned_gib = float(plan.get("memory_gib_planned", plan["memory_gib_per_device"]))
-        row.measured_gib = max(memory)
-    if len(rates) >= MEASURED_STEPS:
-        row.planned_tokens_per_s = float(plan.get("tokens_per_s_planned", plan["tokens_per_s"]))
-        row.measured_tokens_per_s = statistics.median(rates)
-        row.planned_efficiency = float(plan.get("device_efficiency", 1.0))
-    row.job_id, row.measured_at = job.id, utcnow()
-    session.merge(row)

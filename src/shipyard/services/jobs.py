@@ -30,6 +30,7 @@ from shipyard.errors import Conflict, InvalidSpec, NotFound
 from shipyard.executors.processes import has_ended
 from shipyard.scheduling.status import Reason
 from shipyard.schemas.documents import read_document_file
+from shipyard.schemas.estimate import Estimate
 from shipyard.schemas.jobspec import (
     STORE_SCHEME,
     JobSpec,
@@ -40,7 +41,6 @@ from shipyard.schemas.jobspec import (
 from shipyard.schemas.views import ArtifactView, AttemptView, JobDetail, JobView
 from shipyard.services import metric_series, plan_gaps, rbac
 from shipyard.services.context import ServiceContext
-from shipyard.services.estimates import plan_on
 from shipyard.services.job_access import CANCEL, allowed_job, find_job
 from shipyard.services.submission_checks import Checked, check_submission
 from shipyard.services.submitted_jobs import aware
@@ -174,7 +174,9 @@ def write(connection: Connection, batch: list[Checked]) -> list[JobView]:
             "resume_from": str(checked.resume_from) if checked.resume_from else None,
             "pending_reason": "waiting for the local agent to pick it up",
             "pending_code": Reason.WAITING.value,
-            "estimate": checked.estimate or None,
+            "estimate": None
+            if checked.estimate is None
+            else checked.estimate.model_dump(mode="json", exclude_none=True),
             "owner": ctx.actor.name,
             "submitted_at": now,
             "idempotency_key": checked.idempotency_key,
@@ -288,17 +290,18 @@ def get(ctx: ServiceContext, job_id: str) -> JobDetail:
             artifacts=[ArtifactView.model_validate(a, from_attributes=True) for a in artifacts],
             spec=job.spec,
             summary=summary,
-            estimate=job.estimate or {},
+            estimate=Estimate.stored(job.estimate),
             plan_gaps=_plan_gaps(session, job, summary),
         )
 
 
 def _plan_gaps(session: Session, job: Job, summary: dict[str, float]) -> list[str]:
     """Which of the planner's assumptions a measurement far from its estimate shows to be off."""
-    if not job.estimate or "tokens_per_s" not in summary or not job.attempts:
+    estimate = Estimate.stored(job.estimate)
+    if estimate is None or "tokens_per_s" not in summary or not job.attempts:
         return []
     attempt = job.attempts[-1]
-    _, plan = plan_on(job.estimate, attempt.accelerator_type)
+    _, plan = estimate.on(attempt.accelerator_type)
     until = attempt.finished_at or utcnow()
     others = session.scalar(
         select(func.count(func.distinct(Attempt.job_id))).where(

@@ -19,6 +19,7 @@ from shipyard.domain import JobState
 from shipyard.domain.text import has_control_character
 from shipyard.errors import Conflict, ExecutorError, InvalidSpec, NotFound
 from shipyard.schemas.documents import shown
+from shipyard.schemas.estimate import Estimate
 from shipyard.schemas.views import Completion, ModelComparisonView, ModelLineageView, ModelVersionView
 from shipyard.services import rbac, storage
 from shipyard.services.context import ServiceContext
@@ -225,7 +226,7 @@ def lineage(ctx: ServiceContext, ref: str, *, project: str | None = None) -> Mod
             ],
             stored_as=found.artifact.stored_name or None,
             metrics=found.metrics,
-            estimate=job.estimate or {},
+            estimate=Estimate.stored(job.estimate),
         )
 
 

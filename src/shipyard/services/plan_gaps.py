@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+
+from shipyard.schemas.estimate import Figures
 
 GAP = 2.0
 """A measured figure within this factor of the plan is the planner being roughly right."""
@@ -33,7 +34,7 @@ class Measured:
     """Attempts of other jobs that ran on the node while this job's newest attempt did."""
 
 
-def explain(plan: dict[str, Any], measured: Measured) -> list[str]:
+def explain(plan: Figures, measured: Measured) -> list[str]:
     """Sentences for ``jobs show`` and the job page; empty when the plan held."""
     found = []
     if (why := _throughput(plan, measured)) is not None:
@@ -43,12 +44,12 @@ def explain(plan: dict[str, Any], measured: Measured) -> list[str]:
     return found
 
 
-def _throughput(plan: dict[str, Any], m: Measured) -> str | None:
-    planned, got = plan.get("tokens_per_s"), m.tokens_per_s
+def _throughput(plan: Figures, m: Measured) -> str | None:
+    planned, got = plan.tokens_per_s, m.tokens_per_s
     if (ratio := _gap(planned, got)) is None or got is None:
         return None
     head = f"measured tokens/s is {_times(ratio)} the plan"
-    peak, mfu, fpt = plan.get("peak_tflops"), plan.get("mfu"), plan.get("flops_per_token")
+    peak, mfu, fpt = plan.peak_tflops, plan.mfu, plan.flops_per_token
     if not (peak and mfu and fpt and m.mfu and m.flops_per_token and m.world_size):
         return f"{head}; this job's estimate predates the figures that say why (submit it again)"
     run_peak = got * m.flops_per_token / (m.mfu * m.world_size) / 1e12
@@ -73,21 +74,21 @@ def _peak_words(planned: float, run: float, m: Measured) -> str:
     )
 
 
-def _efficiency_words(plan: dict[str, Any], measured_mfu: float, others_on_node: int) -> str:
-    planned_mfu = plan["mfu"]
+def _efficiency_words(plan: Figures, measured_mfu: float, others_on_node: int) -> str:
+    planned_mfu = plan.mfu or 0.0
     words = (
         f"efficiency: the planner assumed {planned_mfu:.1%} of peak (MFU), the run reached {measured_mfu:.1%}"
     )
     if others_on_node and measured_mfu < planned_mfu:
         words += f", with {others_on_node} other job{'s' if others_on_node > 1 else ''} on the node"
-    if plan.get("host_bound"):  # the plan's step was the host queuing kernels, not the device
-        op_us = plan["host_op_us"]
+    if plan.host_bound and plan.host_op_us:  # the plan's step was the host queuing kernels
+        op_us = plan.host_op_us
         words += f"; the planned step was its host's, queuing kernels at {op_us:.2g} us an operation"
     return words
 
 
-def _memory(plan: dict[str, Any], m: Measured) -> str | None:
-    planned, got = plan.get("memory_gib_per_device"), m.memory_gib
+def _memory(plan: Figures, m: Measured) -> str | None:
+    planned, got = plan.memory_gib_per_device, m.memory_gib
     if (ratio := _gap(planned, got)) is None or got is None or planned is None:
         return None
     head = f"measured memory is {_times(ratio)} the plan ({got:.2f} against {planned:.2f} GiB)"

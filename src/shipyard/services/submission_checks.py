@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -17,6 +16,7 @@ from shipyard.errors import DatasetError, InvalidSpec, NotFound, Unschedulable
 from shipyard.executors.base import Request, capacity_of
 from shipyard.hardware.catalog import Catalog
 from shipyard.schemas.documents import shown
+from shipyard.schemas.estimate import Estimate
 from shipyard.schemas.jobspec import MAX_PATH, JobSpec, tp_degrees
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
@@ -31,7 +31,8 @@ from shipyard.services import data_roots, model_sources, rbac, storage
 from shipyard.services.base_models import check_base_model, check_resume_base
 from shipyard.services.calibrate import cluster_calibration
 from shipyard.services.context import ServiceContext
-from shipyard.services.estimates import estimate_job, job_arch, on_shipyard_llama, with_measurements
+from shipyard.services.estimates import estimate_job, job_arch, on_shipyard_llama
+from shipyard.services.measurements import with_measurements
 from shipyard.services.planning import hardware_catalog
 
 
@@ -42,7 +43,7 @@ class Checked:
     ctx: ServiceContext
     spec: JobSpec
     request: Request
-    estimate: dict[str, Any]
+    estimate: Estimate | None
     resume_from: Path | None
     idempotency_key: str | None = None
     """The client's name for this submission: the job keeps it, and the same key again finds it."""
@@ -94,10 +95,17 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
         if checkpoint is not None:
             check_resume_base(local, checkpoint)
             check_resume_shape(local, checkpoint)
-    return Checked(ctx, spec, request, estimate, checkpoint, warnings=recovery_warnings(spec, estimate))
+    return Checked(
+        ctx,
+        spec,
+        request,
+        estimate,
+        checkpoint,
+        warnings=recovery_warnings(spec, estimate.step_time_s if estimate else 0.0),
+    )
 
 
-def recovery_warnings(spec: JobSpec, estimate: dict[str, Any]) -> tuple[str, ...]:
+def recovery_warnings(spec: JobSpec, planned_step_s: float) -> tuple[str, ...]:
     """A checkpoint interval longer than the run (a failure restarts from step 0), a startup
     grace shorter than the planned step (its first step could be taken for a hang)."""
     warnings = []
@@ -107,7 +115,7 @@ def recovery_warnings(spec: JobSpec, estimate: dict[str, Any]) -> tuple[str, ...
             f"checkpoint.interval ({interval}) is longer than the run ({steps} steps): nothing is "
             "checkpointed before the end, so a failure restarts from step 0; give a smaller interval"
         )
-    step_s, grace = float(estimate.get("step_time_s") or 0.0), spec.restarts.startup_grace_s
+    step_s, grace = planned_step_s, spec.restarts.startup_grace_s
     if spec.restarts.on and step_s > grace:
         warnings.append(
             f"restarts.startup_grace_s ({grace:g}s) is shorter than one step as planned ({step_s:.0f}s): "
