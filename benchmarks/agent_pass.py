@@ -57,8 +57,8 @@ from shipyard.executors.base import (  # noqa: E402
 )
 from shipyard.scheduling import cycle as scheduling_cycle  # noqa: E402
 from shipyard.schemas.jobspec import validate_job_spec  # noqa: E402
-from shipyard.services import jobs  # noqa: E402
 from shipyard.services.context import ServiceContext, open_context  # noqa: E402
+from shipyard.services.jobs import jobs  # noqa: E402
 from shipyard.settings import Settings  # noqa: E402
 from tests.builders import spec_dict  # noqa: E402
 from tests.support.ray_cluster import emulated_devices  # noqa: E402

@@ -72,9 +72,10 @@ from shipyard.client import Client  # noqa: E402
 from shipyard.db import StoredBlob  # noqa: E402
 from shipyard.errors import ShipyardError  # noqa: E402
 from shipyard.schemas.launch import STACKS_DIR, Heartbeat  # noqa: E402
-from shipyard.services import manifests, store_health  # noqa: E402
 from shipyard.services.context import open_context  # noqa: E402
-from shipyard.services.storage import blob_of  # noqa: E402
+from shipyard.services.storage import health as store_health  # noqa: E402
+from shipyard.services.storage import manifests  # noqa: E402
+from shipyard.services.storage.storage import blob_of  # noqa: E402
 from shipyard.settings import Settings  # noqa: E402
 from shipyard.storage import config as storage_config  # noqa: E402
 from shipyard.storage.config import RootConfig, ScrubConfig, StorageConfig  # noqa: E402

@@ -36,8 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the SeaweedFS harness is the tests' (tests/support)
 
-from shipyard.services import storage  # noqa: E402
 from shipyard.services.context import open_context  # noqa: E402
+from shipyard.services.storage import storage  # noqa: E402
 from shipyard.settings import Settings  # noqa: E402
 from shipyard.storage import config as storage_config  # noqa: E402
 from shipyard.storage.config import S3Config  # noqa: E402

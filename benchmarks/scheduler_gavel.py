@@ -38,7 +38,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from shipyard.services.simulation import SimRequest, run
+from shipyard.services.cluster.simulation import SimRequest, run
 from shipyard.sim.bounds import fluid_makespan_s
 from shipyard.sim.workload import generate_gavel_jobs, load_throughputs
 

@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the SeaweedFS harness is the tests' (tests/support)
 
-from shipyard.services import storage_bench  # noqa: E402
+from shipyard.services.storage import bench as storage_bench  # noqa: E402
 from shipyard.storage.s3 import S3Objects  # noqa: E402
 from tests.support.seaweedfs import SeaweedCluster  # noqa: E402
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.scheduling.model import Job, RoundPlan
-from shipyard.services.simulation import SimRequest, run
+from shipyard.services.cluster.simulation import SimRequest, run
 
 THROUGHPUTS = (
     Path(__file__).resolve().parents[2]

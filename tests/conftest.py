@@ -80,8 +80,8 @@ class Cli:
 
     def _read(self, job_id: str) -> dict[str, Any]:
         # A context per read: a Cli made inside a test has no teardown to close one it kept.
-        from shipyard.services import jobs as job_service
         from shipyard.services.context import open_context
+        from shipyard.services.jobs import jobs as job_service
         from shipyard.settings import Settings
 
         context = open_context(Settings.from_env(self.env))

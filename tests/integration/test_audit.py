@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import select, text
 
 from shipyard import audit
-from shipyard.services import submissions
 from shipyard.services.context import ServiceContext, open_context
+from shipyard.services.jobs import submissions
 from shipyard.settings import Settings
 from tests.conftest import Cli
 
@@ -185,8 +185,8 @@ def test_one_bad_submission_in_a_batch_fails_alone(tmp_path: Path, postgres_url:
     so only it fails and the others are stored."""
     from shipyard.db import Job
     from shipyard.schemas.jobspec import validate_job_spec
-    from shipyard.services import jobs
-    from shipyard.services.submission_checks import check_submission
+    from shipyard.services.jobs import jobs
+    from shipyard.services.jobs.submission_checks import check_submission
     from tests.builders import spec_dict
 
     ctx = open_context(Settings(home=tmp_path / "home", db_url=postgres_url))

@@ -16,7 +16,7 @@ from sqlalchemy import insert
 
 from shipyard.client import Client
 from shipyard.db import Attempt, Job, Metric
-from shipyard.services import accounts
+from shipyard.services.accounts import accounts
 from shipyard.services.context import open_context
 from shipyard.settings import Settings
 from tests.builders import spec_dict

@@ -244,7 +244,7 @@ def test_the_planned_memory_of_full_and_lora_fine_tuning_is_within_15_percent_of
     from shipyard.hardware import Device
     from shipyard.hardware.catalog import catalog
     from shipyard.schemas.jobspec import validate_job_spec
-    from shipyard.services.estimates import estimate_job
+    from shipyard.services.estimates.estimates import estimate_job
 
     # Large enough (24 M parameters) that the weights, their state and the activations, not
     # the interpreter, make most of the peak; the CPU's figure is the process's peak RSS.

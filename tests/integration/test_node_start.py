@@ -18,7 +18,7 @@ import pytest
 
 from shipyard.errors import DependencyMissing
 from shipyard.executors.processes import descendants, has_ended
-from shipyard.services import cluster
+from shipyard.services.cluster import cluster
 from shipyard.storage import config as storage_config
 from tests.builders import write_spec
 from tests.conftest import Cli, Server

@@ -15,9 +15,9 @@ from sqlalchemy import select
 
 from shipyard.db import StoredBlob
 from shipyard.errors import DependencyMissing
-from shipyard.services import storage as store
-from shipyard.services import storage_upkeep as upkeep
 from shipyard.services.context import ServiceContext, open_context
+from shipyard.services.storage import storage as store
+from shipyard.services.storage import upkeep
 from shipyard.settings import Settings
 from shipyard.storage import config as storage_config
 from shipyard.storage.blobs import Blob, BlobStore

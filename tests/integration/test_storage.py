@@ -20,10 +20,10 @@ from sqlalchemy import select
 from shipyard.audit import Actor
 from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
 from shipyard.errors import Conflict, Forbidden, IntegrityError, InvalidSpec, NotFound, StorageError
-from shipyard.services import accounts, manifests, rbac, scrubber
-from shipyard.services import storage as store
-from shipyard.services import storage_upkeep as upkeep
+from shipyard.services.accounts import accounts, rbac
 from shipyard.services.context import ServiceContext, open_context
+from shipyard.services.storage import manifests, scrubber, upkeep
+from shipyard.services.storage import storage as store
 from shipyard.settings import Settings
 from shipyard.storage import config as storage_config
 from shipyard.storage.config import S3Config
@@ -298,7 +298,7 @@ def test_a_full_root_fails_the_write_naming_it_and_leaves_the_rest(tmp_path: Pat
 _WRITER = """
 import sys
 from pathlib import Path
-from shipyard.services import storage
+from shipyard.services.storage import storage
 from shipyard.services.context import open_context
 storage.put(open_context(), Path(sys.argv[1]), sys.argv[2], replicas=3)
 print("done", flush=True)
@@ -418,7 +418,7 @@ def test_the_background_scrubber_repairs_every_replica_and_resumes_where_it_stop
 def test_a_read_repairs_what_it_found_damaged_and_owes_the_store_a_deep_pass_at_once(
     ctx: ServiceContext, tmp_path: Path
 ) -> None:
-    from shipyard.services import store_health
+    from shipyard.services.storage import health as store_health
     from shipyard.storage.opening import open_store
     from shipyard.storage.roots import placement
 
@@ -452,7 +452,7 @@ def test_a_blob_lost_for_good_neither_starves_the_deep_pass_nor_restarts_it_fore
     """Two faults on one blob's two copies lose it; the scrubber reports it once and still
     repairs the rest: a deep pass owed for rot elsewhere runs to its end (light passes that
     re-owed one for the lost blob used to run back to back, and the deep pass never began)."""
-    from shipyard.services import store_health
+    from shipyard.services.storage import health as store_health
 
     for i in range(2):
         (tmp_path / f"b{i}.bin").write_bytes(os.urandom(30_000 + i))

@@ -317,8 +317,8 @@ def test_a_checkpoint_only_the_store_holds_is_read_back_to_resume_on_this_machin
     from shipyard.db import Artifact
     from shipyard.executors.base import StoredCheckpoint
     from shipyard.schemas.launch import CHECKPOINT_MARKER, is_stored_only
-    from shipyard.services import storage
     from shipyard.services.context import open_context
+    from shipyard.services.storage import storage
     from shipyard.settings import Settings
 
     first = cli.json("jobs", "submit", str(write_spec(tmp_path)), "--wait")

@@ -24,7 +24,7 @@ from shipyard.executors.cluster_nodes import Advertisement
 from shipyard.executors.processes import descendants
 from shipyard.hardware import Device
 from shipyard.hardware.emulation import EMULATE_ENV, emulated_accelerators
-from shipyard.services.cluster import _naming, ray_temp_dir, register
+from shipyard.services.cluster.cluster import _naming, ray_temp_dir, register
 from tests.conftest import SHIPYARD
 
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}

@@ -12,9 +12,9 @@ import pytest
 
 from shipyard import audit
 from shipyard.errors import Throttled, Unauthenticated
-from shipyard.services import accounts
+from shipyard.services.accounts import accounts
+from shipyard.services.caches.verified_tokens import VerifiedTokens
 from shipyard.services.context import ServiceContext, open_context
-from shipyard.services.verified_tokens import VerifiedTokens
 from shipyard.settings import Settings
 
 PASSWORD = "a long enough passphrase"

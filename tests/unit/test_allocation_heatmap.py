@@ -10,8 +10,9 @@ import pytest
 from shipyard.db.tables import Attempt, Job
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.views import NodeView
-from shipyard.services import cluster, jobs
+from shipyard.services.cluster import cluster
 from shipyard.services.context import ServiceContext
+from shipyard.services.jobs import jobs
 from tests.builders import spec_dict
 
 

@@ -13,7 +13,7 @@ from shipyard.hardware import Device
 from shipyard.hardware.catalog import catalog
 from shipyard.hardware.probe import HostRates
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.services.estimates import estimate_job
+from shipyard.services.estimates.estimates import estimate_job
 from tests.builders import spec_dict
 from tests.support.ray_cluster import emulated_devices
 

@@ -15,8 +15,9 @@ from shipyard.agent import telemetry
 from shipyard.db import Attempt, DeviceSample
 from shipyard.hardware.telemetry import DeviceReading, parse_hl_smi, parse_rocm_smi, throttle_words
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.services import device_telemetry, jobs
+from shipyard.services.cluster import telemetry as device_telemetry
 from shipyard.services.context import ServiceContext
+from shipyard.services.jobs import jobs
 from tests.builders import spec_dict
 from tests.unit.conftest import TWO_CORES
 

@@ -10,7 +10,7 @@ import pytest
 
 from shipyard.errors import ExecutorError, InvalidSpec
 from shipyard.hardware.emulation import parse_emulated
-from shipyard.services import cluster
+from shipyard.services.cluster import cluster
 
 
 def test_emulated_accelerators_come_from_the_catalog_with_indices_counting_on() -> None:

@@ -14,7 +14,7 @@ from shipyard.executors.base import NodeInventory
 from shipyard.hardware import Device
 from shipyard.hardware.catalog import catalog
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.services.estimates import estimate_job
+from shipyard.services.estimates.estimates import estimate_job
 from tests.builders import spec_dict
 
 QWEN2_7B = {

@@ -15,11 +15,12 @@ import pytest
 from shipyard.agent.scheduler import snapshot
 from shipyard.db import Attempt, Job, Metric, ShapeMeasurement
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.services import calibrate, jobs
 from shipyard.services.context import ServiceContext
-from shipyard.services.estimates import estimate_job
-from shipyard.services.measurements import record_measurements
-from shipyard.services.planning import hardware_catalog
+from shipyard.services.estimates import calibrate
+from shipyard.services.estimates.estimates import estimate_job
+from shipyard.services.estimates.measurements import record_measurements
+from shipyard.services.estimates.planning import hardware_catalog
+from shipyard.services.jobs import jobs
 from tests.builders import spec_dict
 
 

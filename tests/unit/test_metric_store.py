@@ -15,8 +15,8 @@ from shipyard.agent.passes import _ingest_metrics, series_points
 from shipyard.db import Attempt, Job
 from shipyard.errors import InvalidSpec
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.services import jobs, metric_series
 from shipyard.services.context import ServiceContext
+from shipyard.services.jobs import jobs, metric_series
 from tests.builders import spec_dict
 
 

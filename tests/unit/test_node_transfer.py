@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from shipyard.errors import Conflict, IntegrityError
-from shipyard.services import storage
 from shipyard.services.context import ServiceContext, open_context
+from shipyard.services.storage import storage
 from shipyard.settings import Settings
 from shipyard.storage import config as storage_config
 from shipyard.storage.transfer import HANDED, FolderTransfer

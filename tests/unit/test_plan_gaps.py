@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from shipyard.schemas.estimate import Figures
-from shipyard.services.plan_gaps import Measured, explain
+from shipyard.services.estimates.plan_gaps import Measured, explain
 
 # One device planned at 100 TFLOPS peak and 40 % MFU with 1 GFLOP per token: 40,000 tokens/s.
 PLAN = Figures(

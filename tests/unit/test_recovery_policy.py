@@ -10,7 +10,7 @@ import pytest
 from shipyard.agent.recovery import Silence, progress, smaller_micro_batch
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.schemas.launch import Heartbeat
-from shipyard.services.submission_checks import recovery_warnings
+from shipyard.services.jobs.submission_checks import recovery_warnings
 from tests.builders import spec_dict
 
 START = 1_000_000.0
@@ -154,7 +154,7 @@ def test_an_agent_of_this_host_that_ended_is_known_dead_without_waiting_for_sile
     import subprocess
     import sys
 
-    from shipyard.services.jobs import _ended_here
+    from shipyard.services.jobs.jobs import _ended_here
 
     host = os.uname().nodename
     assert not _ended_here(f"{host}:{os.getpid()}")  # alive

@@ -13,7 +13,7 @@ from shipyard.scheduling.framework import Pack, Profile, Topology, level_of, pro
 from shipyard.scheduling.model import Job, Node, PolicyInput, Throughputs
 from shipyard.scheduling.policies import policy_named
 from shipyard.scheduling.status import Reason
-from shipyard.services.simulation import SimRequest, run
+from shipyard.services.cluster.simulation import SimRequest, run
 from shipyard.sim.workload import with_fabric_slowdown
 
 GAVEL = (

@@ -16,8 +16,8 @@ from shipyard.db import Job
 from shipyard.errors import Conflict, Forbidden, InvalidSpec, NotFound, Unschedulable
 from shipyard.hardware import VendorQueries
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.services import jobs, submissions
 from shipyard.services.context import ServiceContext, open_context
+from shipyard.services.jobs import jobs, submissions
 from shipyard.settings import Settings
 from tests.builders import spec_dict
 from tests.unit.conftest import TWO_CORES
@@ -188,7 +188,8 @@ def test_a_finished_jobs_export_is_published_only_for_those_who_may(
     from shipyard import audit
     from shipyard.db import AuditRecord, Job
     from shipyard.schemas.launch import AttemptResult
-    from shipyard.services import accounts, models, rbac
+    from shipyard.services.accounts import accounts, rbac
+    from shipyard.services.models import models
 
     for user, role in (("mia", "maintainer"), ("max", "member")):
         accounts.create_user(ctx, user, "a long enough passphrase")
@@ -375,7 +376,9 @@ def test_model_names_are_their_projects_and_others_answer_as_if_missing(
     project the caller cannot see is answered exactly like one that does not exist."""
     from shipyard.db import Job
     from shipyard.schemas.launch import AttemptResult
-    from shipyard.services import accounts, model_sources, models, rbac
+    from shipyard.services.accounts import accounts, rbac
+    from shipyard.services.models import models
+    from shipyard.services.models import sources as model_sources
 
     export = tmp_path / "export"
     export.mkdir()
@@ -420,7 +423,8 @@ def test_the_nodes_count_every_jobs_devices_but_name_only_the_jobs_the_caller_se
     ctx: ServiceContext,
 ) -> None:
     from shipyard.db import Attempt, Job
-    from shipyard.services import accounts, cluster, rbac
+    from shipyard.services.accounts import accounts, rbac
+    from shipyard.services.cluster import cluster
 
     view = jobs.submit(ctx, validate_job_spec(spec_dict(name="secret", project="other")))
     with ctx.db.transaction() as session:

@@ -19,9 +19,9 @@ from shipyard.executors import capacity_of
 from shipyard.scheduling import model
 from shipyard.scheduling.policies import DEFAULT_POLICY, policy_named
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.services import jobs
+from shipyard.services.cluster.queues import load_queues
 from shipyard.services.context import ServiceContext, open_context
-from shipyard.services.queues import load_queues
+from shipyard.services.jobs import jobs
 from shipyard.settings import Settings
 from shipyard.sim.simulator import SimConfig, simulate
 from shipyard.sim.workload import TraceJob

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shipyard.errors import InvalidSpec
-from shipyard.services.simulation import SimRequest, run
+from shipyard.services.cluster.simulation import SimRequest, run
 from shipyard.sim.workload import (
     GAVEL_JOB_TABLE,
     draw_order,

@@ -24,8 +24,8 @@ from shipyard.errors import DatasetError, InvalidSpec, PayloadTooLarge, Shipyard
 from shipyard.schemas.data_roots import literal_part, parse_server_config, refuse_escaped_folders
 from shipyard.schemas.documents import MAX_NODES, check_shape, load_mapping
 from shipyard.schemas.jobspec import parse_job_spec, validate_job_spec
-from shipyard.services import jobs as job_service
 from shipyard.services.context import ServiceContext, open_context
+from shipyard.services.jobs import jobs as job_service
 from shipyard.settings import Settings
 from tests.builders import spec_dict
 
@@ -238,7 +238,7 @@ def test_generated_yaml_texts_are_parsed_or_refused_with_a_hint(text: str) -> No
 def test_a_models_config_is_typed_before_the_planner_reads_it(
     tmp_path: Path, config: str, message: str
 ) -> None:
-    from shipyard.services.estimates import job_arch
+    from shipyard.services.estimates.estimates import job_arch
 
     (tmp_path / "config.json").write_text(config)
     document = spec_dict()

@@ -13,9 +13,10 @@ from shipyard.db import Attempt
 from shipyard.errors import InvalidSpec
 from shipyard.hardware.catalog import catalog
 from shipyard.schemas.jobspec import validate_job_spec
-from shipyard.services import accounts, jobs, rbac
+from shipyard.services.accounts import accounts, rbac
+from shipyard.services.cluster.usage import usage
 from shipyard.services.context import ServiceContext
-from shipyard.services.usage import usage
+from shipyard.services.jobs import jobs
 from tests.builders import spec_dict
 
 MIDNIGHT = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - timedelta(days=1)

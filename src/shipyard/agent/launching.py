@@ -34,9 +34,10 @@ from shipyard.schemas.launch import (
     is_stored_only,
     latest_checkpoint,
 )
-from shipyard.services import data_roots, model_sources, storage
 from shipyard.services.context import ServiceContext
-from shipyard.services.estimates import planned_layout
+from shipyard.services.estimates.estimates import planned_layout
+from shipyard.services.models import sources as model_sources
+from shipyard.services.storage import data_roots, storage
 
 LAUNCH_RETRY_S = 30.0
 """How long a job whose launch failed for a passing cause waits before it is tried again."""

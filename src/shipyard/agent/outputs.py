@@ -26,8 +26,10 @@ from shipyard.schemas.launch import (
     AttemptResult,
     is_stored_only,
 )
-from shipyard.services import models, rbac, storage
+from shipyard.services.accounts import rbac
 from shipyard.services.context import LOCAL_PREFIX, ServiceContext
+from shipyard.services.models import models
+from shipyard.services.storage import storage
 
 _log = logging.getLogger("shipyard.agent")
 

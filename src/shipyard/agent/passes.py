@@ -64,10 +64,10 @@ from shipyard.schemas.launch import (
     checkpoint_step,
     latest_checkpoint,
 )
-from shipyard.services import storage
+from shipyard.services.caches.submitted_jobs import aware
 from shipyard.services.context import ServiceContext
-from shipyard.services.measurements import record_measurements
-from shipyard.services.submitted_jobs import aware
+from shipyard.services.estimates.measurements import record_measurements
+from shipyard.services.storage import storage
 
 _log = logging.getLogger("shipyard.agent")
 T = TypeVar("T")

@@ -24,7 +24,7 @@ from shipyard.db import Attempt, Job, Metric
 from shipyard.domain import ExitReason
 from shipyard.schemas.jobspec import JobSpec, stored_job_spec
 from shipyard.schemas.launch import Heartbeat
-from shipyard.services.estimates import memory_levers
+from shipyard.services.estimates.estimates import memory_levers
 
 MAX_BACKOFF_S = 3600.0
 STRAGGLER_RATIO = 1.5

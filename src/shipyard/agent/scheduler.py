@@ -3,7 +3,7 @@ executor's nodes (its inventory), handed to the same ``Cycle`` the simulator dri
 
 Throughputs come from the planner's estimate stored at submit (steps/s on the accelerator type it
 planned for, scaled by peak FLOPS to the other types), replaced by the measured median once a job
-has run on a type. Quotas are the queue configuration in force (``services/queues.py``).
+has run on a type. Quotas are the queue configuration in force (``services/cluster/queues.py``).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from shipyard.scheduling.policies import policy_named
 from shipyard.scheduling.quota import NO_LIMIT, Queues, Usage, usage_of
 from shipyard.scheduling.status import Reason, Status
 from shipyard.schemas.views import PendingJobView, QueueStatusView, QueueUsageView
-from shipyard.services import rbac
+from shipyard.services.accounts import rbac
+from shipyard.services.caches.submitted_jobs import Submitted, SubmittedJobs, aware
+from shipyard.services.cluster.queues import load_queues
 from shipyard.services.context import ServiceContext
-from shipyard.services.planning import hardware_catalog
-from shipyard.services.queues import load_queues
-from shipyard.services.submitted_jobs import Submitted, SubmittedJobs, aware
+from shipyard.services.estimates.planning import hardware_catalog
 
 
 def scheduling_node(node: str, accelerator_type: str) -> str:

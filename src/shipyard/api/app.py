@@ -27,11 +27,12 @@ from shipyard.api.limits import LimitBodies
 from shipyard.api.metrics import MeasureRequests, Metrics
 from shipyard.api.routers import ROUTERS
 from shipyard.daemon.supervisor import Supervisor
-from shipyard.services import accounts, jobs
+from shipyard.services.accounts import accounts
+from shipyard.services.caches.verified_tokens import VerifiedTokens
 from shipyard.services.context import ServiceContext, open_context
-from shipyard.services.scrubber import scrub_in_background
-from shipyard.services.submissions import SubmissionWriter
-from shipyard.services.verified_tokens import VerifiedTokens
+from shipyard.services.jobs import jobs
+from shipyard.services.jobs.submissions import SubmissionWriter
+from shipyard.services.storage.scrubber import scrub_in_background
 from shipyard.settings import Settings
 
 _log = logging.getLogger("shipyard.server")

@@ -21,10 +21,10 @@ from shipyard.api.metrics import Metrics
 from shipyard.errors import Forbidden, InvalidSpec, Unauthenticated
 from shipyard.schemas.documents import PATTERN_WORDS, shown
 from shipyard.schemas.queues import QUEUE_NAME_PATTERN
-from shipyard.services import accounts
-from shipyard.services import jobs as job_service
+from shipyard.services.accounts import accounts
 from shipyard.services.context import ServiceContext
-from shipyard.services.submissions import SubmissionWriter
+from shipyard.services.jobs import jobs as job_service
+from shipyard.services.jobs.submissions import SubmissionWriter
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
 """Ids and names in paths: no slashes, no dots first, so nothing can walk out of a folder."""

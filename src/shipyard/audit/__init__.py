@@ -7,7 +7,7 @@ re-signed without the key). One head row, MAC-signed as well and locked by every
 the last sequence number: records cut off the end, or added behind the service's back, show up
 against it. ``verify`` walks the chain and names the first record that does not hold.
 
-The use cases that read it (admins only) are ``services/auditing.py``.
+The use cases that read it (admins only) are ``services/accounts/auditing.py``.
 """
 
 from __future__ import annotations

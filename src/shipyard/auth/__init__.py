@@ -1,7 +1,7 @@
 """Who may do what, as a pure rule: roles per project, cluster admins above them, default deny.
 
 ``allows`` decides from the actor and the role it holds in the project; looking the role up, and
-auditing a refusal, is the service layer's (``services/rbac.py``).
+auditing a refusal, is the service layer's (``services/accounts/rbac.py``).
 """
 
 from __future__ import annotations

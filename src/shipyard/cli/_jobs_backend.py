@@ -12,8 +12,8 @@ from typing import Protocol
 from shipyard.cli._remote import client, server_url
 from shipyard.daemon.supervisor import Supervisor
 from shipyard.schemas.views import JobDetail, JobView
-from shipyard.services import jobs as job_service
 from shipyard.services.context import ServiceContext
+from shipyard.services.jobs import jobs as job_service
 
 
 class Jobs(Protocol):

@@ -32,7 +32,7 @@ def add_user(
     service: Annotated[bool, typer.Option(help="A service account: tokens only, no password.")] = False,
 ) -> None:
     """Create a user (asks for the password, or reads SHIPYARD_NEW_PASSWORD)."""
-    from shipyard.services import accounts
+    from shipyard.services.accounts import accounts
 
     password = None
     if not service:
@@ -47,7 +47,7 @@ def add_user(
 @users_app.command("list")
 def list_users(json_out: JsonOpt = False) -> None:
     """Every account (admins only)."""
-    from shipyard.services import accounts
+    from shipyard.services.accounts import accounts
 
     rows = either(lambda c: c.list_users(), accounts.list_users)
     _show(rows, ["name", "admin", "service", "disabled"], json_out)
@@ -62,7 +62,7 @@ def create_token(
     json_out: JsonOpt = False,
 ) -> None:
     """Issue a token; its secret is printed this once."""
-    from shipyard.services import accounts
+    from shipyard.services.accounts import accounts
 
     issued = either(
         lambda c: c.issue_token(name, scope, days, user),
@@ -78,7 +78,7 @@ def create_token(
 @tokens_app.command("list")
 def list_tokens(json_out: JsonOpt = False) -> None:
     """Your tokens (all tokens for an admin), without their secrets."""
-    from shipyard.services import accounts
+    from shipyard.services.accounts import accounts
 
     rows = either(lambda c: c.list_tokens(), accounts.list_tokens)
     _show(rows, ["id", "user", "name", "scopes", "expires_at", "last_used_at", "revoked"], json_out)
@@ -87,7 +87,7 @@ def list_tokens(json_out: JsonOpt = False) -> None:
 @tokens_app.command("revoke")
 def revoke_token(token_id: str) -> None:
     """Revoke a token at once."""
-    from shipyard.services import accounts
+    from shipyard.services.accounts import accounts
 
     either(lambda c: c.revoke_token(token_id), lambda ctx: accounts.revoke_token(ctx, token_id))
     typer.echo(f"revoked token {token_id}")
@@ -96,7 +96,7 @@ def revoke_token(token_id: str) -> None:
 @projects_app.command("grant")
 def grant(project: str, user: str, role: str) -> None:
     """Give USER the ROLE (owner, maintainer, member, viewer) in PROJECT."""
-    from shipyard.services import rbac
+    from shipyard.services.accounts import rbac
 
     either(lambda c: c.set_role(project, user, role), lambda ctx: rbac.grant(ctx, project, user, role))
     typer.echo(f"{user} is {role} of {project}")
@@ -105,7 +105,7 @@ def grant(project: str, user: str, role: str) -> None:
 @projects_app.command("revoke")
 def revoke_role(project: str, user: str) -> None:
     """Take USER's role in PROJECT away."""
-    from shipyard.services import rbac
+    from shipyard.services.accounts import rbac
 
     either(lambda c: c.set_role(project, user, None), lambda ctx: rbac.grant(ctx, project, user, None))
     typer.echo(f"{user} has no role in {project} any more")

@@ -51,7 +51,7 @@ def start(
 ) -> None:
     """Discover this machine's devices and start its Ray node advertising them."""
     from shipyard.errors import InvalidSpec
-    from shipyard.services import cluster
+    from shipyard.services.cluster import cluster
     from shipyard.services.context import open_context
 
     if head == (address is not None):
@@ -103,7 +103,7 @@ def start(
 def stop() -> None:
     """Stop the node `shipyard node start` started with this home: its Ray processes end (SIGTERM,
     then SIGKILL after 15 s); every other Ray on this machine is left running."""
-    from shipyard.services import cluster
+    from shipyard.services.cluster import cluster
     from shipyard.settings import Settings
 
     stopped = cluster.stop_node(Settings.from_env().home)
@@ -125,7 +125,7 @@ def _health(node: NodeView) -> str:
 
 def nodes(json_out: JsonOpt = False) -> None:
     """Every node: accelerator types, devices used of all, labels, health, its jobs."""
-    from shipyard.services.cluster import list_nodes
+    from shipyard.services.cluster.cluster import list_nodes
 
     found: list[NodeView] = either(lambda c: c.cluster_nodes(), list_nodes)
     rows_or_json(

@@ -77,8 +77,8 @@ def _no_type_beside_flags() -> None:
 
 def devices(json_out: JsonOpt = False) -> None:
     """Devices of this node, each with its accelerator type (the catalog key jobs ask for)."""
+    from shipyard.services.cluster.devices import list_devices
     from shipyard.services.context import open_context
-    from shipyard.services.devices import list_devices
 
     found = list_devices(open_context())
     if json_out:

@@ -11,8 +11,8 @@ import typer
 from shipyard.cli._output import JsonOpt, console, print_json, table
 from shipyard.cli._remote import either
 from shipyard.errors import Conflict, InvalidSpec, NotFound
-from shipyard.services import models as model_service
 from shipyard.services.context import open_context
+from shipyard.services.models import models as model_service
 
 if TYPE_CHECKING:
     from shipyard.client import Client

@@ -18,7 +18,7 @@ from shipyard.planner.inference import InferenceWorkload
 from shipyard.planner.shapes import model_shape
 from shipyard.planner.training import MEASURES
 from shipyard.planner.workload import LayoutRequest, TrainingWorkload
-from shipyard.services import planning
+from shipyard.services.estimates import planning
 from shipyard.settings import Settings
 
 sub_app = typer.Typer(
@@ -277,8 +277,8 @@ def calibrate(
     """Fit this cluster's compute efficiency per accelerator type from its finished attempts
     (measured against planned tokens/s), and plan later jobs with it. Shows the planner's error
     before and after; the held-out error (each shape predicted from the others) is the one to trust."""
-    from shipyard.services import calibrate as calibration
     from shipyard.services.context import open_context
+    from shipyard.services.estimates import calibrate as calibration
 
     fits = calibration.calibrate(open_context(), save_fits=not dry_run)
     if json_out:

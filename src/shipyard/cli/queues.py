@@ -57,7 +57,7 @@ def queues(ctx: typer.Context, json_out: JsonOpt = False) -> None:
 @queues_app.command("config")
 def show_config(json_out: JsonOpt = False) -> None:
     """The queue configuration in force, as YAML that `shipyard queues apply` takes back."""
-    from shipyard.services import queues as queue_settings
+    from shipyard.services.cluster import queues as queue_settings
 
     current = either(lambda c: c.queue_config(), queue_settings.show)
     if json_out:
@@ -78,7 +78,7 @@ def apply(file: Annotated[Path, typer.Argument(help="A queues YAML file (see `qu
     """Replace the whole queue configuration with FILE (cluster admins; audited)."""
     from shipyard.schemas.documents import read_document_file
     from shipyard.schemas.queues import parse_queue_config
-    from shipyard.services import queues as queue_settings
+    from shipyard.services.cluster import queues as queue_settings
 
     config = parse_queue_config(read_document_file(file, what="queue file"), source=str(file))
     _report(either(lambda c: c.apply_queue_config(config), lambda ctx: queue_settings.apply(ctx, config)))
@@ -102,7 +102,7 @@ def set_queue(
     """Add the cluster queue NAME or replace its quota (cluster admins; audited)."""
     from shipyard.schemas.documents import validate_document
     from shipyard.schemas.queues import HINT, ClusterQueueSpec
-    from shipyard.services import queues as queue_settings
+    from shipyard.services.cluster import queues as queue_settings
 
     document: dict[str, Any] = {
         "name": name,
@@ -124,7 +124,7 @@ def set_queue(
 def remove(name: str) -> None:
     """Remove the cluster queue NAME and the local queues naming it (cluster admins; audited).
     Its waiting jobs then wait with a reason until a queue takes them."""
-    from shipyard.services import queues as queue_settings
+    from shipyard.services.cluster import queues as queue_settings
 
     _report(either(lambda c: c.remove_queue(name), lambda ctx: queue_settings.remove_queue(ctx, name)))
 
@@ -141,7 +141,7 @@ def _counts(values: list[str], flag: str) -> dict[str, int]:
 
 
 def _report(result: QueueChangeView) -> None:
-    from shipyard.services.queues import NO_CONFIG
+    from shipyard.services.cluster.queues import NO_CONFIG
 
     changes = result.changes
     kinds = {"added": changes["added"], "changed": list(changes["changed"]), "removed": changes["removed"]}

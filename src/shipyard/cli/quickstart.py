@@ -13,10 +13,10 @@ from shipyard.daemon.supervisor import Supervisor
 from shipyard.domain import JobState
 from shipyard.errors import ShipyardError
 from shipyard.schemas.presets import PRESETS
-from shipyard.services import jobs as job_service
-from shipyard.services import models as model_service
-from shipyard.services import quickstart as quickstart_service
 from shipyard.services.context import open_context
+from shipyard.services.jobs import jobs as job_service
+from shipyard.services.jobs import quickstart as quickstart_service
+from shipyard.services.models import models as model_service
 
 PROMPT = "def "
 

@@ -61,7 +61,7 @@ def server(
     listener = _tcp_listener(host, port)  # a taken port is an Error: now, not uvicorn's trace
     admin = init_admin or os.environ.get("SHIPYARD_INIT_ADMIN")
     if admin:
-        from shipyard.services import accounts
+        from shipyard.services.accounts import accounts
         from shipyard.services.context import local_actor, open_context
 
         ctx = open_context(actor=local_actor("server"))
@@ -107,7 +107,7 @@ def ui(
 
     import httpx
 
-    from shipyard.services import accounts
+    from shipyard.services.accounts import accounts
     from shipyard.services.context import local_actor, open_context
 
     ctx = open_context(actor=local_actor("ui"))

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from shipyard.cli._output import JsonOpt, console, err_console, table
 from shipyard.scheduling.policies import DEFAULT_POLICY, POLICIES
-from shipyard.services import simulation
+from shipyard.services.cluster import simulation
 
 sub_app = typer.Typer(help="Simulate the scheduler on generated workloads or traces.", no_args_is_help=True)
 

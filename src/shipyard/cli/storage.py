@@ -22,9 +22,9 @@ from shipyard.cli._output import JsonOpt, console, duration, err_console, print_
 from shipyard.cli._remote import client, either, embedded_context, server_url
 from shipyard.errors import InvalidSpec, NotFound
 from shipyard.schemas.views import StorageStatus
-from shipyard.services import storage as storage_service
-from shipyard.services import storage_upkeep as upkeep
 from shipyard.services.context import open_context
+from shipyard.services.storage import storage as storage_service
+from shipyard.services.storage import upkeep
 
 sub_app = typer.Typer(
     help="Checkpoints, datasets and models as replicated, verified (optionally encrypted) artifacts. "
@@ -415,7 +415,7 @@ def datasets(
     json_out: JsonOpt = False,
 ) -> None:
     """Stored datasets jobs trained on: the content each job read and the models that came of it."""
-    from shipyard.services import datasets as dataset_service
+    from shipyard.services.storage import datasets as dataset_service
 
     found = either(
         lambda c: c.list_datasets(project), lambda ctx: dataset_service.list_datasets(ctx, project)

@@ -27,7 +27,7 @@ def usage(
 ) -> None:
     """Device-hours and cost of the projects you can see (admins: all), from the attempts' real start
     and end; running jobs count up to now. Prices come from the catalog and hardware.yaml."""
-    from shipyard.services.usage import usage as local_usage
+    from shipyard.services.cluster.usage import usage as local_usage
 
     moment = parse_since(since)
     view: UsageView = either(

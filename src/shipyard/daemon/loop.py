@@ -26,9 +26,9 @@ from shipyard.daemon.leader import Leadership
 from shipyard.daemon.supervisor import AGENT_LOCK, woken_within
 from shipyard.domain.paths import PRIVATE_UMASK
 from shipyard.executors.registry import engine_named
-from shipyard.services import store_health
 from shipyard.services.context import ServiceContext, local_actor, open_context
-from shipyard.services.scrubber import scrub_in_background
+from shipyard.services.storage import health as store_health
+from shipyard.services.storage.scrubber import scrub_in_background
 from shipyard.settings import Settings
 
 BUSY_SHARE_INVERSE = 4.0

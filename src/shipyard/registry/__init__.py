@@ -1,7 +1,7 @@
 """The model registry: versions of a project's named model, each the export of one finished job,
 with a stage. A name is its project's: ``research/shared`` and ``vision/shared`` are two models.
 Numbering and the stage rules live here; who may publish, promote or delete, and the audit
-records of it, are the service layer's (``services/models.py``)."""
+records of it, are the service layer's (``services/models/models.py``)."""
 
 from __future__ import annotations
 

@@ -22,8 +22,8 @@ from shipyard.executors.base import Inventory
 from shipyard.executors.recorded import RecordedInventory
 from shipyard.executors.registry import engine_named
 from shipyard.hardware import Device, VendorQueries
-from shipyard.services.submitted_jobs import SubmittedJobs
-from shipyard.services.verified_tokens import VerifiedTokens
+from shipyard.services.caches.submitted_jobs import SubmittedJobs
+from shipyard.services.caches.verified_tokens import VerifiedTokens
 from shipyard.settings import Settings
 from shipyard.storage import config as storage_config
 

@@ -67,7 +67,7 @@ class ProjectStorage(_Strict):
 
 
 class ScrubConfig(_Strict):
-    """The background scrubber (``services.scrubber``)."""
+    """The background scrubber (``services.storage.scrubber``)."""
 
     interval_h: float = Field(default=168.0, ge=0, le=100_000)
     """Hours between the starts of two deep passes, which read every copy of every blob in full

@@ -9,7 +9,7 @@ from shipyard.api.deps import Name, Reader, Served, Writer, checked_name, links,
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.requests import LoginRequest, NewToken, NewUser, RoleBinding
 from shipyard.schemas.views import CallerView, IssuedTokenView, TokenView, UserView
-from shipyard.services import accounts, rbac
+from shipyard.services.accounts import accounts, rbac
 
 router = APIRouter(prefix="/api/v1", tags=["accounts"], responses=PROBLEM_RESPONSES)
 TOKEN_LINKS = links(201, {"token_id": "id"}, "revokeToken")

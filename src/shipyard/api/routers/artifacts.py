@@ -16,7 +16,7 @@ from shipyard.api.deps import ProjectQuery, Reader, Served, Writer, checked_name
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.errors import PayloadTooLarge
 from shipyard.schemas.views import DatasetView, StoredArtifactView
-from shipyard.services import datasets, storage
+from shipyard.services.storage import datasets, storage
 
 router = APIRouter(prefix="/api/v1", tags=["artifacts"], responses=PROBLEM_RESPONSES)
 ARTIFACT_LINKS = links(

@@ -10,7 +10,7 @@ from shipyard import audit
 from shipyard.api.deps import Reader
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.views import AuditRecordView, AuditVerdictView
-from shipyard.services import auditing
+from shipyard.services.accounts import auditing
 
 router = APIRouter(prefix="/api/v1/audit", tags=["audit"], responses=PROBLEM_RESPONSES)
 

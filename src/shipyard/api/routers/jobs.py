@@ -25,8 +25,9 @@ from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.errors import ShipyardError
 from shipyard.schemas.requests import Submission
 from shipyard.schemas.views import DeviceSeriesView, JobDetail, JobView, LogChunkView, MetricSeriesView
-from shipyard.services import device_telemetry, metric_series, submissions
-from shipyard.services import jobs as job_service
+from shipyard.services.cluster import telemetry as device_telemetry
+from shipyard.services.jobs import jobs as job_service
+from shipyard.services.jobs import metric_series, submissions
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=PROBLEM_RESPONSES)
 JOB_LINKS = links(201, {"job_id": "id"}, "getJob", "cancelJob", "jobLogs", "streamJobLogs")

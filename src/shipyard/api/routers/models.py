@@ -23,7 +23,7 @@ from shipyard.api.routers.artifacts import BINARY_ANSWER
 from shipyard.domain.text import DNS_LABEL
 from shipyard.schemas.requests import Registration, StageChange
 from shipyard.schemas.views import ModelComparisonView, ModelLineageView, ModelVersionView
-from shipyard.services import models
+from shipyard.services.models import models
 
 router = APIRouter(prefix="/api/v1/models", tags=["models"], responses=PROBLEM_RESPONSES)
 MODEL_LINKS = links(

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Query
 from shipyard.api.deps import Name, Reader, checked_name
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.views import DeviceSeriesView, DeviceView, NodeView
-from shipyard.services import device_telemetry
-from shipyard.services.cluster import list_nodes as node_status
-from shipyard.services.devices import list_devices
+from shipyard.services.cluster import telemetry as device_telemetry
+from shipyard.services.cluster.cluster import list_nodes as node_status
+from shipyard.services.cluster.devices import list_devices
 
 router = APIRouter(prefix="/api/v1", tags=["nodes"], responses=PROBLEM_RESPONSES)
 

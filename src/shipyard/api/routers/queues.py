@@ -10,7 +10,7 @@ from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.queues import ClusterQueueSpec, QueueConfig
 from shipyard.schemas.requests import QueueUpdate
 from shipyard.schemas.views import QueueChangeView, QueueSettingsView, QueueStatusView
-from shipyard.services import queues as queue_settings
+from shipyard.services.cluster import queues as queue_settings
 
 router = APIRouter(prefix="/api/v1", tags=["queues"], responses=PROBLEM_RESPONSES)
 

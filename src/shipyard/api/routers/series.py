@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 from shipyard.api.deps import Reader, checked_name
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.views import MetricNamesView, PointSeriesView
-from shipyard.services import metric_series
+from shipyard.services.jobs import metric_series
 
 router = APIRouter(prefix="/api/v1/series", tags=["metrics"], responses=PROBLEM_RESPONSES)
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 from shipyard.api.deps import Reader
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.schemas.views import UsageView
-from shipyard.services import usage as usage_service
+from shipyard.services.cluster import usage as usage_service
 
 router = APIRouter(prefix="/api/v1", tags=["usage"], responses=PROBLEM_RESPONSES)
 

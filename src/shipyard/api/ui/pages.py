@@ -52,12 +52,17 @@ from shipyard.registry import STAGES
 from shipyard.schemas.documents import MAX_DOCUMENT_BYTES
 from shipyard.schemas.jobspec import parse_job_spec, validate_job_spec
 from shipyard.schemas.views import JobView
-from shipyard.services import auditing, cluster, job_access, models, planning, submissions
-from shipyard.services import jobs as job_service
-from shipyard.services import storage as storage_service
-from shipyard.services import storage_upkeep as upkeep
-from shipyard.services import usage as usage_service
+from shipyard.services.accounts import auditing
+from shipyard.services.cluster import cluster
+from shipyard.services.cluster import usage as usage_service
 from shipyard.services.context import ServiceContext
+from shipyard.services.estimates import planning
+from shipyard.services.jobs import access as job_access
+from shipyard.services.jobs import jobs as job_service
+from shipyard.services.jobs import submissions
+from shipyard.services.models import models
+from shipyard.services.storage import storage as storage_service
+from shipyard.services.storage import upkeep
 from shipyard.settings import Settings
 
 _log = logging.getLogger("shipyard.ui")

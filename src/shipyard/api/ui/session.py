@@ -28,7 +28,7 @@ from shipyard.api.deps import (
     source_of,
 )
 from shipyard.errors import Forbidden, Unauthenticated
-from shipyard.services import accounts
+from shipyard.services.accounts import accounts
 from shipyard.services.context import ServiceContext
 
 SESSION_DAYS = 0.5

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shipyard.services.models import flatten
+from shipyard.services.models.models import flatten
 
 LABELS = {
     "model.preset": "Model",

@@ -33,9 +33,9 @@ from shipyard.hardware import discover
 from shipyard.hardware.emulation import EMULATE_ENV, parse_emulated
 from shipyard.hardware.probe import measure_host
 from shipyard.schemas.views import NodeView
-from shipyard.services import rbac
+from shipyard.services.accounts import rbac
+from shipyard.services.caches.submitted_jobs import aware
 from shipyard.services.context import ServiceContext
-from shipyard.services.submitted_jobs import aware
 
 DEFAULT_PORT = 6380
 """The head's port (Ray's own default, 6379, is often Redis's)."""

@@ -39,12 +39,14 @@ from shipyard.schemas.jobspec import (
     validate_job_spec,
 )
 from shipyard.schemas.views import ArtifactView, AttemptView, JobDetail, JobView
-from shipyard.services import metric_series, plan_gaps, rbac
+from shipyard.services.accounts import rbac
+from shipyard.services.caches.submitted_jobs import aware
 from shipyard.services.context import ServiceContext
-from shipyard.services.job_access import CANCEL, allowed_job, find_job
-from shipyard.services.submission_checks import Checked, check_submission
-from shipyard.services.submitted_jobs import aware
-from shipyard.services.summaries import summarize
+from shipyard.services.estimates import plan_gaps
+from shipyard.services.jobs import metric_series
+from shipyard.services.jobs.access import CANCEL, allowed_job, find_job
+from shipyard.services.jobs.submission_checks import Checked, check_submission
+from shipyard.services.jobs.summaries import summarize
 
 _log = logging.getLogger("shipyard.jobs")
 _JOBS = cast(Table, Job.__table__)

@@ -30,8 +30,10 @@ from shipyard.schemas.views import (
     StoredArtifactView,
     StoredFileView,
 )
-from shipyard.services import manifests, rbac, store_health
+from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
+from shipyard.services.storage import health as store_health
+from shipyard.services.storage import manifests
 from shipyard.storage import config as storage_config
 from shipyard.storage import transfer
 from shipyard.storage.backend import ScrubTally

@@ -18,9 +18,11 @@ from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
 from shipyard.errors import Conflict, InvalidSpec, NotFound
 from shipyard.schemas.documents import validate_document
 from shipyard.schemas.views import GcReport, RecoveryReport, ScrubReport, StorageStatus
-from shipyard.services import manifests, rbac, scrubber, store_health
+from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
-from shipyard.services.storage import blob_of
+from shipyard.services.storage import health as store_health
+from shipyard.services.storage import manifests, scrubber
+from shipyard.services.storage.storage import blob_of
 from shipyard.storage import config as storage_config
 from shipyard.storage.backend import ScrubTally
 from shipyard.storage.blobs import Progress
@@ -327,7 +329,7 @@ def _require_admin(ctx: ServiceContext, permission: Permission) -> None:
 
 def bench(ctx: ServiceContext, size_bytes: int) -> list[dict[str, object]]:
     """Throughput of the store beside a plain fsync'd file, on the disk of the first root."""
-    from shipyard.services import storage_bench
+    from shipyard.services.storage import bench as storage_bench
 
     store = open_store(ctx.settings.home)
     described = store.backend.describe()

@@ -15,8 +15,8 @@ from shipyard.db import Database
 from shipyard.schemas.jobspec import JobSpec, validate_job_spec
 from shipyard.schemas.views import JobView
 from shipyard.services.context import ServiceContext
-from shipyard.services.jobs import insert_jobs, submitted_before
-from shipyard.services.submission_checks import Checked, check_submission
+from shipyard.services.jobs.jobs import insert_jobs, submitted_before
+from shipyard.services.jobs.submission_checks import Checked, check_submission
 
 _log = logging.getLogger("shipyard.jobs")
 

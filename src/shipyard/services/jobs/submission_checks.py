@@ -27,13 +27,15 @@ from shipyard.schemas.launch import (
 )
 from shipyard.schemas.presets import PRESETS
 from shipyard.schemas.records import check_records
-from shipyard.services import data_roots, model_sources, rbac, storage
-from shipyard.services.base_models import check_base_model, check_resume_base
-from shipyard.services.calibrate import cluster_calibration
+from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
-from shipyard.services.estimates import estimate_job, job_arch, on_shipyard_llama
-from shipyard.services.measurements import with_measurements
-from shipyard.services.planning import hardware_catalog
+from shipyard.services.estimates.calibrate import cluster_calibration
+from shipyard.services.estimates.estimates import estimate_job, job_arch, on_shipyard_llama
+from shipyard.services.estimates.measurements import with_measurements
+from shipyard.services.estimates.planning import hardware_catalog
+from shipyard.services.models import sources as model_sources
+from shipyard.services.models.base_models import check_base_model, check_resume_base
+from shipyard.services.storage import data_roots, storage
 
 
 @dataclass(frozen=True, slots=True)

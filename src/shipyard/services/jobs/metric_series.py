@@ -20,7 +20,7 @@ from shipyard.db import Metric, MetricPoint
 from shipyard.errors import InvalidSpec
 from shipyard.schemas.views import MetricNamesView, MetricSeriesView, PointSeriesView
 from shipyard.services.context import ServiceContext
-from shipyard.services.job_access import allowed_job
+from shipyard.services.jobs.access import allowed_job
 
 KINDS = ("train", "eval")
 MAX_POINTS = 20_000

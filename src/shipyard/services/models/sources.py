@@ -15,8 +15,9 @@ from shipyard.errors import InvalidSpec
 from shipyard.executors.base import StoredInput
 from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, validate_job_spec
 from shipyard.schemas.launch import MERGED_DIR
-from shipyard.services import models, storage
 from shipyard.services.context import ServiceContext
+from shipyard.services.models import models
+from shipyard.services.storage import storage
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,9 @@ from shipyard.auth import PERMISSIONS, Permission
 from shipyard.db import Attempt, Job, ModelVersion, StoredArtifact
 from shipyard.schemas.jobspec import STORE_SCHEME
 from shipyard.schemas.views import DatasetReadView, DatasetView
-from shipyard.services import rbac, storage
+from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
+from shipyard.services.storage import storage
 
 
 def list_datasets(ctx: ServiceContext, project: str | None = None) -> list[DatasetView]:

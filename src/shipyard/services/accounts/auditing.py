@@ -12,7 +12,7 @@ from shipyard import audit
 from shipyard.auth import Permission
 from shipyard.db import AuditRecord
 from shipyard.schemas.views import AuditRecordView
-from shipyard.services import rbac
+from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
 
 

@@ -16,7 +16,7 @@ from shipyard.errors import InvalidSpec
 from shipyard.hardware.telemetry import FIGURES
 from shipyard.schemas.views import DeviceSeriesView
 from shipyard.services.context import ServiceContext
-from shipyard.services.job_access import allowed_job
+from shipyard.services.jobs.access import allowed_job
 
 MAX_POINTS = 2000
 MAX_HOURS = 24 * 31

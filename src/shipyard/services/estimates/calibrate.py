@@ -22,7 +22,7 @@ from shipyard.auth import Permission
 from shipyard.db import DeviceCalibration, ShapeMeasurement
 from shipyard.db.tables import utcnow
 from shipyard.planner.calibration import CALIBRATION, Calibration
-from shipyard.services import rbac
+from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
 
 HELD_OUT_ROWS = 3

@@ -39,7 +39,7 @@ from shipyard.schemas.jobspec import (
 from shipyard.schemas.model_config import model_shape
 from shipyard.schemas.presets import PRESETS, ModelArch
 from shipyard.schemas.runtime import FUSED_NORM_VENDORS, runs_on_shipyard_llama
-from shipyard.services.base_models import QLORA_VENDOR
+from shipyard.services.models.base_models import QLORA_VENDOR
 
 
 def job_arch(spec: JobSpec) -> ModelArch:
@@ -175,7 +175,7 @@ def estimate_job(
     spec: JobSpec, nodes: Sequence[NodeInventory], catalog: Catalog, calibration: Calibration = CALIBRATION
 ) -> Estimate | None:
     """The fastest fitting accelerator type among those the job may use on these nodes, planned
-    with ``calibration`` (this cluster's: :func:`shipyard.services.calibrate.cluster_calibration`)
+    with ``calibration`` (this cluster's: :func:`shipyard.services.estimates.calibrate.cluster_calibration`)
     and with the hosts the nodes measured.
 
     None where no node here has any of its types; raises ``Unschedulable`` with the memory

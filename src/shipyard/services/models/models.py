@@ -21,10 +21,11 @@ from shipyard.errors import Conflict, ExecutorError, InvalidSpec, NotFound
 from shipyard.schemas.documents import shown
 from shipyard.schemas.estimate import Estimate
 from shipyard.schemas.views import Completion, ModelComparisonView, ModelLineageView, ModelVersionView
-from shipyard.services import rbac, storage
+from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
-from shipyard.services.job_access import allowed_job
-from shipyard.services.summaries import summarize
+from shipyard.services.jobs.access import allowed_job
+from shipyard.services.jobs.summaries import summarize
+from shipyard.services.storage import storage
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from sqlalchemy.orm.interfaces import ORMOption
 from shipyard.auth import Permission
 from shipyard.db import Job
 from shipyard.errors import NotFound
-from shipyard.services import rbac
+from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
 
 Cancel = Literal["job.cancel"]

@@ -14,9 +14,9 @@ from sqlalchemy import or_, select
 from shipyard.db import Attempt, Job
 from shipyard.errors import InvalidSpec
 from shipyard.schemas.views import UsageRowView, UsageView
-from shipyard.services import rbac
+from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
-from shipyard.services.planning import hardware_catalog
+from shipyard.services.estimates.planning import hardware_catalog
 
 Grouping = Literal["project", "queue", "user", "type"]
 GROUPINGS: tuple[Grouping, ...] = ("project", "queue", "user", "type")

@@ -26,7 +26,7 @@ from shipyard.errors import Conflict, NotFound
 from shipyard.scheduling.quota import Queues, queues_of
 from shipyard.schemas.queues import ClusterQueueSpec, QueueConfig, parse_queue_config, validate_queue_config
 from shipyard.schemas.views import QueueChangeView, QueueSettingsView
-from shipyard.services import rbac
+from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
 
 QUEUES_FILE = "queues.yaml"

@@ -41,9 +41,9 @@ from shipyard.errors import (
 )
 from shipyard.schemas.requests import DEFAULT_TOKEN_DAYS, MAX_TOKEN_DAYS, MIN_PASSWORD, SCOPES, USER_NAME
 from shipyard.schemas.views import IssuedTokenView, TokenView, UserView
-from shipyard.services import rbac
+from shipyard.services.accounts import rbac
+from shipyard.services.caches.verified_tokens import VerifiedToken
 from shipyard.services.context import ServiceContext
-from shipyard.services.verified_tokens import VerifiedToken
 
 FREE_FAILURES = 5
 """Failed logins of one name from one address allowed before that pair must wait."""

@@ -1,0 +1,1 @@
+"""Accounts: users, tokens, sign-in, roles (rbac), and the audit log's reading (auditing)."""

@@ -1,0 +1,1 @@
+"""The cluster: its nodes and devices, queues and quotas, telemetry, usage, and the simulator."""

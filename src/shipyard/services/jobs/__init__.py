@@ -1,0 +1,1 @@
+"""Jobs: submit, list, show, cancel, and what a job's page and summary read."""
