@@ -8,22 +8,15 @@ that names each bad field, the value given and what would be valid.
 
 from __future__ import annotations
 
-import codecs
-import functools
-import glob
-import itertools
-import math
-import os
 import string
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from shipyard.domain.paths import is_inside
 from shipyard.domain.text import DNS_LABEL, has_control_character
-from shipyard.errors import DatasetError, InvalidSpec
 from shipyard.hardware.catalog import catalog, unknown_key_hint
+from shipyard.schemas import dataset_files, layout
 from shipyard.schemas.documents import PATTERN_WORDS, load_mapping, validate_document
 from shipyard.schemas.presets import PRESETS
 from shipyard.schemas.queues import QUEUE_NAME_PATTERN
@@ -221,113 +214,15 @@ class DataSection(_Section):
     def files(self, within: list[Path] | None = None) -> list[Path]:
         """Expand files, directories and globs into a sorted list of files with some content.
         ``within``: folders every file must resolve inside (a job submitted through a server)."""
-        found: set[Path] = set()
-        for entry in self.paths:
-            if entry.startswith(STORE_SCHEME):
-                continue  # checked against the store's catalog at submit, fetched at launch
-            matches = [Path(m) for m in glob.glob(os.path.expanduser(entry), recursive=True)]
-            if not matches:
-                raise _matches_nothing(entry)
-            for match in matches:
-                if match.is_dir():
-                    found.update(p for p in match.rglob("*") if p.is_file())
-                elif match.is_file():
-                    found.add(match)
-        files = sorted(found)
-        if within is not None:
-            _refuse_outside(files, within)
-        if self.stored():
-            return files
-        if not any(f.stat().st_size for f in files):
-            raise DatasetError(
-                f"dataset {self.paths} is empty ({len(files)} files, 0 bytes)",
-                hint="point data.paths at text or JSONL files with content",
-            )
-        return files
+        return dataset_files.expand(self.local(), within, has_stored=bool(self.stored()))
 
     def check_content(self) -> None:
-        """What ``files`` checks (every path matches something, some file has content), stopping
-        at the first file with content instead of listing them all: the check of every submission."""
-        has_content = bool(self.stored())
-        for entry in self.paths:
-            if entry.startswith(STORE_SCHEME):
-                continue
-            matches = glob.iglob(os.path.expanduser(entry), recursive=True)
-            first = next(matches, None)
-            if first is None:
-                raise _matches_nothing(entry)
-            if not has_content:
-                found = next(filter(_has_content, itertools.chain([first], matches)), None)
-                if found is not None:
-                    _refuse_binary(found)
-                    has_content = True
-        if not has_content:
-            self.files()  # raises, saying what it found
+        """What ``files`` checks, stopping at the first file with content: every submission's check."""
+        dataset_files.check_content(self.local(), has_stored=bool(self.stored()))
 
-
-SAMPLE_BYTES = 8000
-"""How much of a dataset's first file is decoded at submit to tell text from a binary file (as
-much as git reads to decide the same)."""
-
-
-def _refuse_binary(path: str) -> None:
-    """A file that is not UTF-8 text (a model, an archive, an executable) named as training text."""
-    if os.path.isdir(path):
-        path = next(
-            os.path.join(folder, name)
-            for folder, _, names in os.walk(path)
-            for name in sorted(names)
-            if os.path.getsize(os.path.join(folder, name)) > 0
-        )
-    info = os.stat(path)
-    problem = _binary_problem(path, info.st_mtime_ns, info.st_size)
-    if problem is not None:
-        raise DatasetError(
-            f"dataset file {path} {problem}",
-            hint="give text or JSONL files in data.paths; tokenizers and models go in their own fields",
-        )
-
-
-@functools.lru_cache(maxsize=4096)
-def _binary_problem(path: str, mtime_ns: int, size: int) -> str | None:  # noqa: ARG001 - the cache key
-    """Why the file's first bytes are no text, or None; remembered while the file is unchanged
-    (every submission of a dataset samples the same first file)."""
-    with open(path, "rb") as f:
-        sample = f.read(SAMPLE_BYTES)
-    try:
-        codecs.getincrementaldecoder("utf-8")().decode(sample, final=False)  # a cut last character is fine
-    except UnicodeDecodeError as exc:
-        return f"is not UTF-8 text (byte {exc.start} is {sample[exc.start]:#04x})"
-    return "holds NUL bytes: a binary file, not text" if b"\0" in sample else None
-
-
-def _refuse_outside(files: list[Path], roots: list[Path]) -> None:
-    for path in files:
-        if not is_inside(path, roots):
-            raise DatasetError(
-                f"dataset file {path} resolves outside the project's data roots",
-                hint="a link inside a data root must point inside one too; ask an admin to add the folder",
-            )
-
-
-def _matches_nothing(entry: str) -> DatasetError:
-    return DatasetError(
-        f"dataset path {entry!r} does not exist or matches no file",
-        hint="fix data.paths; relative paths are taken from the job spec's folder",
-    )
-
-
-def _has_content(path: str) -> bool:
-    """A file with at least one byte, or a folder holding one at any depth."""
-    try:
-        if not os.path.isdir(path):
-            return os.path.getsize(path) > 0
-        for folder, _, names in os.walk(path):
-            if any(os.path.getsize(os.path.join(folder, name)) > 0 for name in names):
-                return True
-    except OSError:
-        return False
-    return False
+    def local(self) -> list[str]:
+        """The paths that are not artifacts of the store."""
+        return [p for p in self.paths if not p.startswith(STORE_SCHEME)]
 
 
 class OptimizerSection(_Section):
@@ -410,28 +305,8 @@ class ParallelismSection(_Section):
         return None not in (self.tp, self.dp_shard, self.dp_replicate)
 
     def resolved(self, world: int) -> ParallelismSection:
-        """Every degree a number, their product ``world``: a ``-1`` takes what the others leave;
-        anything left open is 1, but for the replicas (plain data parallel), which take the rest.
-        Raises ``InvalidSpec`` when the degrees do not multiply to ``world``."""
-        tp = self.tp or 1
-        shard, replicate = self.dp_shard, self.dp_replicate
-        if shard in (None, -1) and replicate in (None, -1):
-            if shard == -1:
-                shard, replicate = world // tp, 1
-            else:
-                shard, replicate = 1, world // tp
-        elif shard in (None, -1):
-            shard = world // (tp * (replicate or 1))
-        elif replicate in (None, -1):
-            replicate = world // (tp * shard)
-        assert shard is not None and replicate is not None
-        if tp * shard * replicate != world or min(shard, replicate) < 1:
-            raise InvalidSpec(
-                f"training.parallelism tp={self.tp}, dp_shard={self.dp_shard}, "
-                f"dp_replicate={self.dp_replicate} does not multiply to the job's {world} devices",
-                hint="make tp x dp_shard x dp_replicate = resources.devices x resources.nodes, "
-                "or give -1 for the one that takes the rest",
-            )
+        """Every degree a number, their product ``world`` (``layout.resolve_degrees``)."""
+        tp, shard, replicate = layout.resolve_degrees(self.tp, self.dp_shard, self.dp_replicate, world)
         return ParallelismSection(tp=tp, dp_shard=shard, dp_replicate=replicate)
 
     @property
@@ -441,13 +316,6 @@ class ParallelismSection(_Section):
 
     def describe(self) -> str:
         return f"tp={self.tp}, dp_shard={self.dp_shard}, dp_replicate={self.dp_replicate}"
-
-
-def tp_degrees(heads: int, kv_heads: int, devices_per_node: int | None = None) -> list[int]:
-    """The tensor-parallel degrees that split the attention and key/value heads evenly (and the
-    devices of a node, when given)."""
-    limit = devices_per_node or kv_heads
-    return [t for t in range(1, limit + 1) if heads % t == 0 and kv_heads % t == 0 and limit % t == 0]
 
 
 CheckpointingMode = Literal["auto", "none", "selective", "full"]
@@ -474,14 +342,6 @@ class ActivationCheckpointingSection(_Section):
 COMPILING_VENDORS = ("nvidia", "amd", "generic")
 """Where Inductor compiles (CUDA/ROCm through Triton, CPUs through C++); Apple's MPS backend is a
 prototype and Gaudi needs Habana's own."""
-
-
-def total_steps(steps: int | None, tokens: int | None, global_batch_tokens: int) -> int:
-    """Optimizer steps of a training section that gives either ``steps`` or ``tokens``."""
-    if steps is not None:
-        return steps
-    assert tokens is not None
-    return math.ceil(tokens / global_batch_tokens)
 
 
 class EarlyStoppingSection(_Section):
@@ -549,19 +409,13 @@ class TrainingSection(_Section):
 
     @property
     def total_steps(self) -> int:
-        return total_steps(self.steps, self.tokens, self.global_batch_tokens)
+        return layout.total_steps(self.steps, self.tokens, self.global_batch_tokens)
 
     def grad_accum_steps(self, world_size: int) -> int:
         """Micro-steps per optimizer step on each device, as llm.c derives it."""
-        tokens_per_fwdbwd = self.micro_batch_size * self.seq_len * world_size
-        if self.global_batch_tokens % tokens_per_fwdbwd:
-            raise InvalidSpec(
-                f"training.global_batch_tokens ({self.global_batch_tokens}) is not a multiple of "
-                f"micro_batch_size × seq_len × devices ({self.micro_batch_size} × {self.seq_len} × "
-                f"{world_size} = {tokens_per_fwdbwd})",
-                hint="change global_batch_tokens, micro_batch_size or resources.devices so it divides",
-            )
-        return self.global_batch_tokens // tokens_per_fwdbwd
+        return layout.grad_accum_steps(
+            self.global_batch_tokens, self.micro_batch_size, self.seq_len, world_size
+        )
 
 
 class ResourcesSection(_Section):

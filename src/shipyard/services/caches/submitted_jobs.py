@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from shipyard.db import Job
 from shipyard.executors.base import Request
 from shipyard.scheduling import model
-from shipyard.schemas.jobspec import total_steps
+from shipyard.schemas.layout import total_steps
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from shipyard.executors.base import Request, capacity_of
 from shipyard.hardware.catalog import Catalog
 from shipyard.schemas.documents import shown
 from shipyard.schemas.estimate import Estimate
-from shipyard.schemas.jobspec import MAX_PATH, JobSpec, tp_degrees
+from shipyard.schemas.jobspec import MAX_PATH, JobSpec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     CHECKPOINT_POINTER,
@@ -25,6 +25,7 @@ from shipyard.schemas.launch import (
     is_checkpoint,
     latest_checkpoint,
 )
+from shipyard.schemas.layout import tp_degrees
 from shipyard.schemas.presets import PRESETS
 from shipyard.schemas.records import check_records
 from shipyard.services.accounts import rbac
