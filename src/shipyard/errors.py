@@ -19,7 +19,7 @@ that says what to do. Boundaries translate: the CLI prints ``Error:``/``Hint:`` 
     ├── CheckpointError        a checkpoint could not be written or read
     ├── AuditChainBroken       a record of the audit log was modified, deleted, inserted or moved
     ├── StorageError           the artifact store could not write or reach a root or endpoint
-    │   └── IntegrityError     stored bytes fail their checksum or authentication tag (or a wrong key)
+    │   └── CorruptData        stored bytes fail their checksum or authentication tag (or a wrong key)
     └── DependencyMissing      an optional extra (torch, ...) is not installed
 """
 
@@ -29,11 +29,11 @@ __all__ = [
     "AuditChainBroken",
     "CheckpointError",
     "Conflict",
+    "CorruptData",
     "DatasetError",
     "DependencyMissing",
     "ExecutorError",
     "Forbidden",
-    "IntegrityError",
     "InvalidSpec",
     "LaunchFailed",
     "NotFound",
@@ -172,8 +172,9 @@ class StorageError(ShipyardError):
     http_status = 507
 
 
-class IntegrityError(StorageError):
-    """Raised when stored bytes fail their checksum or tag: never returns wrong bytes."""
+class CorruptData(StorageError):
+    """Raised when stored bytes fail their checksum or tag: never returns wrong bytes. (Not
+    named IntegrityError, which is SQLAlchemy's for a violated constraint; the code stays.)"""
 
     code = "integrity_error"
     http_status = 500

@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from shipyard.audit import Actor
 from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
-from shipyard.errors import Conflict, Forbidden, IntegrityError, InvalidSpec, NotFound, StorageError
+from shipyard.errors import Conflict, CorruptData, Forbidden, InvalidSpec, NotFound, StorageError
 from shipyard.services.accounts import accounts, rbac
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.services.storage import manifests, scrubber, upkeep
@@ -150,7 +150,7 @@ def test_a_corrupt_replica_is_skipped_and_a_fully_corrupt_blob_never_returns_byt
     first, second = _replica_files(ctx, blob.name)
     first.write_bytes(first.read_bytes()[:-1] + b"\0")
     second.write_bytes(second.read_bytes()[: 1 << 20])  # truncated
-    with pytest.raises(IntegrityError, match="no replica holds the right bytes"):
+    with pytest.raises(CorruptData, match="no replica holds the right bytes"):
         store.get(ctx, "x", tmp_path / "bad.bin")
     assert not (tmp_path / "bad.bin").exists()  # nothing half-written left for the caller
 
@@ -183,7 +183,7 @@ def test_a_wrong_master_key_is_named_as_such(
     (tmp_path / "f.bin").write_bytes(b"secret")
     store.put(ctx, tmp_path / "f.bin", "enc", encrypt=True)
     monkeypatch.setenv("SHIPYARD_STORAGE_KEY", "A" * 43 + "=")
-    with pytest.raises(IntegrityError, match=r"wrapped with master key .* which this keyring lacks"):
+    with pytest.raises(CorruptData, match=r"wrapped with master key .* which this keyring lacks"):
         store.get(ctx, "enc", tmp_path / "out.bin")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from shipyard.errors import Conflict, IntegrityError
+from shipyard.errors import Conflict, CorruptData
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.services.storage import storage
 from shipyard.settings import Settings
@@ -100,7 +100,7 @@ def test_a_damaged_record_or_one_that_leaves_its_folder_is_refused_by_the_readin
     wrong = base64.b64encode(b"\0\0\0\0").decode()
     damaged = [{**r, "block_crcs": wrong} if r["path"] == "checkpoint.json" else r for r in records]
     target = tmp_path / "resume" / "step_000003"
-    with pytest.raises(IntegrityError):
+    with pytest.raises(CorruptData):
         mover.read(damaged, target)
     escaping = [{**records[0], "path": "../../outside"}]
     with pytest.raises(ValueError, match="leaves its folder"):

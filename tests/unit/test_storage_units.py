@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shipyard.errors import IntegrityError, InvalidSpec
+from shipyard.errors import CorruptData, InvalidSpec
 from shipyard.storage.config import RootConfig
 from shipyard.storage.crypto import Keyring, decrypt_chunks, encrypt_chunks, load_keyring
 from shipyard.storage.digests import BlockHasher, blocks, digest_of
@@ -42,7 +42,7 @@ def test_any_flipped_bit_fails_loudly(plain: bytes, data: st.DataObject) -> None
     sealed = bytearray(_sealed(plain, 16))
     position = data.draw(st.integers(0, len(sealed) - 1))
     sealed[position] ^= 1 << data.draw(st.integers(0, 7))
-    with pytest.raises(IntegrityError, match="test blob"):
+    with pytest.raises(CorruptData, match="test blob"):
         _opened(bytes(sealed))
 
 
@@ -51,7 +51,7 @@ def test_any_flipped_bit_fails_loudly(plain: bytes, data: st.DataObject) -> None
 def test_truncation_at_any_point_fails_loudly(plain: bytes, data: st.DataObject) -> None:
     sealed = _sealed(plain, 16)
     cut = data.draw(st.integers(0, len(sealed) - 1))
-    with pytest.raises(IntegrityError):
+    with pytest.raises(CorruptData):
         _opened(sealed[:cut])
 
 
@@ -59,9 +59,9 @@ def test_reordered_chunks_and_wrong_keys_fail() -> None:
     sealed = _sealed(os.urandom(64), 16)
     header, body = sealed[:20], sealed[20:]
     chunks = [body[i : i + 32] for i in range(0, len(body), 32)]
-    with pytest.raises(IntegrityError, match="chunk 0"):
+    with pytest.raises(CorruptData, match="chunk 0"):
         _opened(header + b"".join([chunks[1], chunks[0], *chunks[2:]]))
-    with pytest.raises(IntegrityError):
+    with pytest.raises(CorruptData):
         _opened(sealed, key=bytes(32))
 
 
@@ -132,10 +132,10 @@ def test_key_file_is_private_and_rotation_keeps_old_keys_until_retired(
     rotated = ring.rotated()
     assert rotated.active_id != ring.active_id
     assert rotated.unwrap(key_id, wrapped, "enc/ab/x") == b"k" * 32
-    with pytest.raises(IntegrityError, match="tampered"):
+    with pytest.raises(CorruptData, match="tampered"):
         rotated.unwrap(key_id, wrapped, "enc/ab/other")  # a wrapped key is bound to its blob
     retired = rotated.retired()
-    with pytest.raises(IntegrityError, match="lacks"):
+    with pytest.raises(CorruptData, match="lacks"):
         retired.unwrap(key_id, wrapped, "enc/ab/x")
     assert isinstance(load_keyring(key_file, create=False), Keyring)
     monkeypatch.setenv("SHIPYARD_STORAGE_KEY", "not base64!")

@@ -11,7 +11,7 @@ from typing import BinaryIO, Protocol
 
 Reader = Callable[[int], bytes]
 Verify = Callable[[Reader], None]
-"""Reads a replica to its end and raises ``IntegrityError`` if its bytes are not the blob's."""
+"""Reads a replica to its end and raises ``CorruptData`` if its bytes are not the blob's."""
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from shipyard.errors import IntegrityError, NotFound, StorageError
+from shipyard.errors import CorruptData, NotFound, StorageError
 from shipyard.storage.backend import Backend, Reader, ScrubTally, Verify, Written
 from shipyard.storage.crypto import MasterKeys, decrypt_chunks, encrypt_chunks, new_data_key
 from shipyard.storage.digests import CRC_BYTES, BlockCrcs, BlockHasher, block_crc, blocks, hashed, prefetched
@@ -119,15 +119,15 @@ class BlobStore:
             try:
                 with copy.open() as handle:
                     consume(handle.read)
-            except (IntegrityError, StorageError, OSError) as exc:
+            except (CorruptData, StorageError, OSError) as exc:
                 failures.append((copy.where, exc))
                 continue
             if failures or (blob.replicas is not None and len(copies) < blob.replicas):
                 self._read_repair(blob, len(copies), damaged=bool(failures))
             return
         causes = "; ".join(f"{where}: {exc}" for where, exc in failures)
-        if all(isinstance(exc, IntegrityError) for _, exc in failures):
-            raise IntegrityError(
+        if all(isinstance(exc, CorruptData) for _, exc in failures):
+            raise CorruptData(
                 f"blob {blob.name}: no replica holds the right bytes ({causes})",
                 hint="nothing wrong was returned; restore a root that held it, then run "
                 "`shipyard storage scrub --repair`",
@@ -157,7 +157,7 @@ class BlobStore:
     ) -> Iterator[bytes]:
         """The blob's bytes from one replica, checked as they stream: by the chunks' GCM tags
         (encrypted), by each block's CRC32C, or (``digest``, and for blobs without CRCs) by the
-        content digest; an ``IntegrityError`` at the first block that does not match."""
+        content digest; an ``CorruptData`` at the first block that does not match."""
         if data_key is not None:
             # Every chunk's tag authenticates it under a key that belongs to this blob alone (and
             # is bound to its name): the digest would check nothing more, at the cost of a hash.
@@ -166,7 +166,7 @@ class BlobStore:
                 size += len(piece)
                 yield piece
             if size != blob.size_bytes:
-                raise IntegrityError(f"blob {blob.name}: {size} bytes decrypted, {blob.size_bytes} expected")
+                raise CorruptData(f"blob {blob.name}: {size} bytes decrypted, {blob.size_bytes} expected")
             return
         if blob.block_crcs is not None and not digest:
             yield from self._crc_checked(blob, read, blob.block_crcs)
@@ -176,7 +176,7 @@ class BlobStore:
             hasher.update(piece)
             yield piece
         if hasher.hexdigest() != blob.digest or hasher.size != blob.size_bytes:
-            raise IntegrityError(
+            raise CorruptData(
                 f"blob {blob.name}: content does not match its digest {blob.digest[:12]}… "
                 f"({hasher.size} bytes read, {blob.size_bytes} expected)"
             )
@@ -187,11 +187,11 @@ class BlobStore:
         for index, piece in enumerate(prefetched(blocks(read))):
             expected = crcs[index * CRC_BYTES : (index + 1) * CRC_BYTES]
             if block_crc(piece) != expected:
-                raise IntegrityError(f"blob {blob.name}: block {index} does not match its CRC32C")
+                raise CorruptData(f"blob {blob.name}: block {index} does not match its CRC32C")
             size += len(piece)
             yield piece
         if size != blob.size_bytes:
-            raise IntegrityError(f"blob {blob.name}: {size} bytes read, {blob.size_bytes} expected")
+            raise CorruptData(f"blob {blob.name}: {size} bytes read, {blob.size_bytes} expected")
 
     def verifier(self, blob: Blob, *, digest: bool = True) -> Verify:
         """A check of one replica: the full digest, what a scrub runs (with ``digest`` False,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from shipyard.durable import write_atomically
-from shipyard.errors import DependencyMissing, IntegrityError, InvalidSpec
+from shipyard.errors import CorruptData, DependencyMissing, InvalidSpec
 from shipyard.storage.digests import blocks, prefetched
 
 MAGIC = b"SHYENC1\n"
@@ -72,11 +72,11 @@ def encrypt_chunks(
 
 
 def decrypt_chunks(read: Callable[[int], bytes], data_key: bytes, what: str) -> Iterator[bytes]:
-    """Yield the plaintext of an encrypted blob read through ``read``; raise ``IntegrityError``
+    """Yield the plaintext of an encrypted blob read through ``read``; raise ``CorruptData``
     (naming ``what``) on any modified, truncated, reordered or extended byte."""
     header = read(HEADER_BYTES)
     if len(header) < HEADER_BYTES or not header.startswith(MAGIC):
-        raise IntegrityError(f"{what}: not an encrypted Shipyard blob (bad or truncated header)")
+        raise CorruptData(f"{what}: not an encrypted Shipyard blob (bad or truncated header)")
     chunk_bytes, prefix = _HEADER.unpack(header[len(MAGIC) :])
     cipher = _aesgcm(data_key)
     chunks = prefetched(blocks(read, chunk_bytes + _TAG_BYTES))
@@ -89,7 +89,7 @@ def decrypt_chunks(read: Callable[[int], bytes], data_key: bytes, what: str) -> 
         try:
             yield cipher.decrypt(nonce, current, header + (b"\1" if final else b"\0"))
         except Exception as exc:  # cryptography raises InvalidTag; a short chunk raises ValueError
-            raise IntegrityError(
+            raise CorruptData(
                 f"{what}: chunk {index} fails authentication (modified, truncated or wrong key)",
                 hint="read another replica, or restore it with `shipyard storage scrub --repair`",
             ) from exc
@@ -143,14 +143,14 @@ class Keyring:
 
     def unwrap(self, key_id: str, wrapped: bytes, context: str) -> bytes:
         if key_id not in self.keys:
-            raise IntegrityError(
+            raise CorruptData(
                 f"{context}: its data key was wrapped with master key {key_id!r}, which this keyring lacks",
                 hint=f"use the key file or {ENV_KEY} that wrote it (this ring holds {sorted(self.keys)})",
             )
         try:
             return self._cipher(key_id).decrypt(wrapped[:12], wrapped[12:], context.encode())  # type: ignore[attr-defined,no-any-return]
         except Exception as exc:
-            raise IntegrityError(
+            raise CorruptData(
                 f"{context}: its data key does not open with master key {key_id!r} "
                 "(wrong key or a tampered record)",
                 hint=f"use the key file or {ENV_KEY} that wrote it",

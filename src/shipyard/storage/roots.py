@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from shipyard.durable import fsync_dir
-from shipyard.errors import IntegrityError, StorageError
+from shipyard.errors import CorruptData, StorageError
 from shipyard.storage.backend import Replica, ScrubTally, Verify, Written
 from shipyard.storage.config import RootConfig
 
@@ -230,7 +230,7 @@ class ReplicatedRoots:
                     verify(handle.read)
                 tally.bytes_verified += path.stat().st_size
                 healthy.append(root)
-            except IntegrityError:
+            except CorruptData:
                 corrupt.append(root)
         tally.corrupt = len(corrupt)
         wanted = placement(self.roots, name, replicas, keep=healthy)
@@ -289,7 +289,7 @@ def _checked(present: list[Root], name: str, check: Verify) -> tuple[list[Root],
             with open(root.file(name), "rb") as handle:
                 check(handle.read)
             good.append(root)
-        except IntegrityError:
+        except CorruptData:
             bad.append(root)
         except OSError:
             continue  # gone meanwhile: neither a source nor damage

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, BinaryIO
 
-from shipyard.errors import DependencyMissing, IntegrityError, StorageError
+from shipyard.errors import CorruptData, DependencyMissing, StorageError
 from shipyard.storage.backend import Replica, ScrubTally, Verify, Written
 from shipyard.storage.config import S3Config
 
@@ -230,7 +230,7 @@ class S3Objects:
                     verify(counted.read)
                 tally.bytes_verified += counted.bytes
                 return tally
-            except IntegrityError:
+            except CorruptData:
                 tally.corrupt += 1
             except StorageError:
                 continue

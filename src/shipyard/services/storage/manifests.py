@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
-from shipyard.errors import IntegrityError, StorageError
+from shipyard.errors import CorruptData, StorageError
 from shipyard.storage.opening import Store
 
 PREFIX = "manifests/"
@@ -124,7 +124,7 @@ def stored(store: Store) -> Iterator[tuple[str, dict[str, Any] | str]]:
             continue
         try:
             yield object_name, json.loads(_read(store, object_name))
-        except (StorageError, IntegrityError, OSError, ValueError) as exc:
+        except (StorageError, CorruptData, OSError, ValueError) as exc:
             yield object_name, str(exc)
 
 
