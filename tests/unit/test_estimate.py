@@ -3,7 +3,15 @@ figure existed still read, and the figures are read for the type the job ran on.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from shipyard.errors import InvalidSpec
 from shipyard.schemas.estimate import Estimate, Figures, PlannedLayout
+from shipyard.schemas.jobspec import validate_job_spec
+from shipyard.services.estimates.estimates import on_shipyard_llama
+from tests.builders import spec_dict
 
 
 def test_an_estimate_reads_back_whole_and_is_read_for_the_type_the_job_ran_on() -> None:
@@ -37,3 +45,15 @@ def test_a_document_stored_before_the_newer_figures_still_reads() -> None:
     assert estimate is not None and estimate.peak_tflops is None and estimate.by_accelerator == {}
     assert estimate.on("cpu") == ("cpu", estimate)
     assert Estimate.stored(None) is None and Estimate.stored({}) is None
+
+
+def test_an_unreadable_model_config_is_refused_not_taken_for_another_kind_of_model(tmp_path: Path) -> None:
+    # Before, a config.json that could not be read made the planner assume a transformers model
+    # (another memory model) without a word.
+    (tmp_path / "config.json").write_text("[1, 2]")
+    spec = validate_job_spec(spec_dict(model={"preset": None, "path": str(tmp_path)}))
+    with pytest.raises(InvalidSpec, match=r"config\.json is not a JSON object"):
+        on_shipyard_llama(spec)
+    (tmp_path / "config.json").write_text("{not json")
+    with pytest.raises(InvalidSpec, match="Invalid JSON"):
+        on_shipyard_llama(spec)

@@ -46,9 +46,15 @@ def job_arch(spec: JobSpec) -> ModelArch:
     """The architecture a job trains: its preset, or the config of the model it fine-tunes."""
     if not spec.model.path:
         return PRESETS[spec.model.preset or ""].with_vocab(spec.data.tokenizer.vocab_size)
+    return model_shape(model_config(spec), f"model.path {spec.model.path}: config.json").arch()
+
+
+def model_config(spec: JobSpec) -> dict[str, Any]:
+    """The config.json of the model a job fine-tunes, read and checked; an unreadable or invalid
+    one is refused with the fix (never taken for another kind of model)."""
     where = f"model.path {spec.model.path}: config.json"
     try:
-        text = read_document_file(Path(spec.model.path) / "config.json", what="model config")
+        text = read_document_file(Path(spec.model.path or "") / "config.json", what="model config")
         config = json.loads(text)
     except ShipyardError as exc:
         raise InvalidSpec(
@@ -57,20 +63,15 @@ def job_arch(spec: JobSpec) -> ModelArch:
         ) from None
     except ValueError as exc:
         raise InvalidSpec(f"{where}: Invalid JSON ({exc})", hint="restore the model's config.json") from None
-    return model_shape(config, where).arch()
+    if not isinstance(config, dict):
+        raise InvalidSpec(f"{where} is not a JSON object", hint="restore the model's config.json")
+    return config
 
 
 def on_shipyard_llama(spec: JobSpec) -> bool:
     """Whether the job trains on Shipyard's own LLaMA (which tensor parallelism can split): a
     preset, or full fine-tuning of a plain LLaMA folder."""
-    if not spec.model.path:
-        return True
-    config = Path(spec.model.path) / "config.json"
-    try:
-        found = json.loads(config.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(found, dict) and runs_on_shipyard_llama(found, spec.method)
+    return not spec.model.path or runs_on_shipyard_llama(model_config(spec), spec.method)
 
 
 def job_workload(spec: JobSpec) -> TrainingWorkload:
