@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sysconfig
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +47,21 @@ def write_spec(directory: Path, name: str = "tiny", **overrides: Any) -> Path:
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec_dict(name, **overrides), sort_keys=False))
     return path
+
+
+class FakeClock:
+    """A clock a test moves instead of sleeping (the services' ``Clock`` seam)."""
+
+    def __init__(self, at: datetime | None = None) -> None:
+        self.at = at or datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+        self.seconds = 0.0
+
+    def now(self) -> datetime:
+        return self.at
+
+    def monotonic(self) -> float:
+        return self.seconds
+
+    def advance(self, seconds: float) -> None:
+        self.at += timedelta(seconds=seconds)
+        self.seconds += seconds

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from shipyard.db import Attempt, Job, Metric
 from shipyard.services.accounts import accounts
 from shipyard.services.context import open_context
 from shipyard.settings import Settings
-from tests.builders import spec_dict
+from tests.builders import FakeClock, spec_dict
 from tests.conftest import SHIPYARD, Cli, Server
 
 pytestmark = pytest.mark.integration
@@ -130,12 +129,13 @@ def test_a_sign_in_takes_this_sites_form_only_and_no_api_token_is_a_sign_in_link
 
 
 def test_an_expired_session_goes_back_to_the_login_form(server: Server) -> None:
-    ctx = open_context(Settings(home=server.home, db_url=server.env["SHIPYARD_DB_URL"]))
+    # Issued a day ago for one second, on the services' clock seam: the server finds it expired.
+    yesterday = FakeClock(datetime.now(UTC) - timedelta(days=1))
+    ctx = open_context(Settings(home=server.home, db_url=server.env["SHIPYARD_DB_URL"]), clock=yesterday)
     try:
-        issued = accounts.issue_token(ctx, "admin", "web session", None, days=1 / 86400)  # one second
+        issued = accounts.issue_token(ctx, "admin", "web session", None, days=1 / 86400)
     finally:
         ctx.close()
-    time.sleep(1.5)
     with httpx.Client(base_url=server.url, follow_redirects=False) as browser:
         browser.cookies.set("shipyard_session", issued.token)
         assert browser.get("/jobs?state=queued").headers["location"] == "/login?next=/jobs%3Fstate%3Dqueued"

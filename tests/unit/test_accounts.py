@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,24 +16,9 @@ from shipyard.services.accounts import accounts
 from shipyard.services.caches.verified_tokens import VerifiedTokens
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
+from tests.builders import FakeClock
 
 PASSWORD = "a long enough passphrase"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.at = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
-        self.seconds = 0.0
-
-    def now(self) -> datetime:
-        return self.at
-
-    def monotonic(self) -> float:
-        return self.seconds
-
-    def advance(self, seconds: float) -> None:
-        self.at += timedelta(seconds=seconds)
-        self.seconds += seconds
 
 
 @pytest.fixture

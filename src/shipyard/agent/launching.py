@@ -17,7 +17,6 @@ from sqlalchemy.orm import Session, object_session
 
 from shipyard import audit
 from shipyard.db import Artifact, Attempt, Job
-from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
 from shipyard.errors import LaunchFailed, StorageError
 from shipyard.executors.base import Placement, StoreAccess, StoredInput
@@ -189,7 +188,7 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
     )
     job.attempts.append(attempt)
     job.restart_at = None
-    job.started_at = job.started_at or utcnow()
+    job.started_at = job.started_at or ctx.clock.now()
     session.flush()  # the attempt's id
     return Prepared(job.id, attempt.id, placed, run_dir, log_path, store, from_store, to_store)
 
@@ -322,7 +321,7 @@ def start(ctx: ServiceContext, prepared: Prepared) -> None:
             if exc.transient:  # the job waits, saying why, and the next passes try again
                 again = f"{exc.message}; tried again in {LAUNCH_RETRY_S:g}s"
                 job.move(JobState.QUEUED, pending_reason=again, pending_code=Reason.UNPLACEABLE)
-                job.restart_at = utcnow() + timedelta(seconds=LAUNCH_RETRY_S)
+                job.restart_at = ctx.clock.now() + timedelta(seconds=LAUNCH_RETRY_S)
             else:  # it cannot start at all: say why instead of retrying forever
                 job.move(JobState.FAILED, exit_reason=ExitReason.ERROR, message=exc.message, hint=exc.hint)
         return

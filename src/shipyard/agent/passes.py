@@ -19,7 +19,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -71,10 +71,6 @@ from shipyard.services.storage import storage
 
 _log = logging.getLogger("shipyard.agent")
 T = TypeVar("T")
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 # --- one pass -------------------------------------------------------------------------------
@@ -294,7 +290,7 @@ def _start_leased(
     round), and tell every waiting job why it waits. Returns the live jobs as the scheduler read
     them, the attempts to hand to the engine, and those to stop, once the transaction is
     committed (the engine is not asked inside it)."""
-    now = utcnow()
+    now = ctx.clock.now()
     decision, rows = plan_round(ctx, session, now, known, cordoned)
     plan = decision.plan
     # What the running attempts hold, where Shipyard picks the devices (an engine that picks its
@@ -333,7 +329,7 @@ def _start_leased(
             reasons[waiting.id] = Status(Reason.UNPLACEABLE, f"0/{len(nodes)} nodes: {placed.message}")
             continue
         job = session.get_one(Job, waiting.id)
-        if not _claim(session, job):
+        if not _claim(session, job, now):
             continue  # cancelled between our read and now
         launching.crash_point(ctx, "claimed")
         prepared.append(launching.prepare(ctx, job, placed, agent_id))
@@ -376,7 +372,7 @@ def _preempt(attempt: Attempt) -> bool:
     return True
 
 
-def _claim(session: Session, job: Job) -> bool:
+def _claim(session: Session, job: Job, now: datetime) -> bool:
     """queued -> running, only if nobody changed the job since we read it (a cancel, say).
 
     On PostgreSQL the row is first locked with ``FOR UPDATE SKIP LOCKED``: an agent never waits
@@ -391,7 +387,7 @@ def _claim(session: Session, job: Job) -> bool:
     claimed = session.execute(
         update(Job)
         .where(Job.id == job.id, Job.state == JobState.QUEUED, Job.cancel_requested.is_(False))
-        .values(**job_transition(JobState.QUEUED, JobState.RUNNING, at=utcnow()))
+        .values(**job_transition(JobState.QUEUED, JobState.RUNNING, at=now))
         # The job is refreshed below: matching the update against every object of the session
         # (thousands in a pass) would only cost time.
         .execution_options(synchronize_session=False)
@@ -546,7 +542,7 @@ def _stop_if_cancelled(ctx: ServiceContext, attempt: Attempt) -> None:
     job = attempt.job
     if not (job.cancel_requested or job.preempt_requested) or not _launched(attempt):
         return
-    now = utcnow()
+    now = ctx.clock.now()
     if attempt.signalled_at is None:
         ctx.executor.stop(handle_of(ctx, attempt))
         attempt.signalled_at = now
@@ -568,7 +564,7 @@ def _watch(ctx: ServiceContext, attempt: Attempt) -> None:
     if job.pending_code == Reason.HELD_BY_ENGINE:  # not started: its silence counts from its start
         _WATCHED.pop(_watch_key(attempt), None)
         return
-    now = utcnow()
+    now = ctx.clock.now()
     if attempt.exit_reason == ExitReason.HANG:  # its stacks were asked for at an earlier look
         assert attempt.signalled_at is not None
         if (now - aware(attempt.signalled_at)).total_seconds() >= HANG_DUMP_S:
@@ -657,7 +653,7 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt, l
     if isinstance(status, Vanished) and parent_saw is not None:  # adopted: its parent waited for it
         status = Exited.of(parent_saw.exit_code)
     attempt.exit_code = status.exit_code if isinstance(status, Exited) else None
-    attempt.finished_at = utcnow()
+    attempt.finished_at = ctx.clock.now()
     if result is not None and result.checkpoint and result.status != "completed":
         # The next attempt, here or elsewhere, resumes from it.
         record_checkpoint(session, job, Path(result.checkpoint), result.step)
@@ -666,7 +662,9 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt, l
     record_measurements(session, job, attempt)
     after = None
     if ended.job_state == JobState.FAILED:
-        after = recovery.decide(session, job, attempt, ended.attempt_reason, ended.message or "", utcnow())
+        after = recovery.decide(
+            session, job, attempt, ended.attempt_reason, ended.message or "", ctx.clock.now()
+        )
         if isinstance(after, recovery.GiveUp):
             ended = dataclasses.replace(ended, message=after.message, hint=after.hint)
     if isinstance(after, recovery.Retry):

@@ -87,7 +87,7 @@ def scrub_some(ctx: ServiceContext, stopping: threading.Event) -> float:
     home = ctx.settings.home
     config = storage_config.load(home).scrub
     state = _load(ctx)
-    now = time.time()
+    now = ctx.clock.now().timestamp()
     debt = store_health.owed(home)
     light_in = _light_due_in(ctx, state, config.light_interval_s, now)
     # Copies seen missing since the last light pass start one now; bytes seen damaged start the
@@ -137,7 +137,7 @@ def _light_due_in(ctx: ServiceContext, state: PassState, interval_s: float, now:
 
 def _light_pass(ctx: ServiceContext, state: PassState, rate_mb_s: float, stopping: threading.Event) -> None:
     """See that every copy of every blob exists; restore the missing ones from a checked copy."""
-    home, began = ctx.settings.home, time.time()
+    home, began = ctx.settings.home, ctx.clock.now().timestamp()
     with ctx.db.read() as session:
         rows = [(blob_of(row), row.replicas) for row in session.scalars(select(StoredBlob))]
     store = open_store(home)
@@ -151,7 +151,7 @@ def _light_pass(ctx: ServiceContext, state: PassState, rate_mb_s: float, stoppin
             stopping.wait(found.repaired * blob.size_bytes / (rate_mb_s * 2**20))
     with ctx.db.transaction() as session:  # the manifests a root took with it, too
         copies = manifests.heal(store, session, repair=True)
-    state.light_at = time.time()
+    state.light_at = ctx.clock.now().timestamp()
     counted = ("checked", "missing", "repaired", "corrupt", "lost")
     seen = {name: getattr(tally, name) for name in counted} | {"manifests_missing": copies.missing}
     store_health.settle(home, deep=False, began=began)
@@ -177,7 +177,12 @@ def _finish(ctx: ServiceContext, state: PassState) -> None:
     store_health.settle(ctx.settings.home, deep=True, began=state.started_at or 0.0)
     _save(
         ctx,
-        PassState(finished_at=time.time(), tally=state.tally, light_at=state.light_at, light=state.light),
+        PassState(
+            finished_at=ctx.clock.now().timestamp(),
+            tally=state.tally,
+            light_at=state.light_at,
+            light=state.light,
+        ),
     )
 
 

@@ -97,7 +97,7 @@ def gc(ctx: ServiceContext, *, grace_s: float | None = None) -> GcReport:
     _require_admin(ctx, Permission.STORAGE_GC)
     store = open_store(ctx.settings.home)
     grace = store.config.gc_grace_s if grace_s is None else grace_s
-    cutoff = time.time() - grace
+    cutoff = ctx.clock.now().timestamp() - grace
     referenced = exists().where(StoredEntry.blob_name == StoredBlob.name)
     blobs_removed = bytes_freed = orphans = 0
     with ctx.db.transaction() as session:
