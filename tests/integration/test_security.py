@@ -253,6 +253,7 @@ def test_failed_logins_throttle_one_name_from_one_address_and_no_answer_tells_na
     assert _login(site.server, "bob", PASSWORD, source="127.0.0.2").status_code == 200
 
 
+@pytest.mark.serial  # a ratio of times: measured alone, not beside the parallel run
 def test_a_wrong_password_and_an_unknown_name_take_the_same_time(site: Site) -> None:
     with admin(site.server) as root:
         root.create_user("carla", PASSWORD)
