@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shipyard.scheduling.cycle import Cycle, place_round
+from shipyard.scheduling.cycle import Cycle
 from shipyard.scheduling.model import Job, Lease, Node, PolicyInput, Throughputs
 from shipyard.scheduling.policies import POLICIES, policy_named
 from shipyard.scheduling.policies.fairness import gavel_las_perf
 from shipyard.scheduling.policies.makespan import fluid_makespan
 from shipyard.scheduling.policies.remaining import shortest_remaining_fluid, shortest_remaining_perf
+from shipyard.scheduling.rounds import place_round
 from shipyard.scheduling.status import Reason
 
 TYPES = ("v100", "p100", "k80")

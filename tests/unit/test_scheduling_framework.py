@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from shipyard.errors import InvalidSpec
-from shipyard.scheduling.cycle import Cycle, place_round
+from shipyard.scheduling.cycle import Cycle
 from shipyard.scheduling.framework import Pack, Profile, Topology, level_of, profile_named
 from shipyard.scheduling.model import Job, Node, PolicyInput, Throughputs
 from shipyard.scheduling.policies import policy_named
+from shipyard.scheduling.rounds import place_round
 from shipyard.scheduling.status import Reason
 from shipyard.services.cluster.simulation import SimRequest, run
 from shipyard.sim.workload import with_fabric_slowdown
