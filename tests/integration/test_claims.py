@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.integration  # real servers, databases or processes
 
 def test_concurrent_agents_claim_each_queued_job_once(tmp_path: Path, db_url: str) -> None:
     """Agents racing over the same queue (SKIP LOCKED on PostgreSQL): every job started once."""
-    from shipyard.agent.passes import _claim
+    from shipyard.agent.leasing import claim
     from shipyard.db import Job
     from shipyard.domain import JobState
 
@@ -35,7 +36,7 @@ def test_concurrent_agents_claim_each_queued_job_once(tmp_path: Path, db_url: st
                 with ctx.db.transaction() as session:
                     job = session.get(Job, f"j{i}")
                     assert job is not None
-                    if _claim(session, job):
+                    if claim(session, job, datetime.now(UTC)):
                         with lock:
                             claims.append(job.id)
 

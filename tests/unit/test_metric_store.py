@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.agent.passes import _ingest_metrics, series_points
+from shipyard.agent.ingest import ingest_metrics, series_points
 from shipyard.db import Attempt, Job
 from shipyard.errors import InvalidSpec
 from shipyard.schemas.jobspec import validate_job_spec
@@ -36,7 +36,7 @@ def _ran(ctx: ServiceContext, records: list[dict[str, object]]) -> str:
         session.add(attempt)
         session.flush()
         attempt.job = job
-        _ingest_metrics(session, attempt)
+        ingest_metrics(session, attempt)
     return job_id
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
 import pytest
 
 from shipyard import agent, audit
-from shipyard.agent import outputs, passes, telemetry
+from shipyard.agent import leasing, outputs, telemetry
 from shipyard.db import Job
 from shipyard.errors import Conflict, Forbidden, InvalidSpec, NotFound, Unschedulable
 from shipyard.hardware import VendorQueries
@@ -47,7 +48,7 @@ def test_cancel_wins_over_a_later_claim(ctx: ServiceContext) -> None:
         job = session.get(Job, view.id)
         assert job is not None
         jobs.cancel(ctx, view.id)  # another process cancels after the agent read the job
-        assert passes._claim(session, job) is False
+        assert leasing.claim(session, job, datetime.now(UTC)) is False
         assert job.state == "cancelled"
     with pytest.raises(Conflict, match="already cancelled"):
         jobs.cancel(ctx, view.id)
@@ -59,7 +60,7 @@ def test_cancelling_a_running_job_asks_it_to_stop(ctx: ServiceContext) -> None:
         from shipyard.db import Job
 
         job = session.get(Job, view.id)
-        assert job is not None and passes._claim(session, job)
+        assert job is not None and leasing.claim(session, job, datetime.now(UTC))
     assert jobs.cancel(ctx, view.id).state == "running"
     assert jobs.get(ctx, view.id).state == "running"
     with ctx.db.transaction() as session:

@@ -231,7 +231,7 @@ def test_generated_yaml_texts_are_parsed_or_refused_with_a_hint(text: str) -> No
             '{"hidden_size": "64", "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 9}',
             "`hidden_size`: Input should be a valid integer",
         ),
-        ("[1, 2]", "Input should be an object"),
+        ("[1, 2]", "is not a JSON object"),
         (b"\xff\xfe".decode("latin-1"), "Invalid JSON"),
     ],
 )

@@ -11,58 +11,44 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
-import math
-import re
-import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, joinedload
 
 from shipyard import audit
 from shipyard.agent import launching, recovery, telemetry
-from shipyard.agent.outputs import keep_stored_only, record_checkpoint, register_outputs
-from shipyard.agent.scheduler import LiveJob, executor_node, plan_round
-from shipyard.db import Attempt, Job, Metric, MetricPoint, rows_changed
+from shipyard.agent.endings import exit_record, how_it_ended, launched
+from shipyard.agent.handles import handle_from, handle_of
+from shipyard.agent.ingest import RECORDED, collect
+from shipyard.agent.leasing import preempt, start_leased
+from shipyard.agent.outputs import record_checkpoint, register_outputs
+from shipyard.db import Attempt, Job
 from shipyard.domain import ExitReason, JobState
-from shipyard.domain.transitions import job_transition
 from shipyard.durable import write_text_atomic
 from shipyard.executors.base import (
     AttemptHandle,
     AttemptStatus,
-    Busy,
-    DevicePicker,
-    EngineEnding,
     Exited,
-    NodeInventory,
     NodeLost,
     Running,
     Synced,
     Vanished,
     Waiting,
-    place_now,
 )
-from shipyard.scheduling.status import Reason, Status
+from shipyard.scheduling.status import Reason
 from shipyard.schemas.jobspec import JobSpec, stored_job_spec
 from shipyard.schemas.launch import (
-    CHECKPOINT_DIR,
-    EXIT_FILE,
-    METRICS_FILE,
     RESULT_FILE,
     STACKS_DIR,
     AttemptResult,
-    ExitRecord,
     Heartbeat,
-    checkpoint_step,
-    latest_checkpoint,
 )
 from shipyard.services.caches.submitted_jobs import aware
 from shipyard.services.context import ServiceContext
@@ -113,7 +99,7 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
         scheduling = time.perf_counter()
         # A set-aside attempt still holds its devices: ``running``, not ``watched``.
         try:  # the session may have begun already: reading again what a rollback expired
-            live, prepared, preempted = _start_leased(ctx, session, agent_id, running, known, cordoned)
+            live, prepared, preempted = start_leased(ctx, session, agent_id, running, known, cordoned)
             session.commit()
         except BaseException:
             session.rollback()
@@ -213,11 +199,11 @@ def _record_outcome(
     it held, its end being committed)."""
     if look.error is not None:
         raise look.error
-    _collect(ctx, session, attempt, look.synced)
+    collect(ctx, session, attempt, look.synced)
     if _finish_if_exited(ctx, session, attempt, look):
         return True
     if draining and ctx.settings.unhealthy_node == "drain":
-        _preempt(attempt)
+        preempt(attempt)
     _stop_if_cancelled(ctx, attempt)
     _watch(ctx, attempt)
     return False
@@ -263,139 +249,6 @@ def _running(ctx: ServiceContext, session: Session) -> list[Attempt]:
     return [a for a in attempts if ctx.executor.runs(handle_of(ctx, a))]
 
 
-def handle_of(ctx: ServiceContext, attempt: Attempt) -> AttemptHandle:
-    """How the executor knows the attempt."""
-    return _handle(ctx, attempt.node, attempt.handle, attempt.pid)
-
-
-def _handle(ctx: ServiceContext, node: str | None, handle: str | None, pid: int | None) -> AttemptHandle:
-    """An attempt's handle from its recorded columns; one that recorded no node ran on the
-    agent's machine."""
-    return AttemptHandle.recorded(node or ctx.executor.nodes()[0].id, handle or str(pid), pid)
-
-
-WAITING = Status(Reason.WAITING, "waiting for the scheduler")
-
-
-def _start_leased(
-    ctx: ServiceContext,
-    session: Session,
-    agent_id: str,
-    running: list[Attempt],
-    known: list[NodeInventory],
-    cordoned: dict[str, list[str]],
-) -> tuple[dict[str, LiveJob], list[launching.Prepared], list[Attempt]]:
-    """Ask the scheduler which jobs run now (no new gang on a ``cordoned`` node); claim and record
-    the attempts of those it leases, preempt those it drops (once they held their devices for a
-    round), and tell every waiting job why it waits. Returns the live jobs as the scheduler read
-    them, the attempts to hand to the engine, and those to stop, once the transaction is
-    committed (the engine is not asked inside it)."""
-    now = ctx.clock.now()
-    decision, rows = plan_round(ctx, session, now, known, cordoned)
-    plan = decision.plan
-    # What the running attempts hold, where Shipyard picks the devices (an engine that picks its
-    # own keeps its own account).
-    busy: dict[str, Busy] = {}
-    picks = isinstance(ctx.executor, DevicePicker)
-    for attempt in running if picks else ():
-        busy.setdefault(handle_of(ctx, attempt).node, Busy()).hold(
-            attempt.accelerator_type, attempt.device_ids
-        )
-    running_of = {attempt.job_id: attempt for attempt in running}
-    preempted = [
-        running_of[job_id]
-        for job_id in plan.preempted
-        if job_id in running_of and _preempt_if_due(ctx, running_of[job_id], now)
-    ]
-    queued = sorted(
-        (r for r in rows.values() if r.state == JobState.QUEUED),
-        key=lambda r: (r.submitted.submitted_at, r.id),
-    )
-    reasons: dict[str, Status] = {}
-    prepared: list[launching.Prepared] = []
-    for waiting in queued:
-        if waiting.restart_at is not None and aware(waiting.restart_at) > now:
-            continue  # backing off: it keeps the restart policy's reason, which says until when
-        lease = plan.leases.get(waiting.id)
-        if lease is None:
-            reasons[waiting.id] = plan.pending_reasons.get(waiting.id, WAITING)
-            continue
-        nodes = {executor_node(n) for n in lease.nodes}  # never a cordoned one: the cycle filtered them
-        # The lease's type, and the resources the job was submitted with (read once per job):
-        # thousands of leases that wait on a busy cluster must not each load their job's spec.
-        request = dataclasses.replace(waiting.submitted.request, accelerator_types=[lease.accelerator_type])
-        placed = place_now(ctx.executor, request, busy, on=nodes)
-        if isinstance(placed, Status):
-            reasons[waiting.id] = Status(Reason.UNPLACEABLE, f"0/{len(nodes)} nodes: {placed.message}")
-            continue
-        job = session.get_one(Job, waiting.id)
-        if not _claim(session, job, now):
-            continue  # cancelled between our read and now
-        launching.crash_point(ctx, "claimed")
-        prepared.append(launching.prepare(ctx, job, placed, agent_id))
-        if picks:
-            ids = placed.core_ids if placed.accelerator_type == "cpu" else placed.device_ids
-            busy.setdefault(placed.node, Busy()).hold(placed.accelerator_type, ids)
-    changed = [
-        {"job_id": job_id, "reason": reason.message, "code": reason.code.value}
-        for job_id, reason in reasons.items()
-        if (rows[job_id].pending_reason, rows[job_id].pending_code) != (reason.message, reason.code)
-    ]
-    if changed:  # most reasons stay as they were from one pass to the next
-        session.execute(_SET_REASON, changed)
-    return rows, prepared, preempted
-
-
-_JOBS = cast(Table, Job.__table__)
-_SET_REASON = (
-    update(_JOBS)
-    .where(_JOBS.c.id == bindparam("job_id"), _JOBS.c.state == JobState.QUEUED)
-    .values(pending_reason=bindparam("reason"), pending_code=bindparam("code"))
-)
-
-
-def _preempt_if_due(ctx: ServiceContext, attempt: Attempt, now: datetime) -> bool:
-    """Preempt the attempt once it held its devices a round; whether it is to be stopped."""
-    if (now - aware(attempt.started_at)).total_seconds() < ctx.settings.round_s:
-        return False
-    return _preempt(attempt)
-
-
-def _preempt(attempt: Attempt) -> bool:
-    """Record that the attempt is to stop for another (``_stop_if_cancelled`` then sends SIGTERM:
-    the runtime checkpoints, then exits, and the job requeues to resume); whether it was newly
-    asked to."""
-    job = attempt.job
-    if not _launched(attempt) or job.preempt_requested or job.cancel_requested:
-        return False
-    job.preempt_requested = True
-    return True
-
-
-def _claim(session: Session, job: Job, now: datetime) -> bool:
-    """queued -> running, only if nobody changed the job since we read it (a cancel, say).
-
-    On PostgreSQL the row is first locked with ``FOR UPDATE SKIP LOCKED``: an agent never waits
-    on a job another agent is claiming, it moves on (SQLite has one writer at a time anyway).
-    """
-    free = session.scalar(
-        select(Job.id).where(Job.id == job.id, Job.state == JobState.QUEUED).with_for_update(skip_locked=True)
-    )
-    if free is None:
-        session.refresh(job)
-        return False
-    claimed = session.execute(
-        update(Job)
-        .where(Job.id == job.id, Job.state == JobState.QUEUED, Job.cancel_requested.is_(False))
-        .values(**job_transition(JobState.QUEUED, JobState.RUNNING, at=now))
-        # The job is refreshed below: matching the update against every object of the session
-        # (thousands in a pass) would only cost time.
-        .execution_options(synchronize_session=False)
-    )
-    session.refresh(job)
-    return rows_changed(claimed)
-
-
 @dataclass(frozen=True, slots=True)
 class _Look:
     """What the engine answered of one running attempt: its status, then what it brought over
@@ -418,7 +271,7 @@ def _look(ctx: ServiceContext) -> dict[int, _Look]:
         ).all()
     looks = {}
     for attempt_id, node, engine_name, pid, run_dir in rows:
-        handle = _handle(ctx, node, engine_name, pid)
+        handle = handle_from(ctx, node, engine_name, pid)
         if _quarantine.holds(attempt_id) or not ctx.executor.runs(handle):
             continue
         try:
@@ -430,117 +283,16 @@ def _look(ctx: ServiceContext) -> dict[int, _Look]:
     return looks
 
 
-def _collect(ctx: ServiceContext, session: Session, attempt: Attempt, synced: Synced) -> None:
-    """What the attempt wrote since the last pass: its metrics and its newest checkpoint,
-    recorded at once so that the committer commits it to the artifact store while the attempt
-    runs (a SIGKILL or a lost node or disk then loses at most one checkpoint interval). Where
-    its nodes stored the checkpoint themselves, what is recorded is its files' records."""
-    run_dir = Path(attempt.job.run_dir)
-    _ingest_metrics(session, attempt)
-    if (stored := synced.checkpoint) is not None:
-        folder = keep_stored_only(run_dir / CHECKPOINT_DIR, stored)
-        sealed = storage.sealed(ctx, list(stored.files))
-        record_checkpoint(session, attempt.job, folder, checkpoint_step(folder), written=sealed)
-        return  # it is the newest now, recorded in this transaction
-    newest = latest_checkpoint(run_dir / CHECKPOINT_DIR)
-    if newest is None or _RECORDED.get(attempt.id) == newest:
-        return
-    if record_checkpoint(session, attempt.job, newest, checkpoint_step(newest)):
-        _RECORDED[attempt.id] = newest  # committed before: not looked up again at every pass
-
-
-_RECORDED: dict[int, Path] = {}
 """Each running attempt's newest checkpoint, once found recorded by an earlier transaction: a pass
 over thousands of attempts would otherwise look each one's up again."""
 
 
-def _ingest_metrics(session: Session, attempt: Attempt) -> None:
-    """Copy the complete lines the runtime appended to metrics.jsonl since the last look."""
-    path = Path(attempt.job.run_dir) / METRICS_FILE
-    if not path.exists():
-        return
-    if path.stat().st_size < attempt.metrics_offset:
-        attempt.metrics_offset = 0  # a fresh start truncated the file
-    with open(path, "rb") as f:
-        f.seek(attempt.metrics_offset)
-        chunk = f.read()
-    complete = chunk[: chunk.rfind(b"\n") + 1]
-    points: list[dict[str, Any]] = []
-    for line in complete.splitlines():
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise ValueError("not an object")
-            kind, step = record.get("kind", "train"), record.get("step", 0)
-            if not (isinstance(kind, str) and len(kind) <= 32):
-                raise ValueError("kind is not a short string")
-            if not (isinstance(step, int) and 0 <= step < 2**62):
-                raise ValueError("step is not a step number")
-            figures = {key: _figure(record.get(key)) for key in ("loss", "tokens_per_s", "mfu")}
-        except ValueError:  # half a line a killed attempt left, or a damaged one: one record lost
-            if line.strip():
-                _log.warning(
-                    "job %s: a metrics line is not a record of the runtime, skipped: %.80r",
-                    attempt.job_id,
-                    line,
-                )
-            continue
-        session.add(
-            Metric(
-                job_id=attempt.job_id, attempt_id=attempt.id, kind=kind, step=step, values=record, **figures
-            )
-        )
-        at = record.get("time") if isinstance(record.get("time"), int | float) else time.time()
-        where = {"job_id": attempt.job_id, "attempt_id": attempt.id, "step": step, "at": at}
-        points.extend({**where, "name": name, "value": value} for name, value in series_points(kind, record))
-    if points:
-        session.execute(insert(MetricPoint), points)
-    attempt.metrics_offset += len(complete)
-
-
-SERIES_EVENTS = frozenset({"start", "resume", "checkpoint"})
 """Record kinds that mark an event rather than measure a step: none of their numbers is a series."""
-MAX_SERIES_PER_RECORD = 64
-
-
-def series_points(kind: str, record: dict[str, Any]) -> list[tuple[str, float]]:
-    """The named scalars one metrics record adds to the job's series: every finite number in it
-    (a training step's under their own names, another kind's after the kind: ``eval_loss``), at
-    most 64, names of letters, digits and ``_./-`` up to 64 characters; anything else is not a
-    series and is left in the record."""
-    if kind in SERIES_EVENTS:
-        return []
-    points = []
-    for key, value in record.items():
-        if key in ("kind", "step", "time") or isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        name = key if kind == "train" else f"{kind}_{key}"
-        if not (math.isfinite(value) and _SERIES_NAME.fullmatch(name)):
-            continue
-        points.append((name, float(value)))
-        if len(points) == MAX_SERIES_PER_RECORD:
-            break
-    return points
-
-
-_SERIES_NAME = re.compile(r"[A-Za-z0-9_./-]{1,64}")
-
-
-def _figure(value: object) -> float | None:
-    """A metric's number as the database keeps it (None where the runtime logged none)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{value!r} is not a number")
-    try:
-        return float(value)
-    except OverflowError:
-        raise ValueError(f"{value!r} is out of range") from None
 
 
 def _stop_if_cancelled(ctx: ServiceContext, attempt: Attempt) -> None:
     job = attempt.job
-    if not (job.cancel_requested or job.preempt_requested) or not _launched(attempt):
+    if not (job.cancel_requested or job.preempt_requested) or not launched(attempt):
         return
     now = ctx.clock.now()
     if attempt.signalled_at is None:
@@ -559,7 +311,7 @@ def _watch(ctx: ServiceContext, attempt: Attempt) -> None:
     as hung when no rank made progress for longer than its restart policy allows (first every
     rank's Python stacks go into its log, then, a look later, it is killed)."""
     job = attempt.job
-    if not _launched(attempt) or job.cancel_requested or job.preempt_requested:
+    if not launched(attempt) or job.cancel_requested or job.preempt_requested:
         return
     if job.pending_code == Reason.HELD_BY_ENGINE:  # not started: its silence counts from its start
         _WATCHED.pop(_watch_key(attempt), None)
@@ -629,7 +381,7 @@ def _keep_stacks(attempt: Attempt, stacks: str) -> None:
 def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt, look: _Look) -> bool:
     """Record the attempt's end if the engine said it ended; whether it did (the caller frees
     what it held once this is committed)."""
-    assert _launched(attempt)
+    assert launched(attempt)
     status, synced = look.status, look.synced
     job = attempt.job
     if isinstance(status, Waiting):  # admitted, held in the engine's own queue: say why
@@ -646,10 +398,10 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt, l
     assert status is not None
     _WATCHED.pop(_watch_key(attempt), None)
     _SPECS.pop(attempt.job_id, None)
-    _RECORDED.pop(attempt.id, None)
+    RECORDED.pop(attempt.id, None)
     result_path = Path(job.run_dir) / RESULT_FILE
     result = AttemptResult.model_validate_json(result_path.read_text()) if result_path.exists() else None
-    parent_saw = _exit_record(job, attempt)
+    parent_saw = exit_record(job, attempt)
     if isinstance(status, Vanished) and parent_saw is not None:  # adopted: its parent waited for it
         status = Exited.of(parent_saw.exit_code)
     attempt.exit_code = status.exit_code if isinstance(status, Exited) else None
@@ -657,7 +409,7 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt, l
     if result is not None and result.checkpoint and result.status != "completed":
         # The next attempt, here or elsewhere, resumes from it.
         record_checkpoint(session, job, Path(result.checkpoint), result.step)
-    ended = _how_it_ended(ctx, job, attempt, status, result, parent_saw)
+    ended = how_it_ended(ctx, job, attempt, status, result, parent_saw)
     attempt.state, attempt.exit_reason = ended.attempt_state, ended.attempt_reason
     record_measurements(session, job, attempt)
     after = None
@@ -690,114 +442,3 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt, l
         detail={"attempt": attempt.number, "exit_code": attempt.exit_code, "job_state": job.state},
     )
     return True
-
-
-@dataclass(frozen=True, slots=True)
-class _Ended:
-    """How an attempt ended, and where that leaves its job."""
-
-    attempt_state: JobState
-    attempt_reason: ExitReason
-    job_state: JobState
-    message: str | None = None
-    """The job's message (for a preempted job, why it waits)."""
-    hint: str | None = None
-
-
-def _exit_record(job: Job, attempt: Attempt) -> ExitRecord | None:
-    """What the attempt's parent (``training.parent``) wrote of how its processes ended, if it
-    is this attempt's parent that wrote it."""
-    path = Path(job.run_dir) / EXIT_FILE
-    try:
-        record = ExitRecord.model_validate_json(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return record if record.parent_pid == attempt.pid else None
-
-
-def _how_it_ended(
-    ctx: ServiceContext,
-    job: Job,
-    attempt: Attempt,
-    status: Exited | Vanished | NodeLost,
-    result: AttemptResult | None,
-    parent_saw: ExitRecord | None = None,
-) -> _Ended:
-    hint = f"see `shipyard jobs logs {job.id}`; resubmit with --resume to continue from its last checkpoint"
-    if isinstance(status, NodeLost):
-        lost = f"a node of its attempt ({', '.join(status.nodes)}) left the cluster"
-        return _Ended(JobState.FAILED, ExitReason.NODE_LOST, JobState.FAILED, lost, hint)
-    if attempt.exit_reason == ExitReason.HANG:  # the agent stopped it (see _watch)
-        hung = (attempt.health or {}).get("hang")
-        return _Ended(JobState.FAILED, ExitReason.HANG, JobState.FAILED, hung, hint)
-    if result is not None and result.status == "completed":
-        return _Ended(JobState.SUCCEEDED, ExitReason.COMPLETED, JobState.SUCCEEDED, result.message)
-    if isinstance(status, Exited) and status.engine_ended == "withdrawn":
-        withdrawn = "cancelled while its engine held it in its queue, before it started"
-        return _Ended(JobState.CANCELLED, ExitReason.CANCELLED, JobState.CANCELLED, withdrawn)
-    if isinstance(status, Exited) and status.engine_ended is not None and not job.cancel_requested:
-        return _ended_by_engine(status.engine_ended, result)
-    if result is not None and result.status == "cancelled":
-        if job.preempt_requested and not job.cancel_requested:
-            waiting = f"preempted by the scheduler at step {result.step}; resumes from its checkpoint"
-            return _Ended(JobState.CANCELLED, ExitReason.PREEMPTED, JobState.QUEUED, waiting)
-        resume = f"shipyard jobs submit SPEC --resume-from {job.id}"
-        return _Ended(JobState.CANCELLED, ExitReason.CANCELLED, JobState.CANCELLED, result.message, resume)
-    if result is not None:
-        reason = _FAILURES.get(result.failure or "", ExitReason.ERROR)
-        hint = result.hint or f"see `shipyard jobs logs {job.id}`"
-        return _Ended(JobState.FAILED, reason, JobState.FAILED, result.message, hint)
-    if attempt.signalled_at is not None:
-        killed = f"did not stop within {ctx.settings.cancel_grace_s:g}s of SIGTERM and was killed"
-        return _Ended(JobState.CANCELLED, ExitReason.KILLED, JobState.CANCELLED, killed)
-    # No result: the process (or a rank under torchrun, which then exits non-zero) was killed.
-    if isinstance(status, Vanished):
-        unseen = "the training process ended while no agent watched it; its exit status is unknown"
-        return _Ended(JobState.FAILED, ExitReason.LOST, JobState.FAILED, unseen, hint)
-    if parent_saw is not None and parent_saw.signal == "SIGKILL" and parent_saw.oom_kills:
-        # The kernel's OOM killer: on a CPU the host's memory is the device's, and a smaller
-        # micro-batch is the cure; on a GPU it is the host's own (data loading, pinned buffers).
-        oom = (
-            f"the training process was killed by the kernel's OOM killer (SIGKILL; its memory "
-            f"cgroup counted {parent_saw.oom_kills} OOM kill{'s' * (parent_saw.oom_kills != 1)} "
-            "while it ran)"
-        )
-        reason = ExitReason.OOM if attempt.accelerator_type == "cpu" else ExitReason.SIGNAL
-        return _Ended(JobState.FAILED, reason, JobState.FAILED, oom, hint)
-    return _Ended(JobState.FAILED, ExitReason.SIGNAL, JobState.FAILED, _describe_exit(status), hint)
-
-
-def _ended_by_engine(ending: EngineEnding, result: AttemptResult | None) -> _Ended:
-    """An attempt its engine ended (a batch system's limit or preemption): the machine's side,
-    so the job waits to continue from its newest checkpoint, or, out of memory, fails under the
-    restart policy's OOM rule."""
-    at = f" at step {result.step}" if result is not None else ""
-    if ending == "out_of_memory":
-        oom = "the engine ended it for using more host memory than its allocation has"
-        return _Ended(JobState.FAILED, ExitReason.OOM, JobState.FAILED, oom)
-    if ending == "preempted":
-        waiting = f"preempted by the engine's own scheduler{at}; resumes from its checkpoint"
-        return _Ended(JobState.CANCELLED, ExitReason.PREEMPTED, JobState.QUEUED, waiting)
-    limit = f"its allocation reached the engine's time limit{at}; resumes from its checkpoint"
-    return _Ended(JobState.CANCELLED, ExitReason.TIME_LIMIT, JobState.QUEUED, limit)
-
-
-_FAILURES = {"oom": ExitReason.OOM, "collective": ExitReason.COLLECTIVE}
-
-
-def _launched(attempt: Attempt) -> bool:
-    return attempt.handle is not None or attempt.pid is not None
-
-
-def _describe_exit(status: Exited) -> str:
-    if status.signal is not None:
-        try:
-            name = f"{signal.Signals(status.signal).name} (signal {status.signal})"
-        except ValueError:
-            name = f"signal {status.signal}"
-        return (
-            f"the training process was killed by {name}, which Shipyard did not send, before it "
-            "reported a result"
-        )
-    code = status.code
-    return f"the training process exited with code {code} without reporting a result (a rank was killed)"
