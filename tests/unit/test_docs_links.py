@@ -26,7 +26,7 @@ LINK = re.compile(r"\]\(([A-Za-z0-9_./-]+)(?:#[^)]*)?\)")
 
 
 def test_every_relative_link_in_the_readme_and_the_docs_resolves() -> None:
-    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     broken = [
         f"{page.relative_to(ROOT)}: {target}"
         for page in pages
