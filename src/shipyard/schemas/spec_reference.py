@@ -75,6 +75,31 @@ def reference(model: type[BaseModel] = JobSpec) -> list[FieldDoc]:
     return list(_walk(model, ""))
 
 
+def markdown(docs: list[FieldDoc]) -> str:
+    """The reference as a Markdown page (``docs/spec-reference.md`` is this, generated): one
+    table per section, the section's description above it."""
+    about = {d.path: d.why for d in docs if d.section}
+    out = [
+        "# Job spec reference",
+        "",
+        "Generated from the spec's own models (`shipyard spec` prints the same); do not edit by hand:",
+        "`SHIPYARD_UPDATE_SNAPSHOTS=1 pytest tests/unit/test_spec_reference.py` writes it again.",
+    ]
+    grouped: dict[str, list[FieldDoc]] = {}  # by section, in the order a spec first meets them
+    for doc in docs:
+        if not doc.section:
+            grouped.setdefault(doc.path.rpartition(".")[0], []).append(doc)
+    for section, fields in grouped.items():
+        out += ["", f"## `{section}`" if section else "## Top level", ""]
+        out += [about[section], ""] if about.get(section) else []
+        out += ["| field | type | default | valid | what it is |", "|---|---|---|---|---|"]
+        for doc in fields:
+            default = "required" if doc.required else ("" if doc.default is None else f"`{doc.default}`")
+            cells = [f"`{doc.path}`", doc.type, default, doc.valid, doc.why]
+            out.append("| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |")
+    return "\n".join(out) + "\n"
+
+
 def sections(docs: list[FieldDoc]) -> list[str]:
     return [d.path for d in docs if d.section]
 
