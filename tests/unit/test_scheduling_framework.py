@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from shipyard.errors import InvalidSpec
@@ -16,15 +14,9 @@ from shipyard.scheduling.rounds import place_round
 from shipyard.scheduling.status import Reason
 from shipyard.services.cluster.simulation import SimRequest, run
 from shipyard.sim.workload import with_fabric_slowdown
+from tests.builders import GAVEL_THROUGHPUTS
 
-GAVEL = (
-    Path(__file__).resolve().parents[3]
-    / "shared"
-    / "data"
-    / "scheduling"
-    / "gavel"
-    / "simulation_throughputs.json"
-)
+GAVEL = GAVEL_THROUGHPUTS
 
 
 def racked(racks: int, nodes_per_rack: int, devices: int = 4, kind: str = "v100") -> list[Node]:

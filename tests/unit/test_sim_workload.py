@@ -17,15 +17,9 @@ from shipyard.sim.workload import (
     load_throughputs,
     load_trace,
 )
+from tests.builders import GAVEL_THROUGHPUTS
 
-THROUGHPUTS = (
-    Path(__file__).resolve().parents[3]
-    / "shared"
-    / "data"
-    / "scheduling"
-    / "gavel"
-    / "simulation_throughputs.json"
-)
+THROUGHPUTS = GAVEL_THROUGHPUTS
 GAVEL_RUN = Path(__file__).resolve().parents[1] / "data" / "gavel-run-fifo-1.0-seed0.json"
 """The first 300 jobs Gavel's simulator (c4fa400) generated for seed 0 at 1.0 jobs/h with
 multi-GPU jobs, as ``run_gavel.py fifo 1.0 0 --out`` wrote them."""
