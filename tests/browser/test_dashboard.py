@@ -24,7 +24,7 @@ from shipyard.client import Client
 from tests.builders import SMALL_CORPUS, spec_dict
 from tests.conftest import Server
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 AXE = Path(__file__).resolve().parents[2] / ".venv" / "axe.min.js"
