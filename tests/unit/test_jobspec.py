@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from shipyard.errors import DatasetError, InvalidSpec
+from shipyard.schemas.dataset_files import check_data, files_of
 from shipyard.schemas.jobspec import parse_job_spec, validate_job_spec
 from tests.builders import spec_dict
 
@@ -101,17 +102,17 @@ def test_dataset_paths_expand_and_missing_or_empty_ones_fail(tmp_path: Path) -> 
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "b.jsonl").write_text('{"text": "x"}\n')
     data = validate_job_spec(spec_dict(data={"paths": [str(tmp_path)]})).data
-    assert [p.name for p in data.files()] == ["a.txt", "b.jsonl"]
+    assert [p.name for p in files_of(data)] == ["a.txt", "b.jsonl"]
 
     missing = validate_job_spec(spec_dict(data={"paths": [str(tmp_path / "nope" / "*.txt")]})).data
     with pytest.raises(DatasetError, match="does not exist or matches no file"):
-        missing.files()
+        files_of(missing)
 
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "z.txt").write_text("")
     empty = validate_job_spec(spec_dict(data={"paths": [str(tmp_path / "empty")]})).data
     with pytest.raises(DatasetError, match="is empty"):
-        empty.files()
+        files_of(empty)
 
 
 @pytest.mark.parametrize(
@@ -133,13 +134,13 @@ def test_the_submit_check_of_a_dataset_fails_exactly_when_listing_it_does(
         (tmp_path / name).write_text(text)
     data = validate_job_spec(spec_dict(data={"paths": [str(tmp_path / pattern)]})).data
     try:
-        data.files()
+        files_of(data)
     except DatasetError as listing:
         with pytest.raises(DatasetError) as checking:
-            data.check_content()
+            check_data(data)
         assert str(checking.value) == str(listing)
     else:
-        data.check_content()
+        check_data(data)
 
 
 def test_fine_tuning_settings_are_checked_in_the_spec() -> None:

@@ -22,6 +22,7 @@ from shipyard.domain.paths import is_inside
 from shipyard.domain.text import printable
 from shipyard.errors import DatasetError, InvalidSpec, PayloadTooLarge, ShipyardError
 from shipyard.schemas.data_roots import literal_part, parse_server_config, refuse_escaped_folders
+from shipyard.schemas.dataset_files import files_of
 from shipyard.schemas.documents import MAX_NODES, check_shape, load_mapping
 from shipyard.schemas.jobspec import parse_job_spec, validate_job_spec
 from shipyard.services.context import ServiceContext, open_context
@@ -100,8 +101,8 @@ def test_the_runtime_refuses_files_and_folders_that_link_out(tmp_path: Path) -> 
     os.symlink(outside / "secret", root / "tok" / "tokenizer.json")
     spec = validate_job_spec(spec_dict(data={"paths": [f"{root}/*.txt"]}))
     with pytest.raises(DatasetError, match=r"bad\.txt resolves outside the project's data roots"):
-        spec.data.files(within=[root.resolve()])
-    assert spec.data.files() == sorted([root / "bad.txt", root / "good.txt"])  # the machine's own user
+        files_of(spec.data, within=[root.resolve()])
+    assert files_of(spec.data) == sorted([root / "bad.txt", root / "good.txt"])  # the machine's own user
     folder_spec = validate_job_spec(
         spec_dict(data={"paths": [str(root)], "tokenizer": {"path": str(root / "tok")}})
     )

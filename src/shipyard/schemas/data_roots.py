@@ -92,7 +92,7 @@ def spec_folders(spec: JobSpec) -> Iterator[tuple[str, Path]]:
 
 def refuse_escaped_folders(spec: JobSpec, roots: list[Path]) -> None:
     """At launch: every file of the model and tokenizer folders resolves inside ``roots`` (the
-    data files are checked as they are listed, ``DataSection.files(within=...)``)."""
+    data files are checked as they are listed, ``dataset_files.files_of(data, within=...)``)."""
     for field, folder in spec_folders(spec):
         escaped = next(files_outside(folder, roots), None)
         if escaped is not None:

@@ -11,9 +11,25 @@ import glob
 import itertools
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shipyard.domain.paths import is_inside
 from shipyard.errors import DatasetError
+
+if TYPE_CHECKING:
+    from shipyard.schemas.jobspec import DataSection
+
+
+def files_of(data: DataSection, within: list[Path] | None = None) -> list[Path]:
+    """The spec's data files: files, directories and globs expanded into a sorted list of files
+    with some content. ``within``: folders every file must resolve inside (a job submitted
+    through a server)."""
+    return expand(data.local(), within, has_stored=bool(data.stored()))
+
+
+def check_data(data: DataSection) -> None:
+    """What ``files_of`` checks, stopping at the first file with content: every submission's check."""
+    check_content(data.local(), has_stored=bool(data.stored()))
 
 
 def expand(entries: list[str], within: list[Path] | None = None, *, has_stored: bool = False) -> list[Path]:

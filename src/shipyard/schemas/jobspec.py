@@ -9,14 +9,13 @@ that names each bad field, the value given and what would be valid.
 from __future__ import annotations
 
 import string
-from pathlib import Path
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from shipyard.domain.text import DNS_LABEL, has_control_character
 from shipyard.hardware.catalog import catalog, unknown_key_hint
-from shipyard.schemas import dataset_files, layout
+from shipyard.schemas import layout
 from shipyard.schemas.documents import PATTERN_WORDS, load_mapping, validate_document
 from shipyard.schemas.presets import PRESETS
 from shipyard.schemas.queues import QUEUE_NAME_PATTERN
@@ -210,15 +209,6 @@ class DataSection(_Section):
     ``model.path`` brings its own."""
     eval_fraction: Annotated[float, Field(gt=0, lt=0.5)] = 0.02
     """Share of the token stream held out for eval loss."""
-
-    def files(self, within: list[Path] | None = None) -> list[Path]:
-        """Expand files, directories and globs into a sorted list of files with some content.
-        ``within``: folders every file must resolve inside (a job submitted through a server)."""
-        return dataset_files.expand(self.local(), within, has_stored=bool(self.stored()))
-
-    def check_content(self) -> None:
-        """What ``files`` checks, stopping at the first file with content: every submission's check."""
-        dataset_files.check_content(self.local(), has_stored=bool(self.stored()))
 
     def local(self) -> list[str]:
         """The paths that are not artifacts of the store."""

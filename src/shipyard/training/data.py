@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from shipyard.errors import DatasetError
+from shipyard.schemas.dataset_files import files_of
 from shipyard.schemas.jobspec import DataSection
 from shipyard.schemas.records import json_kind
 from shipyard.storage.digests import digest_of
@@ -132,7 +133,7 @@ def prepare(
 
     Safe to call from several processes: one builds under a file lock while the others wait.
     """
-    files = data.files(within)
+    files = files_of(data, within)
     fingerprint = corpus_fingerprint(files, data.text_field)
     tok = data.tokenizer
     if tokenizer_dir is None and tok.path:

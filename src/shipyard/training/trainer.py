@@ -25,6 +25,7 @@ from torch import nn
 from shipyard.durable import write_json_atomic
 from shipyard.errors import CheckpointError
 from shipyard.schemas.data_roots import refuse_escaped_folders
+from shipyard.schemas.dataset_files import files_of
 from shipyard.schemas.jobspec import JobSpec, ScheduleSection
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
@@ -528,7 +529,7 @@ class Trainer:
         if self.spec.method is not None:
             fmt = {"data_format": self.spec.data.format}
             if self.spec.data.format == "preference":  # prompts as text, or through the chat template
-                fmt["data_format"] = "chat" if conversation_pairs(self.spec.data.files()) else "text"
+                fmt["data_format"] = "chat" if conversation_pairs(files_of(self.spec.data)) else "text"
             write_json_atomic(out / finetune.PROMPT_FORMAT_FILE, fmt)
         what = "adapters" if self.adapters else "model"
         self.log(f"exported Hugging Face {what} to {out}")

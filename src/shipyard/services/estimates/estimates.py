@@ -18,10 +18,10 @@ from shipyard.errors import InvalidSpec, ShipyardError, Unschedulable
 from shipyard.executors.base import NodeInventory, Request
 from shipyard.hardware.catalog import AcceleratorSpec, Catalog
 from shipyard.hardware.probe import HostRates
+from shipyard.planner import from_spec
 from shipyard.planner.calibration import CALIBRATION, Calibration
-from shipyard.planner.shapes import shape_of
 from shipyard.planner.training import TrainingPlan, host_op_us, plan_training
-from shipyard.planner.workload import LayoutRequest, Recompute, TrainingWorkload, cluster_of
+from shipyard.planner.workload import LayoutRequest, TrainingWorkload, cluster_of
 from shipyard.schemas.documents import read_document_file
 from shipyard.schemas.estimate import (
     Estimate,
@@ -75,68 +75,12 @@ def on_shipyard_llama(spec: JobSpec) -> bool:
 
 
 def job_workload(spec: JobSpec) -> TrainingWorkload:
-    arch = job_arch(spec)
-    t = spec.training
-    shape = shape_of(arch)
-    weights = spec.weights
-    # A preference pair is two sequences (chosen and rejected), each run through the policy and
-    # (but for SimPO) the reference: the planner sees twice the rows.
-    rows = 2 if spec.method == "dpo" else 1
-    full_dpo = spec.method == "dpo" and weights == "full" and _loss(spec) != "simpo"
-    return TrainingWorkload(
-        model=shape,
-        kind="pretrain" if weights is None else "finetune" if weights == "full" else weights,
-        lora_rank=spec.finetune.lora.rank if spec.finetune else 16,
-        lora_dropout=bool(spec.finetune and spec.finetune.lora.dropout > 0),
-        reference_weights=full_dpo,
-        seq_len=t.seq_len,
-        global_batch_tokens=t.global_batch_tokens * rows,
-        tokens=float(t.total_steps * t.global_batch_tokens * rows),
-        # Autocast keeps fp32 master weights: 16 bytes per parameter, as mixed-precision Adam.
-        precision="fp32" if t.precision == "fp32" else "bf16",
-        optimizer="adamw-bf16" if t.optimizer.state_dtype == "bf16" else "adamw",
-        flash_attention=True,  # the runtime uses scaled_dot_product_attention
-        # Shipyard's LLaMA is counted tensor by tensor; a transformers model, as Megatron's blocks
-        # (with what PEFT's adapters add), which its measured peaks match.
-        activations="shipyard" if on_shipyard_llama(spec) else "megatron",
-        # The job's own evaluation cadence: eval_batches micro-batches every eval_interval steps.
-        eval_every_steps=t.eval_interval,
-        eval_steps=t.eval_batches * t.micro_batch_size * t.seq_len / t.global_batch_tokens,
-    )
-
-
-def _loss(spec: JobSpec) -> str | None:
-    return spec.finetune.dpo.loss if spec.finetune is not None and spec.method == "dpo" else None
+    """The planner's workload of the job, its model read from its preset or config."""
+    return from_spec.job_workload(spec, job_arch(spec), on_llama=on_shipyard_llama(spec))
 
 
 def runtime_request(spec: JobSpec) -> LayoutRequest:
-    """The layouts the runtime runs, for the planner to choose among: what the spec gives is
-    pinned; no pipeline; ZeRO-3 (FSDP2) or plain replicas (DDP); tensor parallelism only on
-    Shipyard's own LLaMA."""
-    p, t = spec.training.parallelism, spec.training
-    zero = None if p.dp_shard is None else 0 if p.dp_shard == 1 else 3
-    recompute, every = _recompute(spec)
-    return LayoutRequest(
-        tp=p.tp if p.tp is not None or on_shipyard_llama(spec) else 1,
-        pp=1,
-        zero=zero,
-        recompute=recompute,
-        recompute_every=every if recompute == "full" else 1,
-        micro_batch=t.micro_batch_size * (2 if spec.method == "dpo" else 1),
-        interleave=1,
-        zero_choices=(0, 3),
-    )
-
-
-def _recompute(spec: JobSpec) -> tuple[Recompute | None, int]:
-    """The planner's recomputation for the job's activation checkpointing (None: its choice);
-    ``selective`` of whole blocks is the planner's ``full`` for one block in ``every``."""
-    section = spec.activation_checkpointing
-    if section.mode == "auto":
-        return None, 1
-    if section.mode == "selective" and section.selective == "blocks":
-        return "full", section.every
-    return section.mode, 1
+    return from_spec.runtime_request(spec, on_llama=on_shipyard_llama(spec))
 
 
 def runtime_layout(plan: TrainingPlan) -> PlannedLayout:

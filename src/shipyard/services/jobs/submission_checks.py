@@ -15,6 +15,7 @@ from shipyard.domain.text import has_control_character
 from shipyard.errors import DatasetError, InvalidSpec, NotFound, Unschedulable
 from shipyard.executors.base import Request, capacity_of
 from shipyard.hardware.catalog import Catalog
+from shipyard.schemas.dataset_files import check_data, files_of
 from shipyard.schemas.documents import shown
 from shipyard.schemas.estimate import Estimate
 from shipyard.schemas.jobspec import MAX_PATH, JobSpec
@@ -62,9 +63,9 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
         rbac.require(ctx, session, Permission.JOB_SUBMIT, f"project/{spec.project}", spec.project)
         spec = model_sources.pinned(ctx, session, spec)
         data_roots.confine(ctx, spec)
-        spec.data.check_content()  # missing, empty or binary dataset: fail now, not in the job's log
+        check_data(spec.data)  # missing, empty or binary dataset: fail now, not in the job's log
         if spec.data.format != "text":  # every instruction or chat record, a bad one by its line
-            check_records(spec.data, spec.data.files())
+            check_records(spec.data, files_of(spec.data))
         for name in spec.data.stored():  # present, readable by the submitter, not empty
             if storage.stat(ctx, name, spec.project).size_bytes == 0:
                 raise DatasetError(f"dataset store:{name} is empty", hint="store text or JSONL files in it")

@@ -11,6 +11,7 @@ from typing import Any
 
 from shipyard.errors import InvalidSpec, Unschedulable
 from shipyard.hardware.catalog import Catalog
+from shipyard.schemas.dataset_files import files_of
 from shipyard.schemas.jobspec import JobSpec
 from shipyard.schemas.launch import CHECKPOINT_BASE_FILE, checkpoint_description
 from shipyard.schemas.records import conversation_pairs
@@ -44,7 +45,7 @@ def check_base_model(spec: JobSpec, catalog: Catalog) -> None:
                 f"finetune.lora.target_modules {missing} are not layers of {folder}",
                 hint=f"its linear layers are {', '.join(sorted(present))}",
             )
-    conversations = spec.data.format == "preference" and conversation_pairs(spec.data.files())
+    conversations = spec.data.format == "preference" and conversation_pairs(files_of(spec.data))
     if spec.data.format == "chat" or conversations:
         tokenizer = Path(spec.data.tokenizer.path or folder)
         if not has_chat_template(tokenizer):
