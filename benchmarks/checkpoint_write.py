@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from shipyard.schemas.jobspec import ActivationCheckpointingSection, ParallelismSection
 from shipyard.schemas.presets import PRESETS
+from shipyard.schemas.training_spec import ActivationCheckpointingSection, ParallelismSection
 
 
 def build(args: argparse.Namespace) -> tuple[Any, Any, Any]:

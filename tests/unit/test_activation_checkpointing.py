@@ -8,8 +8,8 @@ import torch
 
 from shipyard.planner.memory import runtime_bytes_per_token
 from shipyard.planner.shapes import shape_of
-from shipyard.schemas.jobspec import ActivationCheckpointingSection
 from shipyard.schemas.presets import ModelArch
+from shipyard.schemas.training_spec import ActivationCheckpointingSection
 from shipyard.training.model import Transformer
 from shipyard.training.parallelize import _checkpoint_activations, clean_name
 

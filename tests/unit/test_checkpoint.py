@@ -13,8 +13,8 @@ import torch
 from torch import nn
 
 from shipyard.errors import CheckpointError
-from shipyard.schemas.jobspec import ParallelismSection
 from shipyard.schemas.launch import latest_checkpoint
+from shipyard.schemas.training_spec import ParallelismSection
 from shipyard.training import checkpoint
 from shipyard.training.parallel import Dist
 from tests.support.checkpoints import checkpoint_tensors

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from shipyard.errors import CheckpointError
-from shipyard.schemas.jobspec import ParallelismSection
+from shipyard.schemas.training_spec import ParallelismSection
 from shipyard.training import checkpoint, parallel
 
 

@@ -5,8 +5,8 @@ import itertools
 import pytest
 import torch
 
-from shipyard.schemas.jobspec import ScheduleSection
 from shipyard.schemas.presets import PRESETS, ModelArch
+from shipyard.schemas.training_spec import ScheduleSection
 from shipyard.training.model import Transformer
 from shipyard.training.trainer import lr_factor
 

@@ -24,7 +24,8 @@ from shipyard.domain.paths import is_inside, resolved
 from shipyard.domain.text import DNS_LABEL
 from shipyard.errors import DatasetError
 from shipyard.schemas.documents import load_mapping, validate_document
-from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, PathText
+from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec
+from shipyard.schemas.spec_base import PathText
 
 EVERY_PROJECT = "*"
 ProjectKey = Annotated[str, Field(pattern=f"{DNS_LABEL}|^\\*$")]

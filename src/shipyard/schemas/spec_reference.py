@@ -25,8 +25,9 @@ from pydantic_core import PydanticUndefined
 from shipyard.errors import InvalidSpec
 from shipyard.hardware.catalog import catalog
 from shipyard.schemas.documents import PATTERN_WORDS
-from shipyard.schemas.jobspec import PARALLELISM_SHORTHANDS, JobSpec
+from shipyard.schemas.jobspec import JobSpec
 from shipyard.schemas.presets import PRESETS
+from shipyard.schemas.training_spec import PARALLELISM_SHORTHANDS
 
 VALUES_FROM: dict[str, Callable[[], list[str]]] = {
     "model.preset": lambda: list(PRESETS),

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from shipyard.errors import InvalidSpec
-from shipyard.schemas.jobspec import FinetuneSection, JobSpec
+from shipyard.schemas.finetune_spec import FinetuneSection
+from shipyard.schemas.jobspec import JobSpec
 from shipyard.schemas.launch import MERGED_DIR
 from shipyard.schemas.model_config import model_shape
 from shipyard.schemas.runtime import runs_on_shipyard_llama

@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 
 from shipyard.errors import InvalidSpec
-from shipyard.schemas.jobspec import ParallelismSection
 from shipyard.schemas.launch import TorchDevice
+from shipyard.schemas.training_spec import ParallelismSection
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh

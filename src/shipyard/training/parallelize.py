@@ -16,8 +16,8 @@ import torch
 from torch import nn
 
 from shipyard.errors import InvalidSpec
-from shipyard.schemas.jobspec import ActivationCheckpointingSection
 from shipyard.schemas.layout import tp_degrees
+from shipyard.schemas.training_spec import ActivationCheckpointingSection
 from shipyard.training.model import Transformer
 from shipyard.training.parallel import Dist
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shipyard.schemas.jobspec import DpoSection
+from shipyard.schemas.finetune_spec import DpoSection
 from shipyard.training.finetune import CausalLM
 from shipyard.training.samples import IGNORE
 

@@ -26,7 +26,7 @@ from shipyard.durable import write_json_atomic
 from shipyard.errors import CheckpointError
 from shipyard.schemas.data_roots import refuse_escaped_folders
 from shipyard.schemas.dataset_files import files_of
-from shipyard.schemas.jobspec import JobSpec, ScheduleSection
+from shipyard.schemas.jobspec import JobSpec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     EXPORT_DIR,
@@ -35,6 +35,7 @@ from shipyard.schemas.launch import (
     LaunchPlan,
 )
 from shipyard.schemas.records import conversation_pairs
+from shipyard.schemas.training_spec import ScheduleSection
 from shipyard.storage.digests import folder_digest
 from shipyard.training import checkpoint, finetune, hf, parallel, parallelize
 from shipyard.training.build import build_model, build_optimizer, describe, resolve_precision

@@ -30,15 +30,12 @@ from shipyard.schemas.estimate import (
     PlannedLayout,
     PlannedParallelism,
 )
-from shipyard.schemas.jobspec import (
-    ActivationCheckpointingSection,
-    FinetuneSection,
-    JobSpec,
-    ParallelismSection,
-)
+from shipyard.schemas.finetune_spec import FinetuneSection
+from shipyard.schemas.jobspec import JobSpec
 from shipyard.schemas.model_config import model_shape
 from shipyard.schemas.presets import PRESETS, ModelArch
 from shipyard.schemas.runtime import FUSED_NORM_VENDORS, runs_on_shipyard_llama
+from shipyard.schemas.training_spec import ActivationCheckpointingSection, ParallelismSection
 from shipyard.services.models.base_models import QLORA_VENDOR
 
 

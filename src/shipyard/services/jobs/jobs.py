@@ -31,13 +31,7 @@ from shipyard.executors.processes import has_ended
 from shipyard.scheduling.status import Reason
 from shipyard.schemas.documents import read_document_file
 from shipyard.schemas.estimate import Estimate
-from shipyard.schemas.jobspec import (
-    STORE_SCHEME,
-    JobSpec,
-    parse_job_spec,
-    stored_job_spec,
-    validate_job_spec,
-)
+from shipyard.schemas.jobspec import STORE_SCHEME, JobSpec, parse_job_spec, stored_job_spec, validate_job_spec
 from shipyard.schemas.views import ArtifactView, AttemptView, JobDetail, JobView
 from shipyard.services.accounts import rbac
 from shipyard.services.caches.submitted_jobs import aware

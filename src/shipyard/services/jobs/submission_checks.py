@@ -18,7 +18,7 @@ from shipyard.hardware.catalog import Catalog
 from shipyard.schemas.dataset_files import check_data, files_of
 from shipyard.schemas.documents import shown
 from shipyard.schemas.estimate import Estimate
-from shipyard.schemas.jobspec import MAX_PATH, JobSpec
+from shipyard.schemas.jobspec import JobSpec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
     CHECKPOINT_POINTER,
@@ -29,6 +29,7 @@ from shipyard.schemas.launch import (
 from shipyard.schemas.layout import tp_degrees
 from shipyard.schemas.presets import PRESETS
 from shipyard.schemas.records import check_records
+from shipyard.schemas.spec_base import MAX_PATH
 from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
 from shipyard.services.estimates.calibrate import cluster_calibration
