@@ -5,54 +5,43 @@ the session's user, render one template. Forms post, act through the same use ca
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import math
 import statistics
 import sysconfig
-from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from fastapi import APIRouter, Depends, FastAPI, Form, Query, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import Depends, FastAPI, Form, Query, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from fastapi.routing import APIRoute
 from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import BaseRoute
 
 from shipyard.agent import scheduler
 from shipyard.agent.telemetry import cluster_metrics
-from shipyard.api.deps import MAX_VERSION, Name, Platform, Served, Version, checked_name
-from shipyard.api.errors import in_words
-from shipyard.api.ui import wording
+from shipyard.api.deps import Name, Platform, Served, checked_name
+from shipyard.api.ui import resource_pages, wording
 from shipyard.api.ui.rendering import HERE, render
+from shipyard.api.ui.routing import Filter, page_router, paged
 from shipyard.api.ui.session import (
     FormCaller,
-    LoginRequired,
     PageCaller,
     check_login_form,
     keep_login_nonce,
     login_form_nonce,
-    login_redirect,
     page_caller,
     sign_in,
     sign_in_by_link,
     sign_out,
 )
 from shipyard.domain import JobState
-from shipyard.domain.text import DNS_LABEL
 from shipyard.errors import Forbidden, NotFound, ShipyardError, Unauthenticated
-from shipyard.planner.shapes import model_shape
-from shipyard.planner.workload import TrainingWorkload
-from shipyard.registry import STAGES
 from shipyard.schemas.documents import MAX_DOCUMENT_BYTES
 from shipyard.schemas.jobspec import parse_job_spec, validate_job_spec
 from shipyard.schemas.views import JobView
-from shipyard.services.accounts import auditing
 from shipyard.services.cluster import cluster
 from shipyard.services.cluster import usage as usage_service
 from shipyard.services.context import ServiceContext
@@ -61,96 +50,10 @@ from shipyard.services.jobs import access as job_access
 from shipyard.services.jobs import jobs as job_service
 from shipyard.services.jobs import submissions
 from shipyard.services.models import models
-from shipyard.services.storage import storage as storage_service
-from shipyard.services.storage import upkeep
-from shipyard.settings import Settings
 
 _log = logging.getLogger("shipyard.ui")
-PAGE_SIZE = 50
 HEATMAP_HOURS = 24
-Filter = Annotated[str, Query(max_length=64)]
-
-
-class PageRoute(APIRoute):
-    """A dashboard route: errors become pages, not problem JSON. A thing the caller may not
-    read is answered 404, as one that does not exist (a page never reveals what exists)."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handle = super().get_route_handler()
-
-        async def guarded(request: Request) -> Response:
-            answer = await answered(request)
-            answer.headers.update(PAGE_HEADERS)
-            return answer
-
-        async def answered(request: Request) -> Response:
-            try:
-                return await handle(request)
-            except LoginRequired as needed:
-                return login_redirect(needed.back_to)
-            except Forbidden as exc:
-                if request.method == "GET":
-                    return _error_page(request, 404, "Not found", "There is nothing here you may see.")
-                return _error_page(request, 403, "Not allowed", exc.message, exc.hint)
-            except NotFound:
-                return _error_page(request, 404, "Not found", "There is nothing here you may see.")
-            except RequestValidationError as exc:  # a malformed address is no page; a bad field, a 400
-                if any(error["loc"][0] == "path" for error in exc.errors()):
-                    return _error_page(request, 404, "Not found", "There is nothing here you may see.")
-                message = f"The request is invalid: {in_words(exc)}"
-                return _error_page(request, 400, "That did not work", message)
-            except ShipyardError as exc:
-                return _error_page(request, exc.http_status, "That did not work", exc.message, exc.hint)
-            except Exception:
-                _log.exception("%s %s failed", request.method, request.url.path)
-                return _error_page(request, 500, "Something broke", "The server log has the details.")
-
-        return guarded
-
-
-PAGE_HEADERS = {
-    # Scripts and everything else from this site only (no inline script runs, so markup that
-    # slipped through escaping could not run either); uPlot and the heatmap set inline styles.
-    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-    "img-src 'self' data:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    # A sign-in link's token never leaves in a Referer; and within the site, forms keep their
-    # Origin (with no-referrer, browsers send `Origin: null`, which the CSRF check refuses).
-    "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-store",
-}
-
-
-router = APIRouter(route_class=PageRoute, include_in_schema=False, default_response_class=HTMLResponse)
-
-
-def _paged(
-    request: Request,
-    template: str,
-    active: str,
-    page: int,
-    fetch: Callable[[int, int], list[Any]],
-    **context: Any,
-) -> Response:
-    """A list page: ``PAGE_SIZE`` rows of ``fetch(limit, offset)``, newest first (one more row is
-    asked for, to know whether an older page exists), as ``rows``."""
-    rows = fetch(PAGE_SIZE + 1, (page - 1) * PAGE_SIZE)
-    return render(
-        request,
-        template,
-        active=active,
-        rows=rows[:PAGE_SIZE],
-        more=len(rows) > PAGE_SIZE,
-        page=page,
-        **context,
-    )
-
-
-def _error_page(request: Request, status: int, title: str, message: str, hint: str | None = None) -> Response:
-    return render(request, "error.html", status_code=status, title=title, message=message, hint=hint)
-
-
-# -- signing in and out ---------------------------------------------------------------------------
+router = page_router()
 
 
 @router.get("/login")
@@ -243,7 +146,7 @@ def jobs_page(
     where = job_service.JobFilter(
         state or None, project or None, queue or None, owner or None, accelerator_type or None
     )
-    return _paged(
+    return paged(
         request,
         "jobs.html",
         "jobs",
@@ -447,194 +350,11 @@ def usage_page(
 # -- models ---------------------------------------------------------------------------------------
 
 
-@router.get("/models")
-def models_page(ctx: PageCaller, request: Request) -> Response:
-    versions = models.list_versions(ctx)
-    names: dict[tuple[str, str], list[Any]] = {}
-    for version in versions:
-        names.setdefault((version.project, version.name), []).append(version)
-    return render(request, "models.html", active="models", names=names)
-
-
-ProjectFilter = Annotated[str | None, Query(pattern=DNS_LABEL)]
-
-
-@router.get("/models/{name}")
-def model_page(
-    name: Name,
-    ctx: PageCaller,
-    request: Request,
-    project: ProjectFilter = None,
-    a: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None,
-    b: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None,
-) -> Response:
-    project = models.project_of(ctx, checked_name(name), project)
-    versions = models.list_versions(ctx, name, project)
-    if not versions:
-        raise NotFound(f"no model {project}/{name}")
-    lineages = {v.version: models.lineage(ctx, f"{name}:{v.version}", project=project) for v in versions}
-    compared = models.compare(ctx, f"{name}:{a}", f"{name}:{b}", project=project) if a and b else None
-    return render(
-        request,
-        "model.html",
-        active="models",
-        name=name,
-        project=project,
-        versions=versions,
-        lineages=lineages,
-        compared=compared,
-        compared_rows=wording.differences([v.model_dump(mode="json") for v in (compared.a, compared.b)])
-        if compared
-        else [],
-        pair=(a, b),
-        stages=STAGES,
-        files={v.version: models.files(Path(v.path)) if Path(v.path).is_dir() else [] for v in versions},
-    )
-
-
-@router.post("/models/{name}/versions/{version}/stage")
-def promote_model(
-    name: Name,
-    version: Version,
-    ctx: FormCaller,
-    stage: Annotated[str, Form(max_length=32)],
-    project: Annotated[str, Form(pattern=DNS_LABEL)],
-) -> Response:
-    models.promote(ctx, f"{checked_name(name)}:{version}", stage, project=project)
-    return RedirectResponse(f"/models/{name}?project={project}", status_code=303)
-
-
-# -- storage, audit -------------------------------------------------------------------------------
-
-
-@router.get("/storage")
-def storage_page(
-    ctx: PageCaller,
-    request: Request,
-    project: Filter = "",
-    page: Annotated[int, Query(ge=1, le=100_000)] = 1,
-) -> Response:
-    try:
-        status = upkeep.status(ctx, fresh=False)
-    except Forbidden:  # the store's upkeep is the cluster admins'
-        status = None
-    return _paged(
-        request,
-        "storage.html",
-        "storage",
-        page,
-        lambda limit, offset: storage_service.list_artifacts(
-            ctx, project or None, limit=limit, offset=offset
-        ),
-        status=status,
-        project=project,
-    )
-
-
-@router.get("/audit")
-def audit_page(
-    ctx: PageCaller,
-    request: Request,
-    actor: Filter = "",
-    action: Filter = "",
-    page: Annotated[int, Query(ge=1, le=100_000)] = 1,
-) -> Response:
-    return _paged(
-        request,
-        "audit.html",
-        "audit",
-        page,
-        lambda limit, offset: auditing.read_log(
-            ctx, limit=limit, offset=offset, newest_first=True, actor=actor or None, action=action or None
-        ),
-        verdict=auditing.recent_verdict(ctx),
-        filters={"actor": actor, "action": action},
-    )
-
-
-# -- planner --------------------------------------------------------------------------------------
-
-
-@router.get("/planner")
-def planner_page(
-    ctx: PageCaller,
-    request: Request,
-    params_b: Annotated[float, Query(gt=0, le=10_000)] = 8.0,
-    tokens_b: Annotated[float, Query(gt=0, le=1_000_000)] = 100.0,
-    workload: Annotated[str, Query(pattern="^(pretrain|finetune|lora|qlora)$")] = "pretrain",
-    rank_by: Annotated[str, Query(pattern="^(time|cost|energy)$")] = "cost",
-    devices: Annotated[int, Query(ge=0, le=100_000)] = 8,
-) -> Response:
-    """``devices`` of each type (one node's worth by default; 0: the fewest that hold the model)."""
-    hardware = ctx.settings.home / planning.HARDWARE_FILE
-    changed = hardware.stat().st_mtime_ns if hardware.is_file() else 0
-    listed = _planned(ctx.settings, changed, params_b, tokens_b, workload, rank_by, devices)
-    return render(
-        request,
-        "planner.html",
-        active="planner",
-        rows=listed,
-        charts={field: _bars(listed, field) for field in ("time_h", "cost_usd", "energy_kwh")},
-        asked={
-            "params_b": params_b,
-            "tokens_b": tokens_b,
-            "workload": workload,
-            "rank_by": rank_by,
-            "devices": devices,
-        },
-    )
-
-
-@functools.lru_cache(maxsize=64)
-def _planned(
-    settings: Settings,
-    _hardware_changed: int,
-    params_b: float,
-    tokens_b: float,
-    workload: str,
-    rank_by: str,
-    devices: int,
-) -> list[dict[str, Any]]:
-    """The 20-odd types planned for one question (a tenth of a second's work), kept for the next
-    asker until ``hardware.yaml`` changes (``_hardware_changed``: its modification time)."""
-    work = TrainingWorkload(
-        model=model_shape(params_b * 1e9),
-        kind=workload,  # type: ignore[arg-type]
-        seq_len=2048,
-        global_batch_tokens=2**22,
-        tokens=tokens_b * 1e9,
-        precision="bf16",
-        optimizer="adamw",
-        lora_rank=16,
-        flash_attention=True,
-    )
-    catalog = planning.hardware_catalog(settings)
-    return [
-        row.to_dict() for row in planning.compare_accelerators(catalog, work, None, devices or None, rank_by)
-    ]
-
-
-def _bars(rows: list[dict[str, Any]], field: str) -> list[tuple[dict[str, Any], float | None]]:
-    """The rows best first by ``field``, each with its bar's length on a log scale (the types
-    span three orders of magnitude: on a linear one the CPU would leave the rest as slivers);
-    the rows that do not fit, or have no figure, come last with no bar."""
-    known = sorted((r for r in rows if r["fits"] and r[field]), key=lambda r: r[field])
-    if not known:
-        return [(row, None) for row in rows]
-    low, high = math.log10(known[0][field]), math.log10(known[-1][field])
-    span = (high - low) or 1.0
-    # The best gets a tenth of the width, so that it still shows as a bar.
-    bars: list[tuple[dict[str, Any], float | None]] = [
-        (row, 0.1 + 0.9 * (math.log10(row[field]) - low) / span) for row in known
-    ]
-    return bars + [(row, None) for row in rows if row not in known]
-
-
 def install(app: FastAPI) -> None:
     """Serve the dashboard at ``/``, its assets at ``/static``, and the API's documentation from
     the package (no CDN: the offline deployments have none)."""
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
-    app.router.routes.extend(router.routes)
+    app.router.routes.extend(routes())
 
     @app.get("/docs", include_in_schema=False)
     def swagger() -> HTMLResponse:
@@ -647,3 +367,8 @@ def install(app: FastAPI) -> None:
             # Its default sends the document to validator.swagger.io: nothing leaves the site.
             swagger_ui_parameters={"validatorUrl": None},
         )
+
+
+def routes() -> list[BaseRoute]:
+    """Every dashboard page and form (the fuzz test walks them all)."""
+    return [*router.routes, *resource_pages.router.routes]

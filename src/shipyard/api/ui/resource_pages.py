@@ -1,0 +1,217 @@
+"""The dashboard's pages of what the platform keeps beside jobs: model versions and their stages,
+stored artifacts, the audit log, and the planner's advisor."""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import Form, Query, Request
+from fastapi.responses import RedirectResponse, Response
+
+from shipyard.api.deps import MAX_VERSION, Name, Version, checked_name
+from shipyard.api.ui import wording
+from shipyard.api.ui.rendering import render
+from shipyard.api.ui.routing import Filter, page_router, paged
+from shipyard.api.ui.session import (
+    FormCaller,
+    PageCaller,
+)
+from shipyard.domain.text import DNS_LABEL
+from shipyard.errors import Forbidden, NotFound
+from shipyard.planner.shapes import model_shape
+from shipyard.planner.workload import TrainingWorkload
+from shipyard.registry import STAGES
+from shipyard.services.accounts import auditing
+from shipyard.services.estimates import planning
+from shipyard.services.models import models
+from shipyard.services.storage import storage as storage_service
+from shipyard.services.storage import upkeep
+from shipyard.settings import Settings
+
+router = page_router()
+
+
+@router.get("/models")
+def models_page(ctx: PageCaller, request: Request) -> Response:
+    versions = models.list_versions(ctx)
+    names: dict[tuple[str, str], list[Any]] = {}
+    for version in versions:
+        names.setdefault((version.project, version.name), []).append(version)
+    return render(request, "models.html", active="models", names=names)
+
+
+ProjectFilter = Annotated[str | None, Query(pattern=DNS_LABEL)]
+
+
+@router.get("/models/{name}")
+def model_page(
+    name: Name,
+    ctx: PageCaller,
+    request: Request,
+    project: ProjectFilter = None,
+    a: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None,
+    b: Annotated[int | None, Query(ge=1, le=MAX_VERSION)] = None,
+) -> Response:
+    project = models.project_of(ctx, checked_name(name), project)
+    versions = models.list_versions(ctx, name, project)
+    if not versions:
+        raise NotFound(f"no model {project}/{name}")
+    lineages = {v.version: models.lineage(ctx, f"{name}:{v.version}", project=project) for v in versions}
+    compared = models.compare(ctx, f"{name}:{a}", f"{name}:{b}", project=project) if a and b else None
+    return render(
+        request,
+        "model.html",
+        active="models",
+        name=name,
+        project=project,
+        versions=versions,
+        lineages=lineages,
+        compared=compared,
+        compared_rows=wording.differences([v.model_dump(mode="json") for v in (compared.a, compared.b)])
+        if compared
+        else [],
+        pair=(a, b),
+        stages=STAGES,
+        files={v.version: models.files(Path(v.path)) if Path(v.path).is_dir() else [] for v in versions},
+    )
+
+
+@router.post("/models/{name}/versions/{version}/stage")
+def promote_model(
+    name: Name,
+    version: Version,
+    ctx: FormCaller,
+    stage: Annotated[str, Form(max_length=32)],
+    project: Annotated[str, Form(pattern=DNS_LABEL)],
+) -> Response:
+    models.promote(ctx, f"{checked_name(name)}:{version}", stage, project=project)
+    return RedirectResponse(f"/models/{name}?project={project}", status_code=303)
+
+
+# -- storage, audit -------------------------------------------------------------------------------
+
+
+@router.get("/storage")
+def storage_page(
+    ctx: PageCaller,
+    request: Request,
+    project: Filter = "",
+    page: Annotated[int, Query(ge=1, le=100_000)] = 1,
+) -> Response:
+    try:
+        status = upkeep.status(ctx, fresh=False)
+    except Forbidden:  # the store's upkeep is the cluster admins'
+        status = None
+    return paged(
+        request,
+        "storage.html",
+        "storage",
+        page,
+        lambda limit, offset: storage_service.list_artifacts(
+            ctx, project or None, limit=limit, offset=offset
+        ),
+        status=status,
+        project=project,
+    )
+
+
+@router.get("/audit")
+def audit_page(
+    ctx: PageCaller,
+    request: Request,
+    actor: Filter = "",
+    action: Filter = "",
+    page: Annotated[int, Query(ge=1, le=100_000)] = 1,
+) -> Response:
+    return paged(
+        request,
+        "audit.html",
+        "audit",
+        page,
+        lambda limit, offset: auditing.read_log(
+            ctx, limit=limit, offset=offset, newest_first=True, actor=actor or None, action=action or None
+        ),
+        verdict=auditing.recent_verdict(ctx),
+        filters={"actor": actor, "action": action},
+    )
+
+
+# -- planner --------------------------------------------------------------------------------------
+
+
+@router.get("/planner")
+def planner_page(
+    ctx: PageCaller,
+    request: Request,
+    params_b: Annotated[float, Query(gt=0, le=10_000)] = 8.0,
+    tokens_b: Annotated[float, Query(gt=0, le=1_000_000)] = 100.0,
+    workload: Annotated[str, Query(pattern="^(pretrain|finetune|lora|qlora)$")] = "pretrain",
+    rank_by: Annotated[str, Query(pattern="^(time|cost|energy)$")] = "cost",
+    devices: Annotated[int, Query(ge=0, le=100_000)] = 8,
+) -> Response:
+    """``devices`` of each type (one node's worth by default; 0: the fewest that hold the model)."""
+    hardware = ctx.settings.home / planning.HARDWARE_FILE
+    changed = hardware.stat().st_mtime_ns if hardware.is_file() else 0
+    listed = _planned(ctx.settings, changed, params_b, tokens_b, workload, rank_by, devices)
+    return render(
+        request,
+        "planner.html",
+        active="planner",
+        rows=listed,
+        charts={field: _bars(listed, field) for field in ("time_h", "cost_usd", "energy_kwh")},
+        asked={
+            "params_b": params_b,
+            "tokens_b": tokens_b,
+            "workload": workload,
+            "rank_by": rank_by,
+            "devices": devices,
+        },
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _planned(
+    settings: Settings,
+    _hardware_changed: int,
+    params_b: float,
+    tokens_b: float,
+    workload: str,
+    rank_by: str,
+    devices: int,
+) -> list[dict[str, Any]]:
+    """The 20-odd types planned for one question (a tenth of a second's work), kept for the next
+    asker until ``hardware.yaml`` changes (``_hardware_changed``: its modification time)."""
+    work = TrainingWorkload(
+        model=model_shape(params_b * 1e9),
+        kind=workload,  # type: ignore[arg-type]
+        seq_len=2048,
+        global_batch_tokens=2**22,
+        tokens=tokens_b * 1e9,
+        precision="bf16",
+        optimizer="adamw",
+        lora_rank=16,
+        flash_attention=True,
+    )
+    catalog = planning.hardware_catalog(settings)
+    return [
+        row.to_dict() for row in planning.compare_accelerators(catalog, work, None, devices or None, rank_by)
+    ]
+
+
+def _bars(rows: list[dict[str, Any]], field: str) -> list[tuple[dict[str, Any], float | None]]:
+    """The rows best first by ``field``, each with its bar's length on a log scale (the types
+    span three orders of magnitude: on a linear one the CPU would leave the rest as slivers);
+    the rows that do not fit, or have no figure, come last with no bar."""
+    known = sorted((r for r in rows if r["fits"] and r[field]), key=lambda r: r[field])
+    if not known:
+        return [(row, None) for row in rows]
+    low, high = math.log10(known[0][field]), math.log10(known[-1][field])
+    span = (high - low) or 1.0
+    # The best gets a tenth of the width, so that it still shows as a bar.
+    bars: list[tuple[dict[str, Any], float | None]] = [
+        (row, 0.1 + 0.9 * (math.log10(row[field]) - low) / span) for row in known
+    ]
+    return bars + [(row, None) for row in rows if row not in known]
