@@ -21,7 +21,7 @@ from rich.text import Text
 from shipyard.cli._output import JsonOpt, console, duration, err_console, print_json, rows_or_json, table
 from shipyard.cli._remote import client, either, embedded_context, server_url
 from shipyard.errors import InvalidSpec, NotFound
-from shipyard.schemas.views import StorageStatus
+from shipyard.schemas.storage_views import StorageStatus
 from shipyard.services.context import open_context
 from shipyard.services.storage import storage as storage_service
 from shipyard.services.storage import upkeep

@@ -17,6 +17,7 @@ from pydantic import BaseModel, TypeAdapter
 from shipyard import errors
 from shipyard.domain.paths import refuse_overwrite
 from shipyard.schemas.queues import ClusterQueueSpec, QueueConfig
+from shipyard.schemas.storage_views import StoredArtifactView
 from shipyard.schemas.views import (
     AuditRecordView,
     AuditVerdictView,
@@ -38,7 +39,6 @@ from shipyard.schemas.views import (
     QueueChangeView,
     QueueSettingsView,
     QueueStatusView,
-    StoredArtifactView,
     TokenView,
     UsageView,
     UserView,

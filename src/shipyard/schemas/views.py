@@ -10,11 +10,11 @@ from pydantic import BaseModel, ConfigDict
 from shipyard.schemas.estimate import Estimate
 
 
-class _View(BaseModel):
+class View(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
-class AttemptView(_View):
+class AttemptView(View):
     number: int
     state: str
     accelerator_type: str
@@ -37,7 +37,7 @@ class AttemptView(_View):
     agent's clock) and ``limit_s`` (what its restart policy allowed)."""
 
 
-class JobView(_View):
+class JobView(View):
     id: str
     name: str
     project: str
@@ -67,7 +67,7 @@ class JobView(_View):
     """In the answer to a submission: what the spec allows but probably does not mean."""
 
 
-class ArtifactView(_View):
+class ArtifactView(View):
     kind: str
     path: str
     step: int
@@ -86,7 +86,7 @@ class JobDetail(JobView):
     """Where a measured figure is more than twice off the plan: which assumption was off."""
 
 
-class ModelVersionView(_View):
+class ModelVersionView(View):
     name: str
     version: int
     project: str
@@ -99,7 +99,7 @@ class ModelVersionView(_View):
     stage: str = "none"
 
 
-class DeviceView(_View):
+class DeviceView(View):
     model_config = ConfigDict(frozen=True, from_attributes=True)
 
     accelerator_type: str
@@ -115,7 +115,7 @@ class DeviceView(_View):
     """The node (machine) the device belongs to."""
 
 
-class NodeView(_View):
+class NodeView(View):
     """One node of the cluster: what it has, what running attempts use, where it sits, its jobs."""
 
     id: str
@@ -140,119 +140,36 @@ class NodeView(_View):
     queues a GPU's kernels, which the estimates plan it with; null where it did not measure."""
 
 
-class LogChunkView(_View):
+class LogChunkView(View):
     data: str
     """The bytes from the offset on, decoded as UTF-8 (undecodable bytes replaced)."""
     next_offset: int
     job_ended: bool
 
 
-class Completion(_View):
+class Completion(View):
     model: str
     prompt: str
     completion: str
     tokens: int
 
 
-class StoredFileView(_View):
-    path: str
-    size_bytes: int
-    digest: str
-    """Block SHA-256 of the file's bytes (see ``shipyard.storage.digests``)."""
-
-
-class StoredArtifactView(_View):
-    project: str
-    name: str
-    kind: str
-    """``file`` or ``folder``."""
-    size_bytes: int
-    files: int
-    replicas: int
-    encrypted: bool
-    created_by: str
-    created_at: datetime
-    entries: list[StoredFileView] = []
-    warnings: list[str] = []
-    """Replicas a write could not place although its quorum was met (put only)."""
-
-
-class ScrubReport(_View):
-    checked: int
-    corrupt: int
-    missing: int
-    repaired: int
-    lost: int
-    bytes_verified: int
-    seconds: float
-    lost_artifacts: list[str] = []
-    """``project/name`` of every artifact holding a lost blob."""
-    manifests_missing: int = 0
-    """Manifest copies fewer than their artifact wants (``storage recover`` needs one)."""
-    manifests_repaired: int = 0
-
-
-class RecoveryReport(_View):
-    manifests: int
-    """Artifact manifests found in the store."""
-    recovered: int
-    """Artifacts put back into the catalog."""
-    already_known: int
-    unreadable: list[str]
-    """Manifests that could not be read, with why."""
-
-
-class GcReport(_View):
-    blobs_removed: int
-    bytes_freed: int
-    orphans_removed: int
-
-
-class StorageStatus(_View):
-    backend: str
-    roots: list[dict[str, Any]]
-    """Each root with its failure domains and free bytes (or the S3 endpoint and bucket)."""
-    default_replicas: int
-    artifacts: int
-    blobs: int
-    bytes: int
-    """Bytes of all artifacts as users see them (a blob shared by two counts twice)."""
-    stored_bytes: int
-    """Bytes of the distinct blobs, before replication."""
-    encrypted_blobs: int
-    active_key: str | None
-    background_scrub: dict[str, Any] = {}
-    """The background scrubber's pass: ``cursor`` (the last blob it verified), ``started_at`` of
-    the pass under way, ``finished_at`` of the last whole one, and the pass's ``tally``; the
-    last light pass's ``light_at`` and ``light`` tally."""
-    short_blobs: int = 0
-    """Blobs with fewer copies than their replicas now (local roots; counted as the light pass
-    counts, without reading them)."""
-    missing_copies: int = 0
-    bytes_to_copy: int = 0
-    time_to_whole_s: float | None = None
-    """Until every blob has its copies again at the scrubber's rate, once its repair starts
-    (at once when a repair is owed, else at the next light pass); None: nothing to restore."""
-    repair_owed_since: float | None = None
-    """When damage was first seen that no pass has repaired yet (a read's, a root gone)."""
-
-
 # --- accounts ------------------------------------------------------------------------------------
 
 
-class HealthView(_View):
+class HealthView(View):
     status: str
     version: str
 
 
-class IssuedTokenView(_View):
+class IssuedTokenView(View):
     id: str
     token: str
     """The secret: shown this once, never stored."""
     expires_at: str | None
 
 
-class CallerView(_View):
+class CallerView(View):
     """Who a token acts for."""
 
     name: str
@@ -260,14 +177,14 @@ class CallerView(_View):
     scopes: list[str]
 
 
-class UserView(_View):
+class UserView(View):
     name: str
     admin: bool
     service: bool
     disabled: bool
 
 
-class TokenView(_View):
+class TokenView(View):
     """A token without its secret."""
 
     id: str
@@ -283,7 +200,7 @@ class TokenView(_View):
 # --- queues --------------------------------------------------------------------------------------
 
 
-class PendingJobView(_View):
+class PendingJobView(View):
     id: str
     project: str
     queue: str
@@ -296,7 +213,7 @@ class PendingJobView(_View):
     """``shipyard.scheduling.status.Reason``: what a program matches on."""
 
 
-class QueueUsageView(_View):
+class QueueUsageView(View):
     name: str
     cohort: str | None
     nominal: dict[str, int]
@@ -306,12 +223,12 @@ class QueueUsageView(_View):
     local_queues: list[str]
 
 
-class QueueStatusView(_View):
+class QueueStatusView(View):
     pending: list[PendingJobView]
     queues: list[QueueUsageView]
 
 
-class QueueSettingsView(_View):
+class QueueSettingsView(View):
     version: int | None
     """The applied version in force (None when read from the file, or when there is none)."""
     source: str
@@ -329,13 +246,13 @@ class QueueChangeView(QueueSettingsView):
 # --- lineage and audit ---------------------------------------------------------------------------
 
 
-class DatasetReadView(_View):
+class DatasetReadView(View):
     job: str
     attempt: int
     digest: str | None
 
 
-class DatasetView(_View):
+class DatasetView(View):
     project: str
     name: str
     digest: str | None
@@ -346,7 +263,7 @@ class DatasetView(_View):
     """``name:version`` of the model versions trained on it."""
 
 
-class ModelLineageView(_View):
+class ModelLineageView(View):
     model: str
     project: str
     stage: str
@@ -371,14 +288,14 @@ class ModelLineageView(_View):
     estimate: Estimate | None
 
 
-class ModelComparisonView(_View):
+class ModelComparisonView(View):
     a: ModelLineageView
     b: ModelLineageView
     differences: dict[str, list[Any]]
     """Dotted field -> [value in a, value in b], for the fields that differ."""
 
 
-class AuditRecordView(_View):
+class AuditRecordView(View):
     seq: int
     at: str
     actor: str
@@ -391,7 +308,7 @@ class AuditRecordView(_View):
     hash: str
 
 
-class AuditVerdictView(_View):
+class AuditVerdictView(View):
     ok: bool
     records: int
     head_seq: int
@@ -399,7 +316,7 @@ class AuditVerdictView(_View):
     problem: str | None = None
 
 
-class MetricSeriesView(_View):
+class MetricSeriesView(View):
     """One kind of a job's metrics as columns (what a chart draws), downsampled for long runs:
     every ``stride``-th logged step, and always the newest."""
 
@@ -417,7 +334,7 @@ class MetricSeriesView(_View):
     """The newest step returned: ask again with ``after_step`` set to it for what follows."""
 
 
-class MetricNamesView(_View):
+class MetricNamesView(View):
     """The series one job logged."""
 
     job_id: str
@@ -428,7 +345,7 @@ class MetricNamesView(_View):
     """Tokens each step trains on (the spec's global batch): a step axis times this is a tokens axis."""
 
 
-class PointSeriesView(_View):
+class PointSeriesView(View):
     """One named series of one job as columns. Downsampled past ``max_points``: the steps are cut
     into buckets of ``bucket_steps``, each keeping its first and last point, and ``low``/``high``
     hold the lowest and highest value of each point's bucket (absent when nothing was left out)."""
@@ -446,7 +363,7 @@ class PointSeriesView(_View):
     """The newest step returned: ask again with ``after_step`` set to it for what follows."""
 
 
-class UsageRowView(_View):
+class UsageRowView(View):
     key: str
     """The project, queue, user or accelerator type."""
     device_hours: float
@@ -458,7 +375,7 @@ class UsageRowView(_View):
     """Device-hours on each of ``UsageView.days``."""
 
 
-class UsageView(_View):
+class UsageView(View):
     """Device-hours and cost between ``since`` and ``until``, grouped ``by`` one of project, queue,
     user or type, from the attempts' real start and end (running ones up to now)."""
 
@@ -475,7 +392,7 @@ class UsageView(_View):
     """Types used without a price in the catalog or ``hardware.yaml`` (add ``price_usd_per_h``)."""
 
 
-class DeviceSeriesView(_View):
+class DeviceSeriesView(View):
     """One device's telemetry as columns, each point the average of a ``bucket_s`` bucket of samples
     (None where the device reports no such figure)."""
 

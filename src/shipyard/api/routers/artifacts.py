@@ -15,7 +15,8 @@ from starlette.concurrency import run_in_threadpool
 from shipyard.api.deps import ProjectQuery, Reader, Served, Writer, checked_name, links, optional_name
 from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.errors import PayloadTooLarge
-from shipyard.schemas.views import DatasetView, StoredArtifactView
+from shipyard.schemas.storage_views import StoredArtifactView
+from shipyard.schemas.views import DatasetView
 from shipyard.services.storage import datasets, storage
 
 router = APIRouter(prefix="/api/v1", tags=["artifacts"], responses=PROBLEM_RESPONSES)

@@ -26,10 +26,7 @@ from shipyard.durable import fsync_dir
 from shipyard.errors import Conflict, InvalidSpec, NotFound
 from shipyard.executors.base import StoredInput
 from shipyard.schemas.jobspec import STORE_SCHEME
-from shipyard.schemas.views import (
-    StoredArtifactView,
-    StoredFileView,
-)
+from shipyard.schemas.storage_views import StoredArtifactView, StoredFileView
 from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
 from shipyard.services.storage import health as store_health

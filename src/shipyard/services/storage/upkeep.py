@@ -17,7 +17,7 @@ from shipyard.auth import Permission
 from shipyard.db import StoredArtifact, StoredBlob, StoredEntry
 from shipyard.errors import Conflict, InvalidSpec, NotFound
 from shipyard.schemas.documents import validate_document
-from shipyard.schemas.views import GcReport, RecoveryReport, ScrubReport, StorageStatus
+from shipyard.schemas.storage_views import GcReport, RecoveryReport, ScrubReport, StorageStatus
 from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
 from shipyard.services.storage import health as store_health
