@@ -14,6 +14,7 @@ from shipyard.daemon.supervisor import Supervisor
 from shipyard.schemas.views import JobDetail, JobView
 from shipyard.services.context import ServiceContext
 from shipyard.services.jobs import jobs as job_service
+from shipyard.services.jobs import logs as log_service
 
 
 class Jobs(Protocol):
@@ -24,7 +25,7 @@ class Jobs(Protocol):
     def cancel(self, job_id: str) -> JobView: ...
     def log(
         self, job_id: str, offset: int, *, must_exist: bool, attempt: int | None = None
-    ) -> job_service.LogChunk: ...
+    ) -> log_service.LogChunk: ...
 
 
 class Embedded:
@@ -55,8 +56,8 @@ class Embedded:
 
     def log(
         self, job_id: str, offset: int, *, must_exist: bool, attempt: int | None = None
-    ) -> job_service.LogChunk:
-        return job_service.read_log(self.ctx, job_id, offset, must_exist=must_exist, attempt=attempt)
+    ) -> log_service.LogChunk:
+        return log_service.read_log(self.ctx, job_id, offset, must_exist=must_exist, attempt=attempt)
 
 
 class Remote:
@@ -84,10 +85,10 @@ class Remote:
 
     def log(
         self, job_id: str, offset: int, *, must_exist: bool, attempt: int | None = None
-    ) -> job_service.LogChunk:
+    ) -> log_service.LogChunk:
         del must_exist  # the server answers an empty chunk for a job that has not started
         chunk = self.client.job_logs(job_id, offset, attempt=attempt)
-        return job_service.LogChunk(chunk.data.encode(), chunk.next_offset, chunk.job_ended)
+        return log_service.LogChunk(chunk.data.encode(), chunk.next_offset, chunk.job_ended)
 
 
 @contextmanager

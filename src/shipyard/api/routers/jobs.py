@@ -27,6 +27,7 @@ from shipyard.schemas.requests import Submission
 from shipyard.schemas.views import DeviceSeriesView, JobDetail, JobView, LogChunkView, MetricSeriesView
 from shipyard.services.cluster import telemetry as device_telemetry
 from shipyard.services.jobs import jobs as job_service
+from shipyard.services.jobs import logs as log_service
 from shipyard.services.jobs import metric_series, submissions
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"], responses=PROBLEM_RESPONSES)
@@ -119,7 +120,7 @@ def job_logs(
     attempt: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
 ) -> LogChunkView:
     """A chunk of the newest attempt's log (``attempt``: that attempt's) from ``offset`` on."""
-    chunk = job_service.read_log(ctx, checked_name(job_id), offset, must_exist=False, attempt=attempt)
+    chunk = log_service.read_log(ctx, checked_name(job_id), offset, must_exist=False, attempt=attempt)
     return LogChunkView(
         data=chunk.data.decode("utf-8", "replace"), next_offset=chunk.next_offset, job_ended=chunk.job_ended
     )
@@ -137,7 +138,7 @@ async def stream_job_logs(
     """The log from ``offset`` on as it is written, until the job ends (``curl -N``). The
     permission and the job's existence are checked before the first byte, and again, with the
     caller's token, at every look for more: a revoked token or a role taken away ends the stream."""
-    first = await run_in_threadpool(job_service.read_log, ctx, checked_name(job_id), offset, must_exist=False)
+    first = await run_in_threadpool(log_service.read_log, ctx, checked_name(job_id), offset, must_exist=False)
     release = served.streams.acquire(ctx.actor.name)
 
     async def tail() -> AsyncIterator[bytes]:
@@ -151,7 +152,7 @@ async def stream_job_logs(
             try:
                 await still_authenticated(request)
                 chunk = await run_in_threadpool(
-                    job_service.read_log, ctx, job_id, chunk.next_offset, must_exist=False
+                    log_service.read_log, ctx, job_id, chunk.next_offset, must_exist=False
                 )
             except ShipyardError:  # the credential or the role is gone: the stream ends here
                 return

@@ -48,6 +48,7 @@ from shipyard.services.context import ServiceContext
 from shipyard.services.estimates import planning
 from shipyard.services.jobs import access as job_access
 from shipyard.services.jobs import jobs as job_service
+from shipyard.services.jobs import logs as log_service
 from shipyard.services.jobs import submissions
 from shipyard.services.models import models
 
@@ -195,7 +196,7 @@ def job_live(job_id: Name, ctx: PageCaller, request: Request) -> Response:
 def attempt_log(job_id: Name, number: int, ctx: PageCaller) -> Response:
     """One attempt's whole log, as a file to keep."""
     name = checked_name(job_id)
-    chunk = job_service.read_log(ctx, name, attempt=number)
+    chunk = log_service.read_log(ctx, name, attempt=number)
     disposition = f'attachment; filename="{name}-attempt-{number}.log"'
     return Response(
         chunk.data, media_type="text/plain; charset=utf-8", headers={"Content-Disposition": disposition}

@@ -26,7 +26,7 @@ from shipyard.db.pipeline import pipelined
 from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
 from shipyard.domain.transitions import job_transition
-from shipyard.errors import Conflict, InvalidSpec, NotFound
+from shipyard.errors import Conflict, InvalidSpec
 from shipyard.executors.processes import has_ended
 from shipyard.scheduling.status import Reason
 from shipyard.schemas.documents import read_document_file
@@ -355,44 +355,6 @@ def cancel(ctx: ServiceContext, job_id: str) -> JobView:
     if ctx.start_agent is not None and view.state == JobState.RUNNING:
         ctx.start_agent(ctx.settings)  # its agent stops the attempt at once, not at its next poll
     return view
-
-
-@dataclass(frozen=True, slots=True)
-class LogChunk:
-    data: bytes
-    next_offset: int
-    job_ended: bool
-
-
-def read_log(
-    ctx: ServiceContext, job_id: str, offset: int = 0, *, must_exist: bool = True, attempt: int | None = None
-) -> LogChunk:
-    """The bytes of an attempt's log (default: the newest's) from ``offset`` on (empty while the
-    job waits)."""
-    if not 0 <= offset <= MAX_OFFSET:
-        raise InvalidSpec(f"log offset {offset} is out of range", hint="give a byte offset from 0")
-    with ctx.db.transaction() as session:
-        job = allowed_job(ctx, session, job_id, Permission.JOB_LOGS)
-        ended = JobState(job.state).is_final
-        if not job.attempts:
-            if must_exist:
-                raise Conflict(
-                    f"job {job_id} has not started yet ({job.pending_reason or job.state})",
-                    hint=f"wait, or run `shipyard jobs logs {job_id} --follow`",
-                )
-            return LogChunk(b"", offset, ended)
-        chosen = (
-            job.attempts[-1]
-            if attempt is None
-            else next((a for a in job.attempts if a.number == attempt), None)
-        )
-        if chosen is None:
-            raise NotFound(
-                f"job {job_id} has no attempt {attempt}", hint=f"its attempts are 1 to {len(job.attempts)}"
-            )
-        node, path = chosen.node, Path(chosen.log_path)
-    data = ctx.executor.read_log(node, path, offset)
-    return LogChunk(data, offset + len(data), ended)
 
 
 def _waits(job: Job) -> bool:
