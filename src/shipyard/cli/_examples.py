@@ -131,6 +131,11 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
             "shipyard sim run --throughputs throughputs.json --cluster v100=36 --trace run.json",
             "replay a trace",
         ),
+        (
+            "shipyard sim run --throughputs throughputs.json --cluster v100=36 --multi-gpu --rate 2.4 "
+            "--nodes-per-rack 3 --placement pack",
+            "racks of three nodes, gangs placed with no regard to them",
+        ),
     ],
     "sim policies": [("shipyard sim policies --json", "the policies, the default first")],
     "spec": [
