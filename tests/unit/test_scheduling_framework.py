@@ -3,15 +3,27 @@
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 
 from shipyard.errors import InvalidSpec
 from shipyard.scheduling.cycle import Cycle
-from shipyard.scheduling.framework import Pack, Profile, Topology, level_of, profile_named
+from shipyard.scheduling.framework import (
+    PLACERS,
+    Pack,
+    Profile,
+    Topology,
+    level_of,
+    profile_named,
+    queue_profiles,
+)
 from shipyard.scheduling.model import Job, Node, PolicyInput, Throughputs
 from shipyard.scheduling.policies import policy_named
+from shipyard.scheduling.quota import queues_of
 from shipyard.scheduling.rounds import place_round
 from shipyard.scheduling.status import Reason
+from shipyard.schemas.queues import Placement, parse_queue_config
 from shipyard.services.cluster.simulation import SimRequest, run
 from shipyard.sim.workload import with_fabric_slowdown
 from tests.builders import GAVEL_THROUGHPUTS
@@ -146,3 +158,26 @@ def test_the_simulator_runs_the_framework_over_racks_and_the_topology_placer_spr
     assert results["topology"].to_dict()["avg_jct_h"] > 0
     with pytest.raises(InvalidSpec, match="--nodes-per-rack"):
         run(SimRequest(throughputs=GAVEL, cluster="v100=8", nodes_per_rack=-1))
+
+
+def test_a_queue_file_may_give_a_queue_its_own_placer_and_an_unknown_one_is_refused() -> None:
+    config = parse_queue_config(
+        "clusterQueues: [{name: research, placement: pack}, {name: prod}]\nlocalQueues: {team: research}\n",
+        source="queues.yaml",
+    )
+    queues = queues_of(config)
+    # A job naming no queue (``default``) goes to the first cluster queue, research, and packs.
+    assert queues.placements() == {"research": "pack", "team": "pack", "default": "pack"}
+    profiles = queue_profiles(queues.placements())
+    assert {q: p.placer.name for q, p in profiles.items()} == queues.placements()
+    # The team's gang goes rack-blind over the fabric; the same gang in prod stays in one rack.
+    nodes = racked(2, 2)
+    running = job("r", 2, running_on="v100", nodes=("n00", "n00"))
+    allocation = {"r": {"v100": 1.0}, "g": {"v100": 1.0}}
+    for queue, level in (("team", "fabric"), ("prod", "rack")):
+        gang = job("g", 8, queue=queue)
+        plan = place_round([running, gang], nodes, allocation, now_s=0, round_s=360, queue_profiles=profiles)
+        assert plan.leases["g"].level == level, queue
+    assert set(typing.get_args(Placement)) == set(PLACERS)  # the file's words are the registry's
+    with pytest.raises(InvalidSpec, match="placement"):
+        parse_queue_config("clusterQueues: [{name: research, placement: spread}]\n", source="queues.yaml")

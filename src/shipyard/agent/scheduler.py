@@ -24,7 +24,7 @@ from shipyard.hardware import Device
 from shipyard.hardware.catalog import AcceleratorSpec
 from shipyard.scheduling import model
 from shipyard.scheduling.cycle import Cycle, Decision
-from shipyard.scheduling.framework import profile_named
+from shipyard.scheduling.framework import profile_named, queue_profiles
 from shipyard.scheduling.policies import policy_named
 from shipyard.scheduling.quota import NO_LIMIT, Queues, Usage, usage_of
 from shipyard.scheduling.status import Reason, Status
@@ -246,12 +246,14 @@ def plan_round(
     inventory = [node for node in known if node.up]
     jobs, nodes, throughputs, rows = snapshot(session, inventory, now, ctx.submitted_jobs, cordoned)
     queues = load_queues(session, ctx.settings.home, capacity_of(inventory))
+    profile = profile_named(ctx.settings.placement)
     cycle = Cycle(
         policy=policy_named(ctx.settings.policy),
         queues=queues,
         round_s=ctx.settings.round_s,
         prices=_prices(hardware_catalog(ctx.settings), {node.accelerator_type for node in nodes}),
-        profile=profile_named(ctx.settings.placement),
+        profile=profile,
+        queue_profiles=queue_profiles(queues.placements(), profile),
     )
     decision = cycle.run(jobs, nodes, throughputs, now_s=now.timestamp())
     down = [node for node in known if not node.up]

@@ -208,3 +208,11 @@ def profile_named(placer: str = "topology", filters: Sequence[str] = ("node_sche
 
 
 DEFAULT_PROFILE = Profile()
+
+
+def queue_profiles(placements: Mapping[str, str], cluster: Profile = DEFAULT_PROFILE) -> dict[str, Profile]:
+    """Each queue's profile where its configuration names a placer (``Queues.placements``): the
+    cluster's filters, that placer."""
+    return {
+        queue: Profile(filters=cluster.filters, placer=PLACERS[name]) for queue, name in placements.items()
+    }

@@ -28,6 +28,8 @@ class ClusterQueue:
     cohort: str | None = None
     borrowing_limit: Mapping[str, int] | None = None
     """Most devices per type it may borrow from its cohort; ``None`` means no limit."""
+    placement: str | None = None
+    """The placer its jobs' gangs get (``framework.PLACERS``); ``None``: the cluster's."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +49,12 @@ class Queues:
         if name not in self.cluster_queues and self.catch_all is not None:
             name = self.catch_all
         return self.cluster_queues.get(name)
+
+    def placements(self) -> dict[str, str]:
+        """The placer of every queue name (local or cluster) whose cluster queue names one."""
+        named = {cq.name: cq.placement for cq in self.cluster_queues.values() if cq.placement}
+        local = {q: named[cq] for q, cq in self.local_queues.items() if cq in named}
+        return {**named, **local}
 
     @classmethod
     def unlimited(cls, capacity: Mapping[str, int]) -> Queues:
@@ -86,6 +94,7 @@ def queues_of(config: QueueConfig) -> Queues:
             nominal=dict(q.nominal),
             cohort=q.cohort,
             borrowing_limit=dict(q.borrowing_limit) if q.borrowing_limit is not None else None,
+            placement=q.placement,
         )
         for q in config.cluster_queues
     }

@@ -12,7 +12,7 @@ ClusterQueue takes jobs that name none.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -23,6 +23,8 @@ QUEUE_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 PATTERN_WORDS[QUEUE_NAME_PATTERN] = "1-64 letters, digits, '.', '_' and '-', starting with a letter or digit"
 QueueName = Annotated[str, Field(pattern=QUEUE_NAME_PATTERN)]
 Devices = Annotated[int, Field(ge=0, le=1_000_000)]
+Placement = Literal["topology", "pack"]
+"""The scheduling framework's placers (``scheduling.framework.PLACERS``, held equal by a test)."""
 HINT = "write clusterQueues: [{name: ..., nominal: {cpu: 2}}] and localQueues: {team: name}"
 
 
@@ -36,6 +38,9 @@ class ClusterQueueSpec(BaseModel):
     """Queues of one cohort lend each other what they leave idle."""
     borrowing_limit: dict[QueueName, Devices] | None = Field(default=None, alias="borrowingLimit")
     """Most devices per type it may borrow from its cohort; absent: no limit."""
+    placement: Placement | None = None
+    """How its gangs are placed: ``topology`` (the fewest racks) or ``pack`` (the fewest nodes,
+    racks unseen); absent: the cluster's (``SHIPYARD_PLACEMENT``)."""
 
 
 class QueueConfig(BaseModel):

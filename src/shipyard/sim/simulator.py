@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard.scheduling.cycle import Cycle, TimeSinceSolve
-from shipyard.scheduling.framework import DEFAULT_PROFILE, Profile
+from shipyard.scheduling.framework import DEFAULT_PROFILE, Profile, queue_profiles
 from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
 from shipyard.scheduling.policies import Policy
 from shipyard.scheduling.quota import Queues
@@ -152,6 +152,9 @@ def simulate(
         type_passes=_fastest_first(throughputs, capacity) if config.types_in_turn else None,
         ledger=TimeSinceSolve(credit_s=config.round_s / 2) if config.received_since_solve else None,
         profile=config.profile,
+        queue_profiles={}
+        if config.queues is None
+        else queue_profiles(config.queues.placements(), config.profile),
     )
     # The scheduler sees the spread figures only where gangs spread over nodes do run slower.
     seen = throughputs if config.spread_slowdown else Throughputs(packed=throughputs.packed)
