@@ -364,7 +364,7 @@ def test_a_flood_of_logins_is_bounded_in_memory_and_the_server_keeps_answering(s
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from shipyard.services.accounts.accounts import HASH_SLOTS
+    from shipyard.services.accounts.logins import HASH_SLOTS
 
     pid = site.server.process.pid
     baseline, peak, health = _rss_mib(pid), [0.0], []

@@ -12,7 +12,7 @@ import pytest
 
 from shipyard import audit
 from shipyard.errors import Throttled, Unauthenticated
-from shipyard.services.accounts import accounts
+from shipyard.services.accounts import accounts, logins
 from shipyard.services.caches.verified_tokens import VerifiedTokens
 from shipyard.services.context import ServiceContext, open_context
 from shipyard.settings import Settings
@@ -56,14 +56,14 @@ def test_a_token_works_until_it_expires_even_while_the_server_remembers_it(
 
 def test_failed_logins_make_the_pair_wait_and_the_wait_ends(ctx: ServiceContext, clock: FakeClock) -> None:
     guesser = from_address(ctx, "10.0.0.9")
-    for _ in range(accounts.FREE_FAILURES):
+    for _ in range(logins.FREE_FAILURES):
         with pytest.raises(Unauthenticated, match="invalid user name or password"):
             accounts.login(guesser, "bob", "not the password")
     with pytest.raises(Throttled) as waited:
         accounts.login(guesser, "bob", PASSWORD)  # even the right password waits now
-    assert waited.value.retry_after_s == pytest.approx(accounts.LOCK_S)
+    assert waited.value.retry_after_s == pytest.approx(logins.LOCK_S)
     assert accounts.login(from_address(ctx, "10.0.0.2"), "bob", PASSWORD).token  # elsewhere: no wait
-    clock.advance(accounts.LOCK_S - 1)
+    clock.advance(logins.LOCK_S - 1)
     with pytest.raises(Throttled):
         accounts.login(guesser, "bob", PASSWORD)
     clock.advance(2)

@@ -51,6 +51,8 @@ def collect(ctx: ServiceContext, session: Session, attempt: Attempt, synced: Syn
 
 
 RECORDED: dict[int, Path] = {}
+"""Each running attempt's newest checkpoint, once found recorded by an earlier transaction: a pass
+over thousands of attempts would otherwise look each one's up again."""
 
 
 def ingest_metrics(session: Session, attempt: Attempt) -> None:
@@ -98,6 +100,7 @@ def ingest_metrics(session: Session, attempt: Attempt) -> None:
 
 
 SERIES_EVENTS = frozenset({"start", "resume", "checkpoint"})
+"""Record kinds that mark an event rather than measure a step: none of their numbers is a series."""
 MAX_SERIES_PER_RECORD = 64
 
 

@@ -283,13 +283,6 @@ def _look(ctx: ServiceContext) -> dict[int, _Look]:
     return looks
 
 
-"""Each running attempt's newest checkpoint, once found recorded by an earlier transaction: a pass
-over thousands of attempts would otherwise look each one's up again."""
-
-
-"""Record kinds that mark an event rather than measure a step: none of their numbers is a series."""
-
-
 def _stop_if_cancelled(ctx: ServiceContext, attempt: Attempt) -> None:
     job = attempt.job
     if not (job.cancel_requested or job.preempt_requested) or not launched(attempt):

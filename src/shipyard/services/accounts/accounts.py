@@ -11,94 +11,34 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import math
-import os
 import secrets
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from argon2 import PasswordHasher
-from argon2.exceptions import InvalidHashError, VerificationError
-from sqlalchemy import bindparam, delete, func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import bindparam, func, select, update
 
 from shipyard import audit
 from shipyard.auth import Permission
-from shipyard.db import LoginThrottle, SignInLink, Token, User, rows_changed
+from shipyard.db import SignInLink, Token, User, rows_changed
 from shipyard.domain.text import composed, has_control_character
 from shipyard.errors import (
     Conflict,
     Forbidden,
     InvalidSpec,
     NotFound,
-    Overloaded,
-    Throttled,
     Unauthenticated,
 )
 from shipyard.schemas.requests import DEFAULT_TOKEN_DAYS, MAX_TOKEN_DAYS, MIN_PASSWORD, SCOPES, USER_NAME
 from shipyard.schemas.views import IssuedTokenView, TokenView, UserView
 from shipyard.services.accounts import rbac
+from shipyard.services.accounts.logins import check_login, hasher
 from shipyard.services.caches.verified_tokens import VerifiedToken
 from shipyard.services.context import ServiceContext
 
-FREE_FAILURES = 5
-"""Failed logins of one name from one address allowed before that pair must wait."""
-LOCK_S = 30.0
-MAX_LOCK_S = 900.0
-FREE_FAILURES_PER_ADDRESS = 20
-"""Failed logins from one address, over all names, before that address must wait: a guesser
-that tries a new name each time is slowed down too."""
-ANY_NAME = "*"
-"""The throttle row of an address over every name (no user name holds a ``*``)."""
-FORGET_FAILURES_AFTER = timedelta(days=1)
-"""A pair's failures are forgotten a day after the last one."""
-BAD_CREDENTIALS = "invalid user name or password"
 TOKEN_PREFIX = "shy"
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 """A token's ``last_used_at`` is written at most this often (not on every request), which is
 enough to find the tokens nobody uses any more."""
-
-_hasher = PasswordHasher()  # argon2id with the library's current recommended parameters
-_DUMMY_HASH = _hasher.hash("an account that does not exist")
-HASH_SLOTS = max(1, min(4, os.cpu_count() or 1))
-HASH_QUEUE = 4 * HASH_SLOTS
-"""Password hashes computed at once in a process, and logins that may wait for one: each takes
-64 MiB and a core for about 0.1 s, and 16 at once took a server from 401 to 1,358 MiB. Past
-the queue a login is answered 503 at once (``Overloaded``)."""
-
-
-class HashSlots:
-    """At most ``slots`` hashes at a time, at most ``queue`` callers waiting for one; the rest
-    are refused at once rather than queued without end."""
-
-    def __init__(self, slots: int, queue: int) -> None:
-        self._running = threading.Semaphore(slots)
-        self._lock = threading.Lock()
-        self._admitted, self._limit = 0, slots + queue
-
-    @contextmanager
-    def slot(self) -> Iterator[None]:
-        with self._lock:
-            if self._admitted >= self._limit:
-                raise Overloaded(
-                    "the server is checking too many passwords at once",
-                    retry_after_s=1.0,
-                    hint="try again in a moment",
-                )
-            self._admitted += 1
-        try:
-            with self._running:
-                yield
-        finally:
-            with self._lock:
-                self._admitted -= 1
-
-
-HASHING = HashSlots(HASH_SLOTS, HASH_QUEUE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +84,7 @@ def create_user(
             raise Conflict(f"user {name!r} already exists", hint="pick another name")
         user = User(
             name=name,
-            password_hash=_hasher.hash(password) if password and not service else None,
+            password_hash=hasher.hash(password) if password and not service else None,
             is_admin=admin,
             is_service=service,
             disabled=False,
@@ -177,7 +117,7 @@ def ensure_initial_admin(ctx: ServiceContext, spec: str) -> bool:
         session.add(
             User(
                 name=name,
-                password_hash=_hasher.hash(password),
+                password_hash=hasher.hash(password),
                 is_admin=True,
                 is_service=False,
                 disabled=False,
@@ -191,100 +131,9 @@ def login(ctx: ServiceContext, name: str, password: str, *, token_days: float = 
     """Check a password and issue a session token; every attempt is audited. A wrong password,
     an unknown or disabled user and a user without a password get the same answer after the
     same work; a (name, address) pair past its free failures gets ``Throttled`` without a check."""
-    _check_login(ctx, name, password)
+    check_login(ctx, name, password)
     who = audit.Actor(name=name, source=ctx.actor.source)
     return issue_token(ctx.acting_as(who), name, "login", None, days=token_days, audit_as="auth.login")
-
-
-def _check_login(ctx: ServiceContext, name: str, password: str) -> None:
-    """Return when the password is right; else raise (the failure is committed and audited)."""
-    now = ctx.clock.now()
-    who = audit.Actor(name=name, source=ctx.actor.source)
-    source = ctx.actor.source[:128]
-    pair, address = (name, source), (ANY_NAME, source)
-    with ctx.db.read() as session:
-        wait = max(_blocked_for(session.get(LoginThrottle, key), now) for key in (pair, address))
-        user = session.get(User, name)
-        stored = user.password_hash if user is not None and not user.disabled else None
-    if wait > 0:
-        _audit_login(ctx, who, "throttled")
-        raise _throttled(wait)
-    try:
-        with HASHING.slot():
-            # The same argon2 work whether or not the user exists: no timing oracle.
-            right = _verify(stored or _DUMMY_HASH, password) and stored is not None
-            rehashed = _hasher.hash(password) if right and _hasher.check_needs_rehash(stored or "") else None
-    except Overloaded:
-        _audit_login(ctx, who, "throttled", {"reason": "busy"})
-        raise
-    with ctx.db.transaction() as session:
-        if right:
-            session.execute(delete(LoginThrottle).where(*_pair_is(name, source)))
-            if rehashed is not None:
-                session.execute(update(User).where(User.name == name).values(password_hash=rehashed))
-            return
-        failures = _count_failure(session, pair, now, FREE_FAILURES)
-        _count_failure(session, address, now, FREE_FAILURES_PER_ADDRESS)
-        audit.append(
-            session, ctx.audit_key, who, "auth.login", f"user/{name}", outcome="failure",
-            detail={"failures_from_address": failures},
-        )  # fmt: skip
-    raise Unauthenticated(BAD_CREDENTIALS, hint="check the user name and password")
-
-
-def _blocked_for(throttle: LoginThrottle | None, now: datetime) -> float:
-    if throttle is None or throttle.blocked_until is None:
-        return 0.0
-    return max(0.0, (throttle.blocked_until - now).total_seconds())
-
-
-def _throttled(wait_s: float) -> Throttled:
-    """The same answer, to the byte, whichever name is asked for: the wait is rounded up to whole
-    lock periods, and no name is repeated."""
-    rounded = LOCK_S * math.ceil(wait_s / LOCK_S)
-    return Throttled(
-        f"too many failed logins from this address: try again in {rounded:.0f} s",
-        retry_after_s=rounded,
-        hint="wait, then check the user name and password; other addresses are not affected",
-    )
-
-
-def _pair_is(name: str, source: str) -> tuple[Any, ...]:
-    return LoginThrottle.user == name, LoginThrottle.source == source
-
-
-def _audit_login(
-    ctx: ServiceContext, who: audit.Actor, outcome: str, detail: dict[str, Any] | None = None
-) -> None:
-    with ctx.db.transaction() as session:
-        audit.append(
-            session, ctx.audit_key, who, "auth.login", f"user/{who.name}", outcome=outcome, detail=detail
-        )
-
-
-def _count_failure(session: Session, key: tuple[str, str], now: datetime, free: int) -> int:
-    """One more failure of ``key`` (a name and an address, or ``ANY_NAME`` and an address); past
-    ``free`` of them it waits, doubling."""
-    throttle = session.get(LoginThrottle, key, with_for_update=True)
-    if throttle is None:
-        session.execute(
-            delete(LoginThrottle).where(LoginThrottle.last_failure_at < now - FORGET_FAILURES_AFTER)
-        )
-        throttle = LoginThrottle(user=key[0], source=key[1], failures=0, blocked_until=None)
-        session.add(throttle)
-    throttle.failures += 1
-    throttle.last_failure_at = now
-    extra = throttle.failures - free
-    if extra >= 0:
-        throttle.blocked_until = now + timedelta(seconds=min(MAX_LOCK_S, LOCK_S * 2**extra))
-    return throttle.failures
-
-
-def _verify(password_hash: str, password: str) -> bool:
-    try:
-        return _hasher.verify(password_hash, password)
-    except (VerificationError, InvalidHashError):
-        return False
 
 
 def issue_token(
