@@ -28,14 +28,8 @@ from typing import Any
 from shipyard.scheduling.model import Job, RoundPlan
 from shipyard.services.cluster.simulation import SimRequest, run
 
-THROUGHPUTS = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "data"
-    / "scheduling"
-    / "gavel"
-    / "simulation_throughputs.json"
-)
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+THROUGHPUTS = SHARED_DATA / "scheduling" / "gavel" / "simulation_throughputs.json"
 MECHANISM = {"gavel_las_perf": "gavel"}
 """The faithful ports run under Gavel's round mechanism, as in the Gavel benchmark."""
 

@@ -9,14 +9,8 @@ from typing import Any
 
 import yaml
 
-GAVEL_THROUGHPUTS = (
-    Path(__file__).resolve().parents[2]
-    / "shared"
-    / "data"
-    / "scheduling"
-    / "gavel"
-    / "simulation_throughputs.json"
-)
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+GAVEL_THROUGHPUTS = SHARED_DATA / "scheduling" / "gavel" / "simulation_throughputs.json"
 """Gavel's measured throughputs (steps/s per job type and GPU), read in place beside the project."""
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 SMALL_CORPUS = [str(STDLIB / "json" / "*.py"), str(STDLIB / "email" / "*.py")]
