@@ -98,6 +98,8 @@ KINDS = (
     "disk-full",
 )
 FINAL = ("succeeded", "failed", "cancelled")
+TRAINING_KINDS = ("train", "hang")
+"""Faults that need a training process to strike: the workload runs on until each was struck."""
 INTERVAL = 5
 """Steps between checkpoints."""
 ROOTS = 3
@@ -259,11 +261,20 @@ def unfinished_jobs(client: Client) -> list[Any]:
     return [j for j in client.list_jobs(limit=1000) if j.state in ("queued", "running")]
 
 
-def workload(site: Site, history: History, jobs: int, live: int, steps: int, done: threading.Event) -> None:
-    """Keep ``live`` jobs queued or running until ``jobs`` were submitted; cancel every sixth
-    early on; promote the models of finished jobs."""
+def workload(
+    site: Site,
+    history: History,
+    jobs: int,
+    live: int,
+    steps: int,
+    done: threading.Event,
+    training_owed: threading.Event,
+) -> None:
+    """Keep ``live`` jobs queued or running until ``jobs`` were submitted, and on while the nemesis
+    still owes a fault of a training kind (a run that ended first would skip it; at most three
+    times ``jobs``); cancel every sixth early on; promote the models of finished jobs."""
     count = 0
-    while count < jobs:
+    while count < jobs or (training_owed.is_set() and count < 3 * jobs):
         active = site.call(unfinished_jobs)
         for _ in range(live - len(active)):
             if count >= jobs:
@@ -357,7 +368,7 @@ class Nemesis:
 
     def strike(self, kind: str) -> bool:
         """Inject one fault (False: nothing to strike now); recovery is watched in the background."""
-        if kind in ("train", "hang"):
+        if kind in TRAINING_KINDS:
             return self._training(kind)
         if kind == "agent":
             pid = self.site.agent_pid()
@@ -552,9 +563,12 @@ def run(
         reference_id = submit(site, history, steps)
         [reference_job] = [j for j in wait_all_done(site, 900) if j["id"] == reference_id]
         reference = load_file(Path(reference_job["run_dir"]) / "export" / "model.safetensors")
-        finished = threading.Event()
+        finished, training_owed = threading.Event(), threading.Event()
+        owed = {k for k in kinds if k in TRAINING_KINDS}
+        if owed:
+            training_owed.set()
         worker = threading.Thread(
-            target=workload, args=(site, history, jobs, live, steps, finished), daemon=True
+            target=workload, args=(site, history, jobs, live, steps, finished, training_owed), daemon=True
         )
         worker.start()
         nemesis = Nemesis(site, db, bill, rng)
@@ -565,12 +579,15 @@ def run(
             if nemesis.strike(kind):
                 injected += 1
                 attempts += 1
+                owed.discard(kind)
+                if not owed:
+                    training_owed.clear()
                 at = time.strftime("%H:%M:%S")
                 print(f"{at} fault {injected}/{faults}: {kind} {nemesis.target}", file=sys.stderr, flush=True)
                 nemesis.target = ""
-            elif kind not in ("train", "hang") and rng.random() < 0.2:
+            elif kind not in TRAINING_KINDS and rng.random() < 0.2:
                 attempts += 1  # nothing to strike of this kind for now: the next kind
-            elif kind in ("train", "hang") and finished.is_set() and not site.call(unfinished_jobs):
+            elif kind in TRAINING_KINDS and finished.is_set() and not site.call(unfinished_jobs):
                 # A training process is waited for while any job may still train (between steps
                 # or jobs there may be none a moment): only an idle site moves on without one.
                 attempts += 1
