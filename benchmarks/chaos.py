@@ -99,6 +99,7 @@ KINDS = (
 )
 FINAL = ("succeeded", "failed", "cancelled")
 TRAINING_KINDS = ("train", "hang")
+EXTRA_JOBS = 4
 """Faults that need a training process to strike: the workload runs on until each was struck."""
 INTERVAL = 5
 """Steps between checkpoints."""
@@ -271,10 +272,10 @@ def workload(
     training_owed: threading.Event,
 ) -> None:
     """Keep ``live`` jobs queued or running until ``jobs`` were submitted, and on while the nemesis
-    still owes a fault of a training kind (a run that ended first would skip it; at most three
-    times ``jobs``); cancel every sixth early on; promote the models of finished jobs."""
+    still owes a fault of a training kind (a run that ended first would skip it; at most
+    ``EXTRA_JOBS`` more); cancel every sixth early on; promote the models of finished jobs."""
     count = 0
-    while count < jobs or (training_owed.is_set() and count < 3 * jobs):
+    while count < jobs or (training_owed.is_set() and count < jobs + EXTRA_JOBS):
         active = site.call(unfinished_jobs)
         for _ in range(live - len(active)):
             if count >= jobs:
