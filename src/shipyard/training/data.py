@@ -21,7 +21,7 @@ import torch
 
 from shipyard.errors import DatasetError
 from shipyard.schemas.dataset_files import files_of
-from shipyard.schemas.jobspec import DataSection
+from shipyard.schemas.jobspec import DataSection, JobSpec
 from shipyard.schemas.records import json_kind
 from shipyard.storage.digests import digest_of
 from shipyard.training._atomic import staged_directory
@@ -100,6 +100,15 @@ def train_tokenizer(documents: Iterator[str], vocab_size: int) -> object:
     )
     tokenizer.train_from_iterator(documents, trainer=trainer)
     return tokenizer
+
+
+def job_tokenizer(spec: JobSpec) -> Path | None:
+    """The tokenizer a job reads with: ``data.tokenizer.path``, else a fine-tuned model's own."""
+    if spec.data.tokenizer.path:
+        return Path(spec.data.tokenizer.path)
+    if spec.model.path and (Path(spec.model.path) / "tokenizer.json").is_file():
+        return Path(spec.model.path)
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,13 @@ of a process is its rank divided by ``tp``.
 from __future__ import annotations
 
 import os
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from shipyard.errors import InvalidSpec
 from shipyard.schemas.launch import TorchDevice
@@ -138,3 +140,18 @@ def barrier(d: Dist) -> None:
 
 def _comm_device(d: Dist) -> torch.device:
     return d.device if d.device.type == "cuda" else torch.device("cpu")
+
+
+def no_sync(model: nn.Module, last_micro_step: bool) -> AbstractContextManager[Any]:
+    """Skip DDP's gradient all-reduce on every micro-step but the last of an optimizer step."""
+    if last_micro_step or not hasattr(model, "no_sync"):
+        return nullcontext()
+    context: AbstractContextManager[Any] = model.no_sync()  # type: ignore[operator]
+    return context
+
+
+def whole(value: torch.Tensor) -> torch.Tensor:
+    """A plain tensor of ``value``: a loss or gradient norm over sharded tensors is a DTensor."""
+    from torch.distributed.tensor import DTensor
+
+    return value.full_tensor() if isinstance(value, DTensor) else value

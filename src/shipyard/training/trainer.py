@@ -5,27 +5,18 @@ gradient accumulation, clip, step, log; evaluate and checkpoint on their interva
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
-import resource
-import signal
 import sys
 import time
-from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any, TextIO
 
 import torch
-from torch import nn
 
-from shipyard.durable import write_json_atomic
 from shipyard.errors import CheckpointError
 from shipyard.schemas.data_roots import refuse_escaped_folders
-from shipyard.schemas.dataset_files import files_of
 from shipyard.schemas.jobspec import JobSpec
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
@@ -34,67 +25,17 @@ from shipyard.schemas.launch import (
     AttemptResult,
     LaunchPlan,
 )
-from shipyard.schemas.records import conversation_pairs
-from shipyard.schemas.training_spec import ScheduleSection
 from shipyard.storage.digests import folder_digest
-from shipyard.training import checkpoint, finetune, hf, parallel, parallelize
+from shipyard.training import checkpoint, parallel, parallelize, results
 from shipyard.training.build import build_model, build_optimizer, describe, resolve_precision
-from shipyard.training.data import TokenWindows, prepare
+from shipyard.training.data import TokenWindows, job_tokenizer, prepare
 from shipyard.training.faults import Faults
 from shipyard.training.heartbeat import Pulse
-from shipyard.training.model import Transformer
+from shipyard.training.metrics_file import MetricsFile
 from shipyard.training.optim import moments_in_bf16
+from shipyard.training.process import StopSignal, peak_memory_gib
 from shipyard.training.samples import SampleRows
-
-
-def lr_factor(step: int, total_steps: int, schedule: ScheduleSection) -> float:
-    """Multiplier of the peak LR at ``step`` (0-based): linear warmup, then the decay."""
-    if step < schedule.warmup_steps:
-        return (step + 1) / schedule.warmup_steps
-    if schedule.decay == "constant":
-        return 1.0
-    span = max(1, total_steps - schedule.warmup_steps - 1)
-    progress = min(1.0, (step - schedule.warmup_steps) / span)
-    floor = schedule.min_lr_ratio
-    if schedule.decay == "linear":
-        return 1.0 - (1.0 - floor) * progress
-    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-class StopSignal:
-    """Turns SIGTERM/SIGINT into a flag the loop checks between steps."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
-        del frame
-        self.requested = True
-        print(f"received {signal.Signals(signum).name}: checkpointing and stopping", flush=True)
-
-
-def tokenizer_dir(spec: JobSpec) -> Path | None:
-    """The tokenizer a job reads with: ``data.tokenizer.path``, else a fine-tuned model's own."""
-    if spec.data.tokenizer.path:
-        return Path(spec.data.tokenizer.path)
-    if spec.model.path and (Path(spec.model.path) / "tokenizer.json").is_file():
-        return Path(spec.model.path)
-    return None
-
-
-@dataclass
-class BestEval:
-    """What early stopping watches: the lowest eval loss so far, the step and checkpoint that
-    hold it, and the evals since. Kept in every checkpoint, so a resumed run stops where an
-    uninterrupted one would."""
-
-    loss: float = math.inf
-    step: int = 0
-    checkpoint: str | None = None
-    """The folder name of its checkpoint, among the job's."""
-    stale: int = 0
+from shipyard.training.schedule import BestEval, lr_factor
 
 
 @dataclass
@@ -107,9 +48,7 @@ class Trainer:
     def __post_init__(self) -> None:
         self.spec: JobSpec = self.plan.spec
         self.run_dir = Path(self.plan.run_dir)
-        self.metrics_path = self.run_dir / METRICS_FILE
-        self._recorded = False
-        """Whether this attempt has appended a metrics line yet."""
+        self.metrics = MetricsFile(self.run_dir / METRICS_FILE)
         self.data_wait_s = 0.0
         """Seconds the last step waited for its batches (a job starved on input shows it here)."""
         self.best = BestEval()
@@ -119,22 +58,8 @@ class Trainer:
             print(message, file=self.out, flush=True)
 
     def record(self, **metrics: Any) -> None:
-        """Append one line to metrics.jsonl in one write, so a reader sees it whole or not at all.
-        The attempt's first line starts on a line of its own: a killed attempt may have left half
-        of one behind."""
-        if not self.dist.is_main:
-            return
-        line = (json.dumps({**metrics, "time": round(time.time(), 3)}) + "\n").encode()
-        descriptor = os.open(self.metrics_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            if not self._recorded:
-                size = os.fstat(descriptor).st_size
-                if size and os.pread(descriptor, 1, size - 1) != b"\n":
-                    line = b"\n" + line
-                self._recorded = True
-            os.write(descriptor, line)
-        finally:
-            os.close(descriptor)
+        if self.dist.is_main:
+            self.metrics.append(**metrics)
 
     def run(self) -> AttemptResult:
         torch.set_num_threads(self.plan.threads_per_process)
@@ -159,7 +84,7 @@ class Trainer:
         within = [Path(root) for root in plan.data_roots] if plan.data_roots is not None else None
         if within is not None:
             refuse_escaped_folders(spec, within)
-        self.tokenizer_dir = tokenizer_dir(spec)
+        self.tokenizer_dir = job_tokenizer(spec)
         cache = Path(plan.cache_dir)
         if d.is_main:
             self.data = prepare(
@@ -268,7 +193,7 @@ class Trainer:
             for i in range(d.dp_rank, math.ceil(t.eval_batches / ranks) * ranks, ranks):
                 batch = self.windows.eval_batch(i % t.eval_batches, t.micro_batch_size)
                 with self.autocast(), self.loss_context():
-                    loss_i = float(_whole(self.model(*self.to_device(*batch))))
+                    loss_i = float(parallel.whole(self.model(*self.to_device(*batch))))
                 if i < t.eval_batches:
                     total, counted = total + loss_i / d.tp, counted + 1 / d.tp
         self.model.train()
@@ -338,7 +263,7 @@ class Trainer:
         step_units = max(1.0, step_units / d.tp)  # a tensor-parallel group reads the same batch
         for m, batch in enumerate(batches):
             self.faults.before_forward(step + 1, d.rank, micro)
-            with no_sync(self.model, last_micro_step=m == accum - 1), self.loss_context():
+            with parallel.no_sync(self.model, last_micro_step=m == accum - 1), self.loss_context():
                 with self.autocast():
                     loss = self.model(*self.to_device(*batch)) * (units[m] * d.dp_size / step_units)
                 if m == accum - 1:  # what comes next, the last backward, waits for the other ranks
@@ -346,10 +271,10 @@ class Trainer:
                         torch.cuda.synchronize()
                     compute_s = time.perf_counter() - started
                 self.scaler.scale(loss).backward()
-            loss_sum += _whole(loss.detach()).float()
+            loss_sum += parallel.whole(loss.detach()).float()
         self.scaler.unscale_(self.optimizer)
         clip = t.optimizer.grad_clip or float("inf")
-        grad_norm = float(_whole(torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip)))
+        grad_norm = float(parallel.whole(torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), clip)))
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -377,7 +302,7 @@ class Trainer:
         )
         if self.start_step == 0:
             if d.is_main:
-                self.metrics_path.unlink(missing_ok=True)
+                self.metrics.path.unlink(missing_ok=True)
             self.record(
                 kind="start",
                 params=n_params,
@@ -421,7 +346,7 @@ class Trainer:
                     grad_norm=grad_norm,
                     tokens_per_s=tokens_per_s,
                     mfu=mfu,
-                    **_memory_gib(d.device),
+                    **peak_memory_gib(d.device),
                     step_time_s=elapsed,
                     data_wait_s=self.data_wait_s,
                     elapsed_s=time.perf_counter() - train_start,
@@ -469,7 +394,7 @@ class Trainer:
     def _finish(self, step: int, loss: float, stopped_early: bool = False) -> AttemptResult:
         """Final eval, checkpoint and Hugging Face export; an early stop exports its best eval's
         weights, read back from their checkpoint."""
-        d, t = self.dist, self.spec.training
+        spec, d, t = self.spec, self.dist, self.spec.training
         message = None
 
         # 5. The end: final eval, checkpoint and Hugging Face export, assembled one tensor at a
@@ -495,7 +420,8 @@ class Trainer:
         self.pulse.enter("export")
         tensors = parallelize.full_tensors(self.raw_model, d, trainable_only=self.adapters)
         if d.is_main:
-            self._export(tensors, export_dir)
+            results.export(self.raw_model, tensors, spec, self.data, self.tokenizer_dir, export_dir)
+            self.log(f"exported Hugging Face {'adapters' if self.adapters else 'model'} to {export_dir}")
         else:
             for _ in tensors:  # each tensor is gathered by every rank
                 pass
@@ -513,62 +439,5 @@ class Trainer:
                 "eval_loss": eval_loss,
                 "params": float(self.raw_model.num_params()),
             },
-            lineage=self.lineage(),
+            lineage=results.lineage(spec, self.data, self.base_digest, self.adapters),
         )
-
-    def _export(self, tensors: Iterator[tuple[str, torch.Tensor]], out: Path) -> None:
-        model = self.raw_model
-        if isinstance(model, Transformer):
-            hf.export(
-                tensors, model.arch, self.data.tokenizer_path, self.data.eos_id, out, self.tokenizer_dir
-            )
-        else:
-            # The names are the wrapper's (``model.``...); PEFT and transformers name from within.
-            inner = ((name.removeprefix("model."), value) for name, value in tensors)
-            assert self.tokenizer_dir is not None and self.spec.model.path is not None
-            finetune.export(model, inner, self.spec, Path(self.spec.model.path), self.tokenizer_dir, out)
-        if self.spec.method is not None:
-            fmt = {"data_format": self.spec.data.format}
-            if self.spec.data.format == "preference":  # prompts as text, or through the chat template
-                fmt["data_format"] = "chat" if conversation_pairs(files_of(self.spec.data)) else "text"
-            write_json_atomic(out / finetune.PROMPT_FORMAT_FILE, fmt)
-        what = "adapters" if self.adapters else "model"
-        self.log(f"exported Hugging Face {what} to {out}")
-
-    def lineage(self) -> dict[str, Any]:
-        """Where the result comes from, beside the job's spec: the content of the base weights and
-        of the data, and how the one was trained on the other."""
-        spec = self.spec
-        found: dict[str, Any] = {"dataset_digest": self.data.digest, "data_format": spec.data.format}
-        if spec.method is not None:
-            found.update(base_model=spec.model.path, base_digest=self.base_digest, method=spec.method)
-        if self.adapters and spec.finetune is not None:
-            found["adapter"] = spec.finetune.lora.model_dump(mode="json")
-        return found
-
-
-def no_sync(model: nn.Module, last_micro_step: bool) -> AbstractContextManager[Any]:
-    """Skip DDP's gradient all-reduce on every micro-step but the last of an optimizer step."""
-    if last_micro_step or not hasattr(model, "no_sync"):
-        return nullcontext()
-    context: AbstractContextManager[Any] = model.no_sync()  # type: ignore[operator]
-    return context
-
-
-def _whole(value: torch.Tensor) -> torch.Tensor:
-    """A plain tensor of ``value``: a loss or gradient norm over sharded tensors is a DTensor."""
-    from torch.distributed.tensor import DTensor
-
-    return value.full_tensor() if isinstance(value, DTensor) else value
-
-
-def _memory_gib(device: torch.device) -> dict[str, float]:
-    """Peak memory: what the device had to hold (the caching allocator's reserve, what runs out
-    first) and, on a GPU, the live tensors within it."""
-    if device.type == "cuda":
-        return {
-            "mem_gib": torch.cuda.max_memory_reserved(device) / 2**30,
-            "mem_live_gib": torch.cuda.max_memory_allocated(device) / 2**30,
-        }
-    # ru_maxrss is KiB on Linux (bytes on macOS; close enough for a progress line there).
-    return {"mem_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
