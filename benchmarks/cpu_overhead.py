@@ -1,6 +1,6 @@
 """What eager PyTorch spends outside the math when the CPU trains Shipyard's LLaMA, in units of the
 host probe's operation (one autograd operation on a tiny tensor, forward and backward): the
-planner's ``OPS_PER_BLOCK``, ``OPS_PER_MICRO_BATCH`` and ``OPS_PER_BLOCK_OPTIMIZER``.
+planner.s ``OPS_PER_BLOCK``, ``OPS_PER_MICRO_BATCH`` and ``OPS_PER_BLOCK_OPTIMIZER``.
 
     .venv/bin/python benchmarks/cpu_overhead.py [--json]
 

@@ -224,8 +224,8 @@ def test_evaluation_costs_its_forward_passes() -> None:
 
 
 def test_a_host_that_computes_pays_its_operator_dispatch_in_series() -> None:
+    from shipyard.planner.host import OPS_PER_BLOCK, OPS_PER_BLOCK_OPTIMIZER, OPS_PER_MICRO_BATCH
     from shipyard.planner.shapes import shape_of
-    from shipyard.planner.training import OPS_PER_BLOCK, OPS_PER_BLOCK_OPTIMIZER, OPS_PER_MICRO_BATCH
     from shipyard.schemas.presets import PRESETS
 
     tiny = shape_of(PRESETS["llama-tiny"].with_vocab(512))
@@ -251,8 +251,9 @@ def test_a_host_that_computes_pays_its_operator_dispatch_in_series() -> None:
 
 def test_a_gpu_host_queues_kernels_alongside_the_device_and_bounds_a_small_model_s_step() -> None:
     from shipyard.hardware.catalog import AcceleratorSpec
+    from shipyard.planner.host import OPS_PER_QUEUED_BLOCK
     from shipyard.planner.shapes import shape_of
-    from shipyard.planner.training import OPS_PER_QUEUED_BLOCK, TrainingPlan
+    from shipyard.planner.training import TrainingPlan
     from shipyard.schemas.presets import PRESETS
 
     small = shape_of(PRESETS["llama-125m"].with_vocab(4096))

@@ -20,7 +20,8 @@ from shipyard.hardware.catalog import AcceleratorSpec, Catalog
 from shipyard.hardware.probe import HostRates
 from shipyard.planner import from_spec
 from shipyard.planner.calibration import CALIBRATION, Calibration
-from shipyard.planner.training import TrainingPlan, host_op_us, plan_training
+from shipyard.planner.host import host_op_us
+from shipyard.planner.training import TrainingPlan, plan_training
 from shipyard.planner.workload import LayoutRequest, TrainingWorkload, cluster_of
 from shipyard.schemas.documents import read_document_file
 from shipyard.schemas.estimate import (
