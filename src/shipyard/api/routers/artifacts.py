@@ -17,7 +17,7 @@ from shipyard.api.errors import PROBLEM_RESPONSES
 from shipyard.errors import PayloadTooLarge
 from shipyard.schemas.storage_views import StoredArtifactView
 from shipyard.schemas.views import DatasetView
-from shipyard.services.storage import datasets, storage
+from shipyard.services.storage import admission, datasets, storage
 
 router = APIRouter(prefix="/api/v1", tags=["artifacts"], responses=PROBLEM_RESPONSES)
 ARTIFACT_LINKS = links(
@@ -70,7 +70,7 @@ async def upload_artifact(
     if size is not None and size > limit:
         raise _too_large(size, limit)
     project = checked_name(project)
-    await run_in_threadpool(storage.check_upload, ctx, name, project=project, size_bytes=size)
+    await run_in_threadpool(admission.check_upload, ctx, name, project=project, size_bytes=size)
     with served.uploads.hold(ctx.actor.name):
         uploads = ctx.settings.home / "uploads"
         uploads.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
 from shipyard.services.jobs.access import allowed_job
 from shipyard.services.jobs.summaries import summarize
-from shipyard.services.storage import storage
+from shipyard.services.storage import catalog, storage
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +220,7 @@ def lineage(ctx: ServiceContext, ref: str, *, project: str | None = None) -> Mod
             adapter=origin.get("adapter"),
             dataset_digest=origin.get("dataset_digest"),
             dataset=[
-                storage.dataset_lineage(
+                catalog.dataset_lineage(
                     session, job.project, p, [a.inputs[p] for a in job.attempts if a.inputs and p in a.inputs]
                 )
                 for p in spec.get("data", {}).get("paths", [])

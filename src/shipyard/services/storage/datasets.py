@@ -12,7 +12,7 @@ from shipyard.schemas.jobspec import STORE_SCHEME
 from shipyard.schemas.views import DatasetReadView, DatasetView
 from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
-from shipyard.services.storage import storage
+from shipyard.services.storage import catalog
 
 
 def list_datasets(ctx: ServiceContext, project: str | None = None) -> list[DatasetView]:
@@ -51,7 +51,7 @@ def list_datasets(ctx: ServiceContext, project: str | None = None) -> list[Datas
                 DatasetView(
                     project=dataset_project,
                     name=name,
-                    digest=storage.content_digest(artifact) if artifact else None,
+                    digest=catalog.content_digest(artifact) if artifact else None,
                     size_bytes=artifact.size_bytes if artifact else None,
                     read_by=found,
                     models=sorted({m for read in found for m in published.get(read.job, [])}),

@@ -8,14 +8,13 @@ collection removes after its grace period, and never a partial artifact.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shipyard import audit
@@ -25,17 +24,14 @@ from shipyard.domain.paths import refuse_overwrite
 from shipyard.durable import fsync_dir
 from shipyard.errors import Conflict, InvalidSpec, NotFound
 from shipyard.executors.base import StoredInput
-from shipyard.schemas.jobspec import STORE_SCHEME
-from shipyard.schemas.storage_views import StoredArtifactView, StoredFileView
+from shipyard.schemas.storage_views import StoredArtifactView
 from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
+from shipyard.services.storage import admission, catalog, manifests
 from shipyard.services.storage import health as store_health
-from shipyard.services.storage import manifests
-from shipyard.storage import config as storage_config
 from shipyard.storage import transfer
 from shipyard.storage.backend import ScrubTally
 from shipyard.storage.blobs import Blob, Progress
-from shipyard.storage.config import StorageConfig
 from shipyard.storage.names import check_name
 from shipyard.storage.opening import Store, open_store
 from shipyard.storage.transfer import FolderTransfer
@@ -81,8 +77,8 @@ def put(
     encrypted = store.config.project(project).encrypt if encrypt is None else encrypt
     with ctx.db.transaction() as session:
         rbac.require(ctx, session, Permission.ARTIFACT_WRITE, f"artifact/{project}/{name}", project)
-        _refuse_taken(session, project, name)
-        _check_quota(session, store.config, project, total)
+        admission.refuse_taken(session, project, name)
+        admission.check_quota(session, store.config, project, total)
     report = progress(total) if progress else None
     placed = [
         (path, *store.blobs.put_file(file, replicas=copies, encrypt=encrypted, progress=report))
@@ -108,7 +104,7 @@ def _commit(
     one transaction."""
     total = sum(blob.size_bytes for _, blob in placed)
     with ctx.db.transaction() as session:
-        _refuse_taken(session, project, name)  # again: another writer may have committed meanwhile
+        admission.refuse_taken(session, project, name)  # again: another writer may have committed meanwhile
         artifact = StoredArtifact(
             project=project,
             name=name,
@@ -140,7 +136,7 @@ def _commit(
                 "encrypted": artifact.encrypted,
             },
         )
-        return _view(artifact, with_entries=False)
+        return catalog.view_of(artifact, with_entries=False)
 
 
 # -- folders nodes move themselves ----------------------------------------------------------------
@@ -172,8 +168,8 @@ def commit_written(
     store = open_tended_store(ctx)
     with ctx.db.transaction() as session:
         rbac.require(ctx, session, Permission.ARTIFACT_WRITE, f"artifact/{project}/{name}", project)
-        _refuse_taken(session, project, name)
-        _check_quota(session, store.config, project, sum(r["size_bytes"] for r in records))
+        admission.refuse_taken(session, project, name)
+        admission.check_quota(session, store.config, project, sum(r["size_bytes"] for r in records))
     records = sealed(ctx, records)
     placed = [(record["path"], transfer.blob_of(record)) for record in records]
     _commit(ctx, store, project, name, "folder", placed, _copies(store, project), owner)
@@ -199,29 +195,16 @@ def handed(ctx: ServiceContext, records: list[dict[str, Any]]) -> list[dict[str,
 def node_input(ctx: ServiceContext, session: Session, name: str, project: str) -> tuple[StoredInput, str]:
     """Stored artifact ``project/name`` as a cluster node fetches it into its own cache (the
     caller must be allowed to read it), and its content digest (for lineage)."""
-    artifact = _readable(ctx, session, project, name, Permission.ARTIFACT_READ)
-    files = [transfer.record_of(e.path, blob_of(e.blob)) for e in artifact.entries]
+    artifact = catalog.readable(ctx, session, project, name, Permission.ARTIFACT_READ)
+    files = [transfer.record_of(e.path, catalog.blob_of(e.blob)) for e in artifact.entries]
     within = artifact.entries[0].path if artifact.kind == "file" else ""
-    return StoredInput(handed(ctx, files), within), content_digest(artifact)
+    return StoredInput(handed(ctx, files), within), catalog.content_digest(artifact)
 
 
 def _copies(store: Store, project: str) -> int:
     """The copies of a project's blobs, at most as many as the local roots can hold apart."""
     copies = store.config.replicas_for(project)
     return min(copies, len(store.backend.describe())) if store.backend.kind == "local" else copies
-
-
-def check_upload(ctx: ServiceContext, name: str, *, project: str, size_bytes: int | None) -> None:
-    """What ``put`` will refuse of an upload, asked before its first byte is read: the names,
-    the caller's right to write in the project, a name already taken, and the project's quota
-    against the size the client declares. ``put`` asks again of the bytes that came."""
-    check_name(name)
-    check_name(project, "project name")
-    config = storage_config.load(ctx.settings.home)
-    with ctx.db.read() as session:
-        rbac.require(ctx, session, Permission.ARTIFACT_WRITE, f"artifact/{project}/{name}", project)
-        _refuse_taken(session, project, name)
-        _check_quota(session, config, project, size_bytes or 0)
 
 
 def _files_of(source: Path) -> list[tuple[str, Path, int]]:
@@ -234,35 +217,6 @@ def _files_of(source: Path) -> list[tuple[str, Path, int]]:
     if not files:
         raise InvalidSpec(f"{source} holds no file", hint="store a folder with at least one file in it")
     return [(p.relative_to(source).as_posix(), p, p.stat().st_size) for p in files]
-
-
-def _refuse_taken(session: Session, project: str, name: str) -> None:
-    if _find(session, project, name) is not None:
-        raise Conflict(
-            f"artifact {project}/{name} exists already",
-            hint="artifacts are immutable: choose another name, or `shipyard storage rm` it first",
-        )
-
-
-def _check_quota(session: Session, config: StorageConfig, project: str, adding: int) -> None:
-    quota_gib = config.project(project).quota_gib
-    if quota_gib is None:
-        return
-    held = (
-        session.scalar(
-            select(func.coalesce(func.sum(StoredArtifact.size_bytes), 0)).where(
-                StoredArtifact.project == project
-            )
-        )
-        or 0
-    )
-    if held + adding > quota_gib * 2**30:
-        raise Conflict(
-            f"project {project!r} would hold {(held + adding) / 2**30:.2f} GiB of its {quota_gib:g} GiB "
-            f"storage quota ({held / 2**30:.2f} GiB held, {adding / 2**30:.2f} GiB to add)",
-            hint="delete artifacts it no longer needs (then `shipyard storage gc`), "
-            "or raise projects.<name>.quota_gib in storage.yaml",
-        )
 
 
 def _catalog(session: Session, store: Store, blob: Blob, replicas: int, project: str) -> StoredBlob:
@@ -315,10 +269,10 @@ def get(
     or a folder that appears whole, never over anything. ``session``: the caller's open
     transaction, when it holds one (the agent launching a job)."""
     with _within(ctx, session) as session:
-        artifact = _readable(ctx, session, project, name, Permission.ARTIFACT_READ)
+        artifact = catalog.readable(ctx, session, project, name, Permission.ARTIFACT_READ)
         audit.append(session, ctx.audit_key, ctx.actor, "artifact.get", f"artifact/{project}/{name}")
-        view = _view(artifact, with_entries=True)
-        blobs = [(entry.path, blob_of(entry.blob)) for entry in artifact.entries]
+        view = catalog.view_of(artifact, with_entries=True)
+        blobs = [(entry.path, catalog.blob_of(entry.blob)) for entry in artifact.entries]
     store = open_tended_store(ctx)
     report = progress(view.size_bytes) if progress else None
     out = out.expanduser()
@@ -360,7 +314,7 @@ def get_file(
     """One file of an artifact (the only one when ``file`` is None) to ``out``; -> its path in
     the artifact."""
     with ctx.db.transaction() as session:
-        artifact = _readable(ctx, session, project, name, Permission.ARTIFACT_READ)
+        artifact = catalog.readable(ctx, session, project, name, Permission.ARTIFACT_READ)
         entries = {entry.path: entry for entry in artifact.entries}
         if file is None and len(entries) == 1:
             file = next(iter(entries))
@@ -375,7 +329,7 @@ def get_file(
             f"artifact/{project}/{name}",
             detail={"file": file},
         )
-        blob = blob_of(entries[file].blob)
+        blob = catalog.blob_of(entries[file].blob)
     open_tended_store(ctx).blobs.get_file(blob, out)
     return file
 
@@ -386,8 +340,8 @@ def materialize(
     """A verified copy of an artifact in this node's cache, fetched once per content (a dataset
     that several jobs read, or a job that runs again), and the content digest it has."""
     with _within(ctx, session) as within:
-        artifact = _readable(ctx, within, project, name, Permission.ARTIFACT_READ)
-        digest = content_digest(artifact)
+        artifact = catalog.readable(ctx, within, project, name, Permission.ARTIFACT_READ)
+        digest = catalog.content_digest(artifact)
         target = ctx.settings.cache_dir / "artifacts" / digest[:24]
         final = target if artifact.kind == "folder" else target / artifact.entries[0].path
         if not final.exists():  # both kinds appear whole or not at all
@@ -395,40 +349,6 @@ def materialize(
                 target.mkdir(parents=True, exist_ok=True)
             get(ctx, name, target, project=project, session=within)
     return final, digest
-
-
-def content_digest(artifact: StoredArtifact) -> str:
-    """One digest for an artifact's whole content: its files' paths and block digests."""
-    listing = "\n".join(f"{e.path}\0{e.blob.digest}" for e in artifact.entries)
-    return hashlib.sha256(listing.encode()).hexdigest()
-
-
-def dataset_lineage(session: Session, project: str, path: str, recorded: list[str]) -> dict[str, object]:
-    """What a job's data path was: a stored dataset with the content digest its attempts read
-    (``recorded``, first attempt first), or a local path (not content-addressed: the files may
-    have changed since). Says so when the dataset changed between attempts or since."""
-    if not path.startswith(STORE_SCHEME):
-        return {"path": path, "digest": None}
-    name = path.removeprefix(STORE_SCHEME)
-    artifact = _find(session, project, name)
-    current = content_digest(artifact) if artifact else None
-    read = list(dict.fromkeys(recorded))  # distinct, in order
-    found: dict[str, object] = {
-        "path": path,
-        "artifact": f"{project}/{name}",
-        "digest": read[0] if read else current,
-    }
-    if len(read) > 1:
-        found["changed_between_attempts"] = read
-    if read and current != read[-1]:
-        found["current_digest"] = current  # replaced or deleted since: the lineage keeps what was read
-    return found
-
-
-def blob_of(row: StoredBlob) -> Blob:
-    return Blob(
-        row.name, row.digest, row.size_bytes, row.key_id, row.wrapped_key, row.block_crcs, row.replicas
-    )
 
 
 def open_tended_store(ctx: ServiceContext) -> Store:
@@ -453,29 +373,11 @@ def _repair_if_owed(ctx: ServiceContext) -> None:
         ctx.start_agent(ctx.settings)
 
 
-def _find(session: Session, project: str, name: str) -> StoredArtifact | None:
-    return session.scalars(
-        select(StoredArtifact).where(StoredArtifact.project == project, StoredArtifact.name == name)
-    ).first()
-
-
-def _readable(
-    ctx: ServiceContext, session: Session, project: str, name: str, permission: Permission
-) -> StoredArtifact:
-    check_name(name)
-    rbac.require(ctx, session, permission, f"artifact/{project}/{name}", project)
-    artifact = _find(session, project, name)
-    if artifact is None:
-        raise NotFound(
-            f"no artifact {project}/{name}",
-            hint=f"`shipyard storage ls --project {project}` lists the artifacts of the project",
-        )
-    return artifact
-
-
 def stat(ctx: ServiceContext, name: str, project: str = DEFAULT_PROJECT) -> StoredArtifactView:
     with ctx.db.transaction() as session:
-        return _view(_readable(ctx, session, project, name, Permission.ARTIFACT_READ), with_entries=True)
+        return catalog.view_of(
+            catalog.readable(ctx, session, project, name, Permission.ARTIFACT_READ), with_entries=True
+        )
 
 
 def list_artifacts(
@@ -500,33 +402,13 @@ def list_artifacts(
             query = query.where(StoredArtifact.name.startswith(prefix, autoescape=True))
         if not ctx.actor.is_admin:
             query = query.where(StoredArtifact.project.in_(list(rbac.projects_of(session, ctx.actor))))
-        return [_view(a, with_entries=False) for a in session.scalars(query)]
+        return [catalog.view_of(a, with_entries=False) for a in session.scalars(query)]
 
 
 def delete(ctx: ServiceContext, name: str, project: str = DEFAULT_PROJECT) -> None:
     """Forget an artifact; its blobs are freed by the next ``gc`` after the grace period."""
     with ctx.db.transaction() as session:
-        artifact = _readable(ctx, session, project, name, Permission.ARTIFACT_DELETE)
+        artifact = catalog.readable(ctx, session, project, name, Permission.ARTIFACT_DELETE)
         session.delete(artifact)
         manifests.remove(open_store(ctx.settings.home), project, name)
         audit.append(session, ctx.audit_key, ctx.actor, "artifact.delete", f"artifact/{project}/{name}")
-
-
-def _view(artifact: StoredArtifact, *, with_entries: bool) -> StoredArtifactView:
-    return StoredArtifactView(
-        project=artifact.project,
-        name=artifact.name,
-        kind=artifact.kind,
-        size_bytes=artifact.size_bytes,
-        files=len(artifact.entries),
-        replicas=artifact.replicas,
-        encrypted=artifact.encrypted,
-        created_by=artifact.created_by,
-        created_at=artifact.created_at,
-        entries=[
-            StoredFileView(path=e.path, size_bytes=e.blob.size_bytes, digest=e.blob.digest)
-            for e in artifact.entries
-        ]
-        if with_entries
-        else [],
-    )

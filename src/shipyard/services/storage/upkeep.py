@@ -22,7 +22,7 @@ from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext
 from shipyard.services.storage import health as store_health
 from shipyard.services.storage import manifests, scrubber
-from shipyard.services.storage.storage import blob_of
+from shipyard.services.storage.catalog import blob_of
 from shipyard.storage import config as storage_config
 from shipyard.storage.backend import ScrubTally
 from shipyard.storage.blobs import Progress
