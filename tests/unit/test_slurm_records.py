@@ -11,7 +11,8 @@ import pytest
 
 from shipyard.errors import ExecutorError
 from shipyard.executors.base import Placement
-from shipyard.executors.slurm import SlurmExecutor, SlurmQueue, parse_queues
+from shipyard.executors.slurm import SlurmExecutor
+from shipyard.executors.slurm_batch import SlurmQueue, batch_script, parse_queues
 from shipyard.executors.slurm_records import (
     Gres,
     exit_code,
@@ -115,6 +116,6 @@ def test_an_allocation_asks_for_gres_by_the_sites_name_its_queue_and_a_time_limi
     assert {"--partition=gpu", "--account=lab", "--qos=normal", "--no-requeue"} <= set(options)
     assert "--time=100" in options  # 60 min planned x 1.5 + 10 min
     assert "--signal=B:USR2@60" in options  # the cancel grace before the limit
-    script = executor.batch_script(placement, run_dir, 2)
+    script = batch_script(placement, run_dir, 2)
     assert "--ntasks-per-node=8" in script and "CUDA_VISIBLE_DEVICES" not in script
     assert "scancel --signal=TERM" in script and "trap" in script

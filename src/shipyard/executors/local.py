@@ -20,6 +20,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from shipyard.errors import LaunchFailed
+from shipyard.executors import processes
 from shipyard.executors.base import (
     AttemptHandle,
     AttemptStatus,
@@ -33,7 +34,6 @@ from shipyard.executors.base import (
     Synced,
     Vanished,
 )
-from shipyard.executors.processes import stat_fields
 from shipyard.executors.stacks import python_stacks
 from shipyard.hardware.discovery import Device
 from shipyard.hardware.probe import measure_host
@@ -306,7 +306,7 @@ class LocalExecutor:
         self._children[process.pid] = process
         # The start time makes the handle name this process only: a later agent that finds the
         # pid alive adopts it only if it is the same process, not another that reuses the pid.
-        started = _start_time(process.pid)
+        started = processes.start_time(process.pid)
         handle = f"{process.pid}@{started}" if started is not None else str(process.pid)
         return AttemptHandle(nodes=(self.node.id,), handle=handle, pid=process.pid)
 
@@ -341,17 +341,17 @@ class LocalExecutor:
         child = self._children.get(pid)
         if child is not None:
             return child.poll() is None
-        return _alive(pid) and (started is None or _start_time(pid) == started)
+        return processes.alive(pid) and (started is None or processes.start_time(pid) == started)
 
     def stop(self, handle: AttemptHandle, *, force: bool = False) -> None:
         found = _pid_of(handle)
         if found is None:
             return  # nothing runs under that handle
         pid, started = found
-        if started is not None and _start_time(pid) not in (started, None):
+        if started is not None and processes.start_time(pid) not in (started, None):
             return  # the pid names another process now: never signal it
         # The whole group: ranks outlive a torchrun that died first.
-        _signal_group(pid, signal.SIGKILL if force else signal.SIGTERM)
+        processes.signal_group(pid, signal.SIGKILL if force else signal.SIGTERM)
 
     def dump_stacks(self, handle: AttemptHandle) -> str | None:
         process = _pid_of(handle)
@@ -360,7 +360,9 @@ class LocalExecutor:
         leader = process[0]
         # The training processes of the leader's group: not the attempt's parent, nor torchrun,
         # which has no handler for SIGUSR1 (it would die of it and leave the ranks unobserved).
-        members = [pid for pid in _group_members(leader) if _is_training_rank(pid)] or [leader]
+        members = [pid for pid in processes.group_members(leader) if processes.is_training_rank(pid)] or [
+            leader
+        ]
         dumps = []
         for pid in members:
             found = python_stacks(pid)
@@ -418,63 +420,6 @@ def _pid_of(handle: AttemptHandle) -> tuple[int, int | None] | None:
     for a handle recorded before its launch, those of the process found running its folder, or
     None when there is none."""
     if handle.handle.startswith(PLANNED):
-        return _launched_for(handle.handle.removeprefix(PLANNED))
+        return processes.launched_for(handle.handle.removeprefix(PLANNED))
     pid, _, started = handle.handle.partition("@")
     return int(pid), int(started) if started else None
-
-
-def _launched_for(run_dir: str) -> tuple[int, int | None] | None:
-    """The attempt's parent process (``python -m shipyard.training.parent RUN_DIR``, the leader
-    of its own session) for a run folder, with its start time."""
-    wanted = [b"-m", b"shipyard.training.parent", run_dir.encode()]
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue  # ended meanwhile
-        fields = stat_fields(int(proc.name))
-        if argv[1:4] == wanted and fields is not None and int(fields[3]) == int(proc.name):
-            return int(proc.name), int(fields[19])
-    return None
-
-
-def _start_time(pid: int) -> int | None:
-    """When the process started, in clock ticks after boot (Linux ``/proc/PID/stat`` field 22)."""
-    fields = stat_fields(pid)
-    return int(fields[19]) if fields else None
-
-
-def _group_members(pgid: int) -> list[int]:
-    """The processes of a process group (Linux); just the leader where ``/proc`` is absent."""
-    members = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        fields = stat_fields(int(proc.name))
-        if fields and int(fields[2]) == pgid:  # None: ended meanwhile
-            members.append(int(proc.name))
-    return members or [pgid]
-
-
-def _is_training_rank(pid: int) -> bool:
-    """Whether the process runs the training runtime itself (``python [-u] -m shipyard.training``),
-    not its parent or a launcher that names it further down its command line."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    modules = [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == b"-m"]
-    return bool(modules) and modules[0] == b"shipyard.training"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _signal_group(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):  # already gone
-        os.killpg(pid, sig)

@@ -20,11 +20,11 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from shipyard.durable import write_json_atomic
+from shipyard.durable import write_atomically, write_json_atomic
 from shipyard.errors import DependencyMissing, ExecutorError, LaunchFailed
 from shipyard.executors.base import (
     AttemptHandle,
@@ -36,7 +36,6 @@ from shipyard.executors.base import (
     Request,
     Running,
     StoreAccess,
-    StoredCheckpoint,
     Synced,
     Vanished,
     Waiting,
@@ -51,7 +50,8 @@ from shipyard.executors.cluster_nodes import (
     kv_key,
     pin_resource,
 )
-from shipyard.executors.local import TORCH_DEVICE, read_log_file
+from shipyard.executors.local import read_log_file
+from shipyard.executors.ray_attempts import bundle_units, placement_on, ray_gpus, stored_whole
 from shipyard.executors.ray_ranks import RankGroup
 from shipyard.executors.stacks import DUMP_S
 from shipyard.scheduling.status import Status, unplaceable
@@ -196,7 +196,7 @@ class RayExecutor:
                 else:
                     fits.append(name)
             if len(fits) >= request.nodes and (on is None or len(fits) == len(candidates)):
-                return _placement([live[n][0] for n in fits[: request.nodes]], accelerator_type, request)
+                return placement_on([live[n][0] for n in fits[: request.nodes]], accelerator_type, request)
         return unplaceable("; ".join(reasons) or "no live nodes", transient=True)
 
     # --- attempts ------------------------------------------------------------------------------
@@ -224,8 +224,8 @@ class RayExecutor:
             raise LaunchFailed(f"node {', '.join(gone)} left the cluster before the launch", transient=True)
         ads = [live[n][0] for n in placement.nodes]
         per_node = placement.world_size // len(ads)
-        units = _bundle_units(placement, per_node)
-        bundles = [{**units, pin_resource(ad.node): 1.0, **_gpus(ad, per_node)} for ad in ads]
+        units = bundle_units(placement, per_node)
+        bundles = [{**units, pin_resource(ad.node): 1.0, **ray_gpus(ad, per_node)} for ad in ads]
         group = placement_group(
             bundles,
             strategy="STRICT_SPREAD" if len(bundles) > 1 else "STRICT_PACK",
@@ -252,7 +252,7 @@ class RayExecutor:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     group, placement_group_bundle_index=rank
                 ),
-                **({"num_gpus": per_node} if _gpus(ad, per_node) else {}),
+                **({"num_gpus": per_node} if ray_gpus(ad, per_node) else {}),
             ).remote(ad.node, ad.scratch, run_dir.name, dict(ad.env))
             for rank, ad in enumerate(ads)
         ]
@@ -376,8 +376,8 @@ class RayExecutor:
         heartbeats = run_dir / HEARTBEAT_DIR
         heartbeats.mkdir(exist_ok=True)
         for name, beat in (item for report in reports for item in report["heartbeats"].items()):
-            _write_atomic(heartbeats / name, beat.decode())
-        stored = _stored_whole(reports, state["checkpoint"])
+            write_atomically(heartbeats / name, beat)
+        stored = stored_whole(reports, state["checkpoint"])
         if stored is not None:
             state["checkpoint"] = stored.name
         first = reports[0]
@@ -410,59 +410,6 @@ class RayExecutor:
         return read_log_file(log_path, offset, limit)
 
 
-def _stored_whole(reports: list[dict[str, Any]], have: str | None) -> StoredCheckpoint | None:
-    """The newest checkpoint every node stored its part of, newer than ``have``: its files, the
-    description (``checkpoint.json``) of the node that wrote it first."""
-    common = set.intersection(*(set(report["stored"]) for report in reports))
-    newest = max(common, default=None)
-    if newest is None or (have is not None and newest <= have):
-        return None
-    parts = [report["stored"][newest] for report in reports]
-    files: dict[str, dict[str, Any]] = {}
-    for part in parts:
-        for record in part["files"]:
-            files.setdefault(record["path"], record)
-    description = next((part["description"] for part in parts if part["description"]), None)
-    return StoredCheckpoint(newest, tuple(files.values()), description)
-
-
-def _placement(ads: Sequence[Advertisement], accelerator_type: str, request: Request) -> Placement:
-    first = ads[0].inventory()
-    if accelerator_type == "cpu":
-        cores = first.cpu.cores
-        threads = request.threads_per_process(cores)
-        spec = first.cpu
-        bf16, fp32 = spec.peak_bf16_tflops / cores * threads, spec.peak_fp32_tflops / cores * threads
-        torch_device = "cpu"
-    else:
-        spec = next(d for d in first.accelerators if d.accelerator_type == accelerator_type)
-        threads = request.cpus_per_device or max(1, first.cpu.cores // max(1, len(first.accelerators)))
-        bf16, fp32 = spec.peak_bf16_tflops, spec.peak_fp32_tflops
-        torch_device = "cpu" if ads[0].emulated else TORCH_DEVICE.get(spec.vendor, "cuda")
-    return Placement(
-        node=ads[0].node,
-        peers=tuple(ad.node for ad in ads[1:]),
-        accelerator_type=accelerator_type,
-        torch_device=torch_device,  # type: ignore[arg-type]
-        device_ids=(),  # Ray picks the devices of each bundle and sets their visibility
-        core_ids=(),
-        threads_per_process=threads,
-        world_size=request.devices * len(ads),
-        peak_tflops_bf16=bf16,
-        peak_tflops_fp32=fp32,
-    )
-
-
-def _bundle_units(placement: Placement, per_node: int) -> dict[str, float]:
-    units = per_node * placement.threads_per_process if placement.accelerator_type == "cpu" else per_node
-    return {f"{TYPE_RESOURCE}{placement.accelerator_type}": float(units)}
-
-
-def _gpus(ad: Advertisement, per_node: int) -> dict[str, float]:
-    """Ray's own GPUs for a node that has real ones (Ray then sets their visibility)."""
-    return {"GPU": float(per_node)} if ad.gpus() else {}
-
-
 def _refuse_unanswered(address: str) -> None:
     """A clear error, at once, for an address where no Ray head listens (``ray.init`` would
     retry for a long time before failing)."""
@@ -478,9 +425,3 @@ def _refuse_unanswered(address: str) -> None:
             hint="start its head with `shipyard node start --head` on that machine, "
             "or set SHIPYARD_RAY_ADDRESS to the address it printed (HOST:PORT)",
         ) from exc
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)

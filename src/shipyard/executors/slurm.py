@@ -16,13 +16,10 @@ checkpoint, each with its own record, reason and retry budget.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import math
-import shlex
 import subprocess
-import sys
 import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
@@ -45,6 +42,13 @@ from shipyard.executors.base import (
     units_on,
 )
 from shipyard.executors.local import TORCH_DEVICE, read_log_file
+from shipyard.executors.slurm_batch import (
+    ENDED_MARK,
+    LIMIT_SIGNAL,
+    SlurmQueue,
+    batch_script,
+    parse_queues,
+)
 from shipyard.executors.slurm_records import (
     ENGINE_ENDINGS,
     NODE_FAULT_STATES,
@@ -52,16 +56,12 @@ from shipyard.executors.slurm_records import (
     RUNNING_STATES,
     exit_code,
     expand_hostlist,
-    iter_features,
-    node_state,
+    node_inventory,
     oneliner_records,
-    parse_gpus,
     parse_gres_mapping,
     pending_words,
 )
 from shipyard.hardware.catalog import catalog
-from shipyard.hardware.discovery import Device, cpu_device, query_cpu
-from shipyard.hardware.emulation import emulated_accelerators
 from shipyard.scheduling.status import Status, unplaceable
 from shipyard.schemas.launch import LAUNCH_FILE
 from shipyard.settings import Settings
@@ -74,35 +74,6 @@ INVENTORY_TTL_S = 1.0
 TIME_MARGIN = 1.5
 """An allocation's time limit over the planner's estimate of its attempt (plus ``TIME_SLACK_MIN``)."""
 TIME_SLACK_MIN = 10.0
-LIMIT_SIGNAL = "USR2"
-"""What Slurm sends the batch script before the time limit; it tells the ranks to checkpoint."""
-ENDED_MARK = ".slurm-ended-{attempt}"
-"""Written into the run folder by the batch script when Slurm's warning of the limit came."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SlurmQueue:
-    """Where one Shipyard queue's allocations go in Slurm."""
-
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-
-
-def parse_queues(text: str) -> dict[str, SlurmQueue]:
-    """``QUEUE=PARTITION[:ACCOUNT[:QOS]],...`` (``*``: every queue not named)."""
-    queues = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        queue, sep, where = item.partition("=")
-        parts = where.split(":")
-        if not sep or not queue or len(parts) > 3:
-            raise ExecutorError(
-                f"SHIPYARD_SLURM_QUEUES entry {item!r} is not QUEUE=PARTITION[:ACCOUNT[:QOS]]",
-                hint="e.g. SHIPYARD_SLURM_QUEUES='default=gpu,research=gpu:lab-a:high'",
-            )
-        partition, account, qos = (*parts, None, None)[:3]
-        queues[queue.strip()] = SlurmQueue(partition or None, account or None, qos or None)
-    return queues
 
 
 class SlurmExecutor:
@@ -166,7 +137,9 @@ class SlurmExecutor:
             return nodes
         records = oneliner_records(self._slurm("scontrol", "show", "node", "--oneliner").stdout)
         switches = self._switches
-        nodes = [self._node(record, switches) for record in records if "NodeName" in record]
+        nodes = [
+            node_inventory(record, switches, self.gres_types) for record in records if "NodeName" in record
+        ]
         self._read = (time.monotonic(), nodes)
         return nodes
 
@@ -184,34 +157,6 @@ class SlurmExecutor:
                 for host in expand_hostlist(record.get("Nodes", "")):
                     leaf[host] = record["SwitchName"]
         return leaf
-
-    def _node(self, record: dict[str, str], switches: dict[str, str]) -> NodeInventory:
-        name = record["NodeName"]
-        state, fit = node_state(record.get("State", "UNKNOWN"))
-        labels = {"slurm.state": state, "hostname": record.get("NodeHostName", name)}
-        if partitions := record.get("Partitions"):
-            labels["slurm.partitions"] = partitions
-        for feature in iter_features(record.get("AvailableFeatures", "")):
-            key, sep, value = feature.partition("=")  # a feature `rack=r1` is a label as such
-            labels[key if sep else f"feature.{feature}"] = value if sep else "true"
-        if name in switches:
-            labels["switch"] = switches[name]
-        devices: list[Device] = []
-        unmapped = []
-        for gres in parse_gpus(record.get("Gres", "")):
-            kind = self.gres_types.get(gres.gres_type, gres.gres_type)
-            if kind not in catalog():
-                unmapped.append(f"gpu:{gres.gres_type or '(untyped)'}:{gres.count}")
-                continue
-            devices += emulated_accelerators(kind, gres.count, first_index=len(devices))
-        if unmapped:
-            labels["slurm.unmapped_gres"] = " ".join(unmapped)
-        cores = int(record.get("CPUTot") or record.get("CPUEfctv") or 1)
-        devices.append(_cpu(cores, float(record.get("RealMemory") or 0) / 1024))
-        in_use = {"cpu": int(record.get("CPUAlloc") or 0)}
-        if reason := record.get("Reason"):
-            labels["slurm.reason"] = reason
-        return NodeInventory(id=name, devices=tuple(devices), labels=labels, up=fit, in_use=in_use)
 
     def check_feasible(self, request: Request) -> Status | None:
         known = self.known_nodes()
@@ -293,7 +238,7 @@ class SlurmExecutor:
         plan = json.loads((run_dir / LAUNCH_FILE).read_text())
         log_path.parent.mkdir(parents=True, exist_ok=True)
         script = run_dir / f"slurm-attempt-{plan['attempt']}.sh"
-        script.write_text(self.batch_script(placement, run_dir, plan["attempt"]))
+        script.write_text(batch_script(placement, run_dir, plan["attempt"]))
         options = self.sbatch_options(placement, run_dir, log_path, plan)
         done = self._slurm("sbatch", "--parsable", *options, str(script), check=False)
         if done.returncode != 0:
@@ -351,43 +296,6 @@ class SlurmExecutor:
     def _gres_type(self, accelerator_type: str) -> str:
         """The site's GRES type name of a catalog type (its own name where none is mapped)."""
         return next((g for g, c in self.gres_types.items() if c == accelerator_type), accelerator_type)
-
-    def batch_script(self, placement: Placement, run_dir: Path, attempt: int) -> str:
-        """The allocation's script: the rendezvous on the first node, one ``srun`` step whose tasks
-        are the ranks, and the forwarding of Slurm's signals (its warning before the time limit
-        becomes the ranks' SIGTERM, on which they checkpoint and exit)."""
-        per_node = placement.world_size // len(placement.nodes)
-        mark = shlex.quote(str(run_dir / ENDED_MARK.format(attempt=attempt)))
-        # Each rank's visibility is Slurm's (from its GRES), but a CPU attempt must grab no GPU.
-        cpu_only = placement.torch_device == "cpu"
-        rank = (
-            "export RANK=$SLURM_PROCID LOCAL_RANK=$SLURM_LOCALID WORLD_SIZE=$SLURM_NTASKS "
-            f"LOCAL_WORLD_SIZE={per_node}{' CUDA_VISIBLE_DEVICES=' * cpu_only}; "
-            'exec "$0" -m shipyard.training "$1"'
-        )
-        lines = [
-            "#!/bin/bash",
-            f"# Shipyard attempt {attempt}: written by the Slurm executor, submitted with `sbatch`.",
-            "set -u",
-            'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-            'addr=$(scontrol show node "$first" --oneliner | tr " " "\\n" | sed -n "s/^NodeAddr=//p")',
-            'export MASTER_ADDR="${addr:-$first}"',
-            "export MASTER_PORT=$("
-            f'{shlex.quote(sys.executable)} -c "import socket; s = socket.socket(); '
-            "s.bind(('', 0)); print(s.getsockname()[1])\")",
-            f"export OMP_NUM_THREADS={placement.threads_per_process} PYTHONUNBUFFERED=1",
-            'case "$MASTER_ADDR" in 127.*) export GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-lo};; esac',
-            f"trap 'echo time_limit > {mark}; scancel --signal=TERM \"$SLURM_JOB_ID\"' {LIMIT_SIGNAL}",
-            "trap 'true' TERM  # an operator's scancel signals the ranks too: wait for their checkpoint",
-            f"srun --label --kill-on-bad-exit=1 --ntasks-per-node={per_node} "
-            f"--cpus-per-task={placement.threads_per_process} "
-            f"bash -c {shlex.quote(rank)} {shlex.quote(sys.executable)} {shlex.quote(str(run_dir))} &",
-            "step=$!",
-            'while kill -0 "$step" 2>/dev/null; do wait "$step"; done',
-            'wait "$step"',
-            "exit $?",
-        ]
-        return "\n".join(lines) + "\n"
 
     def runs(self, handle: AttemptHandle) -> bool:
         return handle.handle.startswith(HANDLE_PREFIX)
@@ -498,15 +406,6 @@ class SlurmExecutor:
 def _job_name(run_dir: Path) -> str:
     plan = json.loads((run_dir / LAUNCH_FILE).read_text())
     return f"{NAME_PREFIX}{plan['job_id']}.{plan['attempt']}"
-
-
-@functools.cache
-def _cpu(cores: int, memory_gib: float) -> Device:
-    """A Slurm node's CPU as a device: its cores and memory from Slurm, its peak rates per core
-    as this machine's (Slurm does not say which CPU a node has)."""
-    info = query_cpu()
-    device = cpu_device(dataclasses.replace(info, cores=cores))
-    return dataclasses.replace(device, memory_gib=round(memory_gib, 1))
 
 
 def _refused(message: str) -> LaunchFailed:

@@ -1,14 +1,20 @@
 """What Slurm's own commands print, read into values: ``scontrol --oneliner`` records, host lists,
 GRES, node and job states and pending reasons in Shipyard's words (with Slurm's code beside).
-Pure functions: the Slurm executor runs the commands, these read their answers."""
+The Slurm executor runs the commands, these read their answers (a node's CPU rates are this
+machine's: Slurm does not say which CPU a node has)."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from shipyard.executors.base import EngineEnding
+from shipyard.executors.base import EngineEnding, NodeInventory
+from shipyard.hardware.catalog import catalog
+from shipyard.hardware.discovery import Device, cpu_device, query_cpu
+from shipyard.hardware.emulation import emulated_accelerators
 
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
 
@@ -156,3 +162,45 @@ def iter_features(features: str) -> Iterator[str]:
     """A node's ``AvailableFeatures`` as names (``(null)`` when it has none)."""
     if features and features != "(null)":
         yield from filter(None, features.split(","))
+
+
+def node_inventory(
+    record: dict[str, str], switches: Mapping[str, str], gres_types: Mapping[str, str]
+) -> NodeInventory:
+    """A node as ``scontrol show node`` describes it: its GPUs by GRES type mapped onto the
+    catalog's (those of unknown types named in a label), its CPU, state, features and switch."""
+    name = record["NodeName"]
+    state, fit = node_state(record.get("State", "UNKNOWN"))
+    labels = {"slurm.state": state, "hostname": record.get("NodeHostName", name)}
+    if partitions := record.get("Partitions"):
+        labels["slurm.partitions"] = partitions
+    for feature in iter_features(record.get("AvailableFeatures", "")):
+        key, sep, value = feature.partition("=")  # a feature `rack=r1` is a label as such
+        labels[key if sep else f"feature.{feature}"] = value if sep else "true"
+    if name in switches:
+        labels["switch"] = switches[name]
+    devices: list[Device] = []
+    unmapped = []
+    for gres in parse_gpus(record.get("Gres", "")):
+        kind = gres_types.get(gres.gres_type, gres.gres_type)
+        if kind not in catalog():
+            unmapped.append(f"gpu:{gres.gres_type or '(untyped)'}:{gres.count}")
+            continue
+        devices += emulated_accelerators(kind, gres.count, first_index=len(devices))
+    if unmapped:
+        labels["slurm.unmapped_gres"] = " ".join(unmapped)
+    cores = int(record.get("CPUTot") or record.get("CPUEfctv") or 1)
+    devices.append(_cpu(cores, float(record.get("RealMemory") or 0) / 1024))
+    in_use = {"cpu": int(record.get("CPUAlloc") or 0)}
+    if reason := record.get("Reason"):
+        labels["slurm.reason"] = reason
+    return NodeInventory(id=name, devices=tuple(devices), labels=labels, up=fit, in_use=in_use)
+
+
+@functools.cache
+def _cpu(cores: int, memory_gib: float) -> Device:
+    """A Slurm node's CPU as a device: its cores and memory from Slurm, its peak rates per core
+    as this machine's (Slurm does not say which CPU a node has)."""
+    info = query_cpu()
+    device = cpu_device(dataclasses.replace(info, cores=cores))
+    return dataclasses.replace(device, memory_gib=round(memory_gib, 1))
