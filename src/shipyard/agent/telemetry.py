@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from shipyard.db import AgentStatus, Attempt, ClusterNode, DeviceSample, Job
-from shipyard.db.tables import utcnow
+from shipyard.db.base import utcnow
 from shipyard.domain import JobState
 from shipyard.executors import NodeInventory
 from shipyard.executors.local import NODE_NAME_ENV

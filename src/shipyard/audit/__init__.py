@@ -28,8 +28,8 @@ from sqlalchemy import Connection, ScalarResult, Table, bindparam, insert, selec
 from sqlalchemy.orm import Session
 
 from shipyard.db import AuditHead, AuditRecord, Database
+from shipyard.db.base import utcnow
 from shipyard.db.pipeline import one_row
-from shipyard.db.tables import utcnow
 from shipyard.domain.actor import Actor as Actor  # the principal its records name
 from shipyard.errors import AuditChainBroken, InvalidSpec
 from shipyard.schemas.views import AuditVerdictView

@@ -1,58 +1,26 @@
-"""Tables. Every change to them ships with an Alembic migration in ``migrations/versions``."""
+"""Tables of jobs and their attempts, metrics, models, planner measurements and the cluster. Every
+change to them ships with an Alembic migration in ``migrations/versions``."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any, ClassVar
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
     JSON,
     BigInteger,
-    Boolean,
-    DateTime,
     ForeignKey,
     Index,
     Integer,
-    LargeBinary,
     String,
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
+from shipyard.db.base import Base, utcnow
 from shipyard.domain import JobState
 from shipyard.domain.transitions import job_transition
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC on every backend (SQLite stores no zone and hands back naive values)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:  # noqa: ARG002
-        if value is not None and value.tzinfo is None:
-            raise ValueError("naive datetime given to a UTC column")
-        return value.astimezone(UTC) if value is not None else None
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:  # noqa: ARG002
-        if value is not None and value.tzinfo is None:
-            return value.replace(tzinfo=UTC)
-        return value
-
-
-class Base(DeclarativeBase):
-    type_annotation_map: ClassVar[dict[Any, Any]] = {
-        dict[str, Any]: JSON,
-        list[Any]: JSON,
-        datetime: UTCDateTime(),
-    }
 
 
 class Job(Base):
@@ -285,160 +253,6 @@ class ModelVersion(Base):
     """``none``, ``staging``, ``production`` or ``archived``."""
 
     artifact: Mapped[Artifact] = relationship()
-
-
-class User(Base):
-    """A person or a service account; tokens authenticate both."""
-
-    __tablename__ = "users"
-
-    name: Mapped[str] = mapped_column(String(64), primary_key=True)
-    password_hash: Mapped[str | None] = mapped_column(Text)
-    """argon2id; None for service accounts, which sign in with tokens only."""
-    is_admin: Mapped[bool] = mapped_column(default=False)
-    is_service: Mapped[bool] = mapped_column(default=False)
-    disabled: Mapped[bool] = mapped_column(default=False)
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
-
-
-class LoginThrottle(Base):
-    """Failed logins of one user name from one client address. Kept per pair, and for names that
-    do not exist as for those that do, so a guesser elsewhere never locks the real user out and
-    the answers never tell which names exist."""
-
-    __tablename__ = "login_throttles"
-
-    user: Mapped[str] = mapped_column(String(64), primary_key=True)
-    source: Mapped[str] = mapped_column(String(128), primary_key=True)
-    failures: Mapped[int] = mapped_column(Integer)
-    blocked_until: Mapped[datetime | None]
-    last_failure_at: Mapped[datetime] = mapped_column(index=True)
-
-
-class Token(Base):
-    """An API token: only its SHA-256 is kept; the secret is shown once."""
-
-    __tablename__ = "tokens"
-
-    id: Mapped[str] = mapped_column(String(16), primary_key=True)
-    user: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"), index=True)
-    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    name: Mapped[str] = mapped_column(String(64))
-    scopes: Mapped[list[Any]]
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    expires_at: Mapped[datetime | None]
-    revoked_at: Mapped[datetime | None]
-    last_used_at: Mapped[datetime | None]
-
-
-class SignInLink(Base):
-    """A one-time, short-lived credential that starts a dashboard session (``shipyard ui``):
-    its own kind, so no API token can pass for one. Only the SHA-256 of its secret is kept."""
-
-    __tablename__ = "sign_in_links"
-
-    id: Mapped[str] = mapped_column(String(16), primary_key=True)
-    user: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"))
-    secret_hash: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
-    expires_at: Mapped[datetime]
-    used_at: Mapped[datetime | None]
-
-
-class ProjectRole(Base):
-    """A user's role in a project: owner, maintainer, member or viewer."""
-
-    __tablename__ = "project_roles"
-
-    project: Mapped[str] = mapped_column(String(64), primary_key=True)
-    user: Mapped[str] = mapped_column(ForeignKey("users.name", ondelete="CASCADE"), primary_key=True)
-    role: Mapped[str] = mapped_column(String(16))
-
-
-class AuditRecord(Base):
-    """One security-relevant action. Append-only and hash-chained (see shipyard/audit)."""
-
-    __tablename__ = "audit_log"
-
-    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    at: Mapped[datetime]
-    actor: Mapped[str] = mapped_column(String(64), index=True)
-    action: Mapped[str] = mapped_column(String(64), index=True)
-    resource: Mapped[str] = mapped_column(Text)
-    source: Mapped[str] = mapped_column(String(128))
-    """Where the request came from: ``cli@host``, ``agent@host`` or the client's address."""
-    outcome: Mapped[str] = mapped_column(String(16))
-    detail: Mapped[dict[str, Any]]
-    prev_hash: Mapped[str] = mapped_column(String(64))
-    hash: Mapped[str] = mapped_column(String(64))
-    mac: Mapped[str] = mapped_column(String(64))
-
-
-class AuditHead(Base):
-    """The last record's sequence number and hash, MAC-signed: truncation and appends that
-    bypass the service show up against it. One row, locked by every append."""
-
-    __tablename__ = "audit_head"
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    seq: Mapped[int] = mapped_column(Integer)
-    hash: Mapped[str] = mapped_column(String(64))
-    mac: Mapped[str] = mapped_column(String(64))
-
-
-class StoredBlob(Base):
-    """One file's bytes in the artifact store, shared by every artifact that holds them."""
-
-    __tablename__ = "stored_blobs"
-
-    name: Mapped[str] = mapped_column(String(128), primary_key=True)
-    """The object's name in the backend (``blobs/ab/<digest>``, ``enc/…``, ``objects/…``)."""
-    digest: Mapped[str] = mapped_column(String(64), index=True)
-    size_bytes: Mapped[int] = mapped_column(BigInteger)
-    replicas: Mapped[int] = mapped_column(Integer)
-    key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
-    wrapped_key: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
-    block_crcs: Mapped[bytes | None] = mapped_column(LargeBinary, nullable=True)
-    """CRC32C of each 4 MiB block (plain blobs): what reads check; None before blocks had them."""
-    """The blob's data key wrapped by the master key ``key_id``; None when stored in the clear."""
-    project: Mapped[str | None] = mapped_column(String(64), nullable=True)
-    """The project an encrypted blob belongs to (plain blobs are shared across projects)."""
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
-
-
-class StoredArtifact(Base):
-    """A named manifest in the store: a file or a folder of files, each a blob."""
-
-    __tablename__ = "stored_artifacts"
-    __table_args__ = (UniqueConstraint("project", "name"),)
-
-    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    project: Mapped[str] = mapped_column(String(64))
-    name: Mapped[str] = mapped_column(String(255))
-    kind: Mapped[str] = mapped_column(String(8))
-    """``file`` or ``folder``."""
-    size_bytes: Mapped[int] = mapped_column(BigInteger)
-    replicas: Mapped[int] = mapped_column(Integer)
-    encrypted: Mapped[bool] = mapped_column(Boolean)
-    created_by: Mapped[str] = mapped_column(String(64))
-    created_at: Mapped[datetime] = mapped_column(default=utcnow)
-
-    entries: Mapped[list[StoredEntry]] = relationship(
-        cascade="all, delete-orphan", order_by="StoredEntry.path", lazy="selectin"
-    )
-
-
-class StoredEntry(Base):
-    __tablename__ = "stored_entries"
-
-    artifact_id: Mapped[int] = mapped_column(
-        ForeignKey("stored_artifacts.id", ondelete="CASCADE"), primary_key=True
-    )
-    path: Mapped[str] = mapped_column(Text, primary_key=True)
-    """Inside the artifact, ``/``-separated; the file's own name for a single file."""
-    blob_name: Mapped[str] = mapped_column(ForeignKey("stored_blobs.name"), index=True)
-
-    blob: Mapped[StoredBlob] = relationship(lazy="joined")
 
 
 class QueueConfigVersion(Base):

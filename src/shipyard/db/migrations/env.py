@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from shipyard.db.tables import Base
+from shipyard.db import Base
 
 connection = context.config.attributes.get("connection")
 if connection is None:

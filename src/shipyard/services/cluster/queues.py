@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from shipyard import audit
 from shipyard.auth import Permission
 from shipyard.db import QueueConfigVersion
-from shipyard.db.tables import utcnow
+from shipyard.db.base import utcnow
 from shipyard.errors import Conflict, NotFound
 from shipyard.scheduling.quota import Queues, queues_of
 from shipyard.schemas.queues import ClusterQueueSpec, QueueConfig, parse_queue_config, validate_queue_config

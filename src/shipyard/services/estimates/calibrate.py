@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from shipyard import audit
 from shipyard.auth import Permission
 from shipyard.db import DeviceCalibration, ShapeMeasurement
-from shipyard.db.tables import utcnow
+from shipyard.db.base import utcnow
 from shipyard.planner.calibration import CALIBRATION, Calibration
 from shipyard.services.accounts import rbac
 from shipyard.services.context import ServiceContext

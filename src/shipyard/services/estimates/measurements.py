@@ -13,7 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from shipyard.db import Attempt, Job, Metric, ShapeMeasurement
-from shipyard.db.tables import utcnow
+from shipyard.db.base import utcnow
 from shipyard.domain import ExitReason
 from shipyard.schemas.estimate import Estimate, Figures
 from shipyard.schemas.jobspec import JobSpec

@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session, joinedload
 from shipyard import audit
 from shipyard.auth import Permission
 from shipyard.db import AgentStatus, Artifact, Attempt, Database, Job, Metric, rows_changed
+from shipyard.db.base import utcnow
 from shipyard.db.pipeline import pipelined
-from shipyard.db.tables import utcnow
 from shipyard.domain import ExitReason, JobState
 from shipyard.domain.transitions import job_transition
 from shipyard.errors import Conflict, InvalidSpec
