@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -70,9 +70,20 @@ SUBMIT_BACKOFF_S = 0.5
 class Client:
     """One server, one token. ``Client.login(url, user, password)`` gets a token first."""
 
-    def __init__(self, url: str, token: str | None = None, *, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        timeout_s: float = 30.0,
+        on_request: Callable[[httpx.Request], None] | None = None,
+    ) -> None:
+        """``on_request``: called with each request before it is sent (to log or trace them)."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout_s)
+        hooks = {"request": [on_request]} if on_request else {}
+        self._http = httpx.Client(
+            base_url=url.rstrip("/"), headers=headers, timeout=timeout_s, event_hooks=hooks
+        )
 
     @classmethod
     def login(cls, url: str, username: str, password: str) -> tuple[Client, IssuedTokenView]:
