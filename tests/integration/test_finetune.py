@@ -29,6 +29,9 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {family: tiny_models.build(root / family, family) for family in tiny_models.FAMILIES}
 
 
+FULLY_TUNED = ("llama", "gemma2", "gpt2", "falcon", "opt")
+
+
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("data")
@@ -63,11 +66,13 @@ def submit(cli: Cli, tmp_path: Path, spec: dict[str, Any], *flags: str, check: b
 def test_each_family_fine_tunes_through_jobs_submit_with_its_lineage(
     cli: Cli, tmp_path: Path, bases: dict[str, Path], datasets: dict[str, Path]
 ) -> None:
-    # Every family, LoRA and full, queued at once: the agent runs them two at a time on the two cores.
+    # Every family with adapters (each names its projections its own way), and full fine-tuning of
+    # those whose weights export otherwise (LLaMA's layout, Gemma 2's soft caps, and the three that
+    # spell their shape their own way), queued at once: the agent runs two at a time on two cores.
     submitted = {}
     for family in tiny_models.FAMILIES:
         fmt = "chat" if family == "qwen2" else "instruction"
-        for method in ("lora", "full"):
+        for method in ("lora", "full") if family in FULLY_TUNED else ("lora",):
             name = f"{family.replace('_', '-')}-{method}"
             spec = finetune_spec(bases[family], datasets[fmt], fmt, name, method=method)
             path = tmp_path / f"{name}.yaml"
@@ -100,7 +105,7 @@ def test_each_family_fine_tunes_through_jobs_submit_with_its_lineage(
             assert f"{'eager' if family == 'gemma2' else 'sdpa'} attention" in log
         else:
             assert lineage["adapter"] is None and (export / "config.json").is_file()
-    for name in ("qwen2-lora", "mistral-full"):  # a chat model's adapters, an instruction model
+    for name in ("qwen2-lora", "llama-full"):  # a chat model's adapters, an instruction model
         assert cli.json("generate", name, "--prompt", "What colors are sky and coal?")["tokens"] > 0
 
     # The same shape again: planned with the peak the first one measured.
