@@ -1,6 +1,7 @@
 """The scheduling cycle, the one entry point of the live agent, the simulator and the benchmarks:
-its phases in order (``framework``), the policy solved when the jobs change, and the round's
-leases from ``rounds.place_round``."""
+its phases in order (``framework``), the policy solved when the jobs change, the round's leases
+from ``rounds.place_round``, and elastic jobs resized into what the round left idle
+(``elastic``)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from shipyard.scheduling.elastic import HORIZON_S, Resize, resize
 from shipyard.scheduling.framework import DEFAULT_PROFILE, Profile, rack_of
-from shipyard.scheduling.model import Allocation, Job, Node, PolicyInput, RoundPlan, Throughputs
+from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
 from shipyard.scheduling.policies import Policy
 from shipyard.scheduling.quota import Admission, Queues, admit
 from shipyard.scheduling.rounds import Received, place_round
@@ -68,6 +70,8 @@ class Decision:
     admission: Admission
     solved: bool
     """Whether the policy was solved this cycle (else the last allocation was reused)."""
+    resizes: Mapping[str, Resize] = field(default_factory=dict)
+    """Elastic jobs whose size changes this round, and why (``elastic``)."""
 
 
 class TimeSinceSolve:
@@ -143,6 +147,8 @@ class Cycle:
     profile: Profile = DEFAULT_PROFILE
     """The filter and place plugins (``framework``) for every queue without its own."""
     queue_profiles: Mapping[str, Profile] = field(default_factory=dict)
+    horizon_s: float = HORIZON_S
+    """How far ahead an elastic job's resize must pay for itself (``elastic``)."""
     _allocation: Allocation = field(default_factory=dict, init=False, repr=False)
     _solved_for: frozenset[str] | None = field(default=None, init=False, repr=False)
     _solved_at: float | None = field(default=None, init=False, repr=False)
@@ -155,6 +161,8 @@ class Cycle:
         *,
         now_s: float,
     ) -> Decision:
+        as_running = jobs
+        jobs = [_at_smallest(job) for job in jobs]
         capacity, node_devices, rack_devices = _sizes(jobs, nodes)
         jobs, too_small, narrowed = fit_device_memory(jobs, nodes)
         admission = admit(jobs, self.queues or Queues.unlimited(capacity))
@@ -201,8 +209,21 @@ class Cycle:
         reasons.update(too_small)
         for job_id in admission.reclaimed:
             reasons[job_id] = Status(Reason.RECLAIMED, RECLAIMED_MESSAGE)
-        plan = RoundPlan(leases=plan.leases, preempted=plan.preempted, pending_reasons=reasons)
-        return Decision(plan=plan, admission=admission, solved=solved)
+        leases: dict[str, Lease] = dict(plan.leases)
+        resizes: dict[str, Resize] = {}
+        if any(job.elastic for job in as_running):
+            leases, resizes = resize(as_running, nodes, plan.leases, throughputs, horizon_s=self.horizon_s)
+        plan = RoundPlan(leases=leases, preempted=plan.preempted, pending_reasons=reasons)
+        return Decision(plan=plan, admission=admission, solved=solved, resizes=resizes)
+
+
+def _at_smallest(job: Job) -> Job:
+    """An elastic job as admission, the policy and placement see it: its smallest gang, a running
+    one keeping that many of its devices (the rest are borrowed, and the resize phase returns them
+    where nothing else needs them)."""
+    if not job.elastic or len(job.nodes) <= job.devices:
+        return job
+    return dataclasses.replace(job, nodes=job.nodes[: job.devices])
 
 
 def _sizes(

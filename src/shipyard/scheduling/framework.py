@@ -9,7 +9,10 @@ A cycle runs its phases in this order (``cycle.Cycle.run``):
 4. **filter** — which nodes may take a job's *new* gang: a ``Filter`` plugin answers a ``Status``
    for a node it turns away (a cordoned node, a node the engine refuses); a gang already running
    keeps its devices, as a Kubernetes taint without ``NoExecute`` leaves running pods alone;
-5. **place** — which of the nodes left a gang gets: a ``Placer`` plugin.
+5. **place** — which of the nodes left a gang gets: a ``Placer`` plugin;
+6. **resize** — elastic jobs, placed at their smallest gang, grow into the devices the round
+   left idle where it pays for the resize within a horizon, and give back what others need
+   (``elastic``).
 
 Plugins are registered by name (``FILTERS``, ``PLACERS``) and grouped into a ``Profile``, one
 for the cluster and optionally one per queue. Everything here is pure: the live agent and the

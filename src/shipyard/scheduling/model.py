@@ -45,11 +45,20 @@ class Job:
     per_node: int = 0
     """Devices on each node of the gang: a live job runs its processes on whole nodes of this
     size (``devices`` / ``per_node`` of them); 0: the gang may be split any way (simulated)."""
+    sizes: tuple[int, ...] = ()
+    """An elastic job's device counts, smallest first (``devices`` is the smallest: the gang the
+    policy and quotas see); the resize phase grows it into devices left idle. Empty: rigid."""
+    resize_s: float = 0.0
+    """Seconds one resize costs it (checkpoint, restart on the new gang, reload), as measured."""
 
     @property
     def node_count(self) -> int:
         """Nodes the gang spans when it runs on whole nodes (1 when it may be split any way)."""
         return self.devices // self.per_node if self.per_node else 1
+
+    @property
+    def elastic(self) -> bool:
+        return len(self.sizes) > 1
 
     @property
     def remaining_steps(self) -> float:
@@ -91,8 +100,11 @@ class Throughputs:
     spread: Mapping[tuple[str, int, str], float] = field(default_factory=dict)
     fabric: Mapping[tuple[str, int, str], float] = field(default_factory=dict)
 
-    def of(self, job: Job, accelerator_type: str, *, level: Level = "node") -> float:
-        key = (job.job_type, job.devices, accelerator_type)
+    def of(
+        self, job: Job, accelerator_type: str, *, level: Level = "node", devices: int | None = None
+    ) -> float:
+        """``devices``: the gang's size where it is not ``job.devices`` (an elastic job's)."""
+        key = (job.job_type, devices or job.devices, accelerator_type)
         if level == "fabric" and key in self.fabric:
             return self.fabric[key]
         if level != "node" and key in self.spread:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard.scheduling.cycle import Cycle, TimeSinceSolve
+from shipyard.scheduling.elastic import Curves
 from shipyard.scheduling.framework import DEFAULT_PROFILE, Profile, queue_profiles
 from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
 from shipyard.scheduling.policies import Policy
@@ -90,6 +91,8 @@ class _State:
             priority=t.priority,
             queue=t.queue,
             min_memory_gib=t.min_memory_gib,
+            sizes=t.sizes,
+            resize_s=t.resize_s,
             attained_s=self.attained,
             running_on=self.lease.accelerator_type if self.lease else None,
             nodes=self.lease.nodes if self.lease else (),
@@ -158,6 +161,7 @@ def simulate(
     )
     # The scheduler sees the spread figures only where gangs spread over nodes do run slower.
     seen = throughputs if config.spread_slowdown else Throughputs(packed=throughputs.packed)
+    curves = Curves(throughputs)
     busy_device_s = 0.0
     cost = 0.0
     rounds = 0
@@ -183,12 +187,12 @@ def simulate(
         longest_s = 0.0
         for job_id, lease in plan.leases.items():
             state = by_index[job_id]
-            used_s = _advance(state, lease, throughputs, config, now)
+            used_s = _advance(state, lease, curves, config, now)
             longest_s = max(longest_s, used_s)
             if cycle.ledger is not None:
                 cycle.ledger.ran(job_id, lease.accelerator_type, used_s)
-            busy_device_s += used_s * state.trace.devices
-            cost += used_s / 3600 * state.trace.devices * config.prices.get(lease.accelerator_type, 0.0)
+            busy_device_s += used_s * len(lease.nodes)
+            cost += used_s / 3600 * len(lease.nodes) * config.prices.get(lease.accelerator_type, 0.0)
         done = [s for s in active if s.finish_s is not None]
         if done:
             active = [s for s in active if s.finish_s is None]
@@ -223,7 +227,7 @@ def _timed(policy: Policy, solve_ms: list[float]) -> Policy:
     return dataclasses.replace(policy, allocate=allocate)
 
 
-def _advance(state: _State, lease: Lease, throughputs: Throughputs, config: SimConfig, now: float) -> float:
+def _advance(state: _State, lease: Lease, curves: Curves, config: SimConfig, now: float) -> float:
     """Run one leased job for a round; returns the seconds it held its devices."""
     moved = (
         state.lease is None
@@ -233,11 +237,13 @@ def _advance(state: _State, lease: Lease, throughputs: Throughputs, config: SimC
     penalty = 0.0
     if moved and state.started:
         state.restarts += 1
-        penalty = min(config.restart_cost_s, config.round_s)
+        resized = state.lease is not None and state.lease.accelerator_type == lease.accelerator_type
+        cost = state.trace.resize_s if resized and state.trace.resize_s else config.restart_cost_s
+        penalty = min(cost, config.round_s)
     state.lease = lease
     state.started = True
     level = lease.level if config.spread_slowdown else "node"
-    rate = throughputs.of(state.snapshot(), lease.accelerator_type, level=level)
+    rate = curves.rate(state.snapshot(), lease.accelerator_type, len(lease.nodes), level)
     remaining = state.trace.total_steps - state.steps_done
     usable = config.round_s - penalty
     if rate > 0 and remaining / rate <= usable:

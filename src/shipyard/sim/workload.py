@@ -41,6 +41,11 @@ class TraceJob:
     """The local queue it waits in (quota admission, with ``SimConfig.queues``)."""
     min_memory_gib: float = 0.0
     """Memory each device must have (nodes that report less are not its to run on)."""
+    sizes: tuple[int, ...] = ()
+    """Device counts an elastic job may run at, smallest first (``devices`` is the smallest);
+    empty: rigid, always ``devices``."""
+    resize_s: float = 0.0
+    """Seconds one resize costs it: checkpoint, restart, reload (else the config's restart cost)."""
 
 
 def load_throughputs(path: Path) -> Throughputs:

@@ -1,0 +1,112 @@
+"""Elastic jobs in the scheduler: placed at their smallest gang, grown into idle devices where the
+resize pays for itself, shrunk when others need the devices, with the words ``jobs show`` prints;
+and the simulator running them through the same cycle."""
+
+from __future__ import annotations
+
+import pytest
+
+from shipyard.scheduling.cycle import Cycle
+from shipyard.scheduling.elastic import Curves
+from shipyard.scheduling.model import Job, Node, Throughputs
+from shipyard.scheduling.policies import policy_named
+from shipyard.sim.simulator import SimConfig, simulate
+from shipyard.sim.workload import TraceJob
+
+# Steps/s of an "lm" job by gang size on one 8-device node: near-linear to 4, less after.
+CURVE = {1: 1.0, 2: 1.9, 4: 3.6, 8: 6.0}
+THROUGHPUTS = Throughputs(packed={("lm", n, "h100"): rate for n, rate in CURVE.items()})
+NODE = Node(id="n0", accelerator_type="h100", devices=8)
+
+
+def elastic(job_id: str = "e", *, held: int = 0, resize_s: float = 60.0, steps: float = 1e6) -> Job:
+    return Job(
+        id=job_id,
+        job_type="lm",
+        devices=2,
+        sizes=(2, 4, 8),
+        resize_s=resize_s,
+        arrival_s=0.0,
+        total_steps=steps,
+        running_on="h100" if held else None,
+        nodes=("n0",) * held,
+    )
+
+
+def rigid(job_id: str, devices: int, *, priority: float = 1.0, arrival_s: float = 0.0) -> Job:
+    return Job(
+        id=job_id, job_type="lm", devices=devices, arrival_s=arrival_s, total_steps=1e6, priority=priority
+    )
+
+
+def cycle() -> Cycle:
+    return Cycle(policy=policy_named("priority"), round_s=60.0)
+
+
+def test_an_elastic_job_alone_starts_on_every_idle_device() -> None:
+    decision = cycle().run([elastic()], [NODE], THROUGHPUTS, now_s=0.0)
+    assert len(decision.plan.leases["e"].nodes) == 8
+    assert decision.resizes == {}  # a first start is no resize
+
+
+def test_it_shrinks_for_a_job_that_needs_its_devices_and_says_for_whom() -> None:
+    decision = cycle().run([elastic(held=8), rigid("big", 6, priority=5.0)], [NODE], THROUGHPUTS, now_s=60.0)
+    assert len(decision.plan.leases["e"].nodes) == 2 and len(decision.plan.leases["big"].nodes) == 6
+    resize = decision.resizes["e"]
+    assert (resize.before, resize.after) == (8, 2)
+    assert resize.describe().startswith("shrunk 8→2 h100: its devices went to big")
+
+
+def test_it_grows_back_when_the_devices_are_free_again() -> None:
+    decision = cycle().run([elastic(held=2)], [NODE], THROUGHPUTS, now_s=120.0)
+    assert len(decision.plan.leases["e"].nodes) == 8
+    assert decision.resizes["e"].describe().startswith("grew 2→8 h100: 6 idle devices")
+
+
+def test_a_resize_that_would_not_pay_for_itself_within_the_horizon_is_not_made() -> None:
+    # A resize as long as the horizon: no gain over it can pay for it, so the job keeps its size.
+    slow = Cycle(policy=policy_named("priority"), round_s=60.0, horizon_s=600.0)
+    decision = slow.run([elastic(held=2, resize_s=600.0)], [NODE], THROUGHPUTS, now_s=120.0)
+    assert len(decision.plan.leases["e"].nodes) == 2 and decision.resizes == {}
+
+
+def test_a_job_nearly_done_does_not_restart_to_go_faster() -> None:
+    # 100 steps left: 53 s at 2 devices, 17 s at 8 after a 60 s resize: staying is sooner.
+    decision = cycle().run([elastic(held=2, steps=100.0)], [NODE], THROUGHPUTS, now_s=120.0)
+    assert len(decision.plan.leases["e"].nodes) == 2
+
+
+def test_throughput_between_measured_counts_is_interpolated_and_beyond_them_held_flat() -> None:
+    curves = Curves(THROUGHPUTS)
+    job = elastic()
+    assert curves.rate(job, "h100", 6) == pytest.approx((3.6 + 6.0) / 2)
+    assert curves.rate(job, "h100", 16) == pytest.approx(6.0)
+    assert curves.rate(job, "h100", 4) == pytest.approx(3.6)
+    rigid_job = rigid("r", 3)  # a rigid job keeps the figures as given (the one-device fallback)
+    assert curves.rate(rigid_job, "h100", 3) == pytest.approx(1.0)
+
+
+def test_the_simulator_runs_elastic_jobs_through_the_same_cycle_and_counts_their_resizes() -> None:
+    # Two jobs of 20,000 steps, the second arriving half an hour later: elastic ones share the node
+    # and each use all of it while alone; rigid ones at their smallest gang leave devices idle.
+    def trace(elastic_sizes: tuple[int, ...]) -> list[TraceJob]:
+        return [
+            TraceJob(
+                job_type="lm",
+                devices=2,
+                total_steps=20_000.0,
+                arrival_s=arrival,
+                sizes=elastic_sizes,
+                resize_s=60.0,
+            )
+            for arrival in (0.0, 1800.0)
+        ]
+
+    config = SimConfig(round_s=60.0)
+    policy = policy_named("gavel_las_perf")
+    grown = simulate(trace((2, 4, 8)), [NODE], THROUGHPUTS, policy, config)
+    fixed = simulate(trace(()), [NODE], THROUGHPUTS, policy_named("gavel_las_perf"), config)
+    assert grown.jobs_measured == fixed.jobs_measured == 2
+    assert grown.avg_jct_h < fixed.avg_jct_h
+    assert grown.restarts_per_job >= 1  # the first shrank when the second came
+    assert grown.utilization > fixed.utilization
