@@ -24,6 +24,9 @@ class Settings:
     """Least time a job keeps its devices before the scheduler may preempt it."""
     policy: str = "shortest_remaining_fluid"
     """The scheduling policy the agent runs (`shipyard sim policies` lists them)."""
+    resize_cost_s: float = 60.0
+    """What a resize of an elastic job is taken to cost (checkpoint, restart, reload) until the
+    job has measured its own (``SHIPYARD_RESIZE_COST_S``)."""
     placement: str = "topology"
     """The scheduling framework's placer: ``topology`` (a gang over the fewest racks, by the
     nodes' ``rack``/``switch`` labels) or ``pack`` (the fewest nodes, racks unseen)."""
@@ -79,6 +82,7 @@ class Settings:
             round_s=float(environ.get("SHIPYARD_ROUND_S", "300")),
             policy=environ.get("SHIPYARD_POLICY", "shortest_remaining_fluid"),
             placement=environ.get("SHIPYARD_PLACEMENT", "topology"),
+            resize_cost_s=float(environ.get("SHIPYARD_RESIZE_COST_S", "60")),
             audit_key=environ.get("SHIPYARD_AUDIT_KEY") or None,
             max_upload_bytes=int(float(environ.get("SHIPYARD_MAX_UPLOAD_MB", "2048")) * 2**20),
             executor=environ.get("SHIPYARD_EXECUTOR", "local"),

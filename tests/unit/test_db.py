@@ -95,20 +95,24 @@ def test_model_names_become_per_project_and_existing_versions_keep_their_numbers
 
     with Session(engine) as session, session.begin():
         for n, project in enumerate(("a", "b"), start=1):
-            job = Job(id=f"j-{project}", name="shared", project=project, queue="q", priority=0,
-                      state="succeeded", spec={}, devices=1, accelerator_types=["cpu"],
-                      run_dir="/tmp/j")  # fmt: skip
-            session.add(job)
-            session.flush()
+            # The jobs table as 0013 has it (the model knows later columns).
+            job_id, submitted = f"j-{project}", datetime.now(UTC)
+            session.execute(
+                insert(Job.__table__).values(
+                    id=job_id, name="shared", project=project, queue="q", priority=0,
+                    state="succeeded", spec={}, devices=1, accelerator_types=["cpu"], run_dir="/tmp/j",
+                    cancel_requested=False, preempt_requested=False, submitted_at=submitted,
+                )
+            )  # fmt: skip
             # The artifacts table as 0013 has it (the model knows later columns).
             export_id = session.execute(
                 insert(Artifact.__table__).values(
-                    job_id=job.id, kind="export", path=f"/tmp/{project}", step=1, size_bytes=1,
-                    created_at=job.submitted_at,
+                    job_id=job_id, kind="export", path=f"/tmp/{project}", step=1, size_bytes=1,
+                    created_at=submitted,
                 ).returning(Artifact.__table__.c.id)
             ).scalar_one()  # fmt: skip
             stage = "production" if project == "a" else "none"
-            session.add(ModelVersion(name="shared", version=n, project=project, job_id=job.id,
+            session.add(ModelVersion(name="shared", version=n, project=project, job_id=job_id,
                                      artifact_id=export_id, step=1, metrics={}, stage=stage))  # fmt: skip
     engine.dispose()
 

@@ -245,3 +245,33 @@ def test_gradient_checkpointing_is_full_activation_checkpointing_and_may_not_con
                 training={"activation_checkpointing": "none"},
             )
         )
+
+
+def test_an_elastic_range_is_read_as_its_largest_and_fewest_devices_and_every_size_keeps_the_batch() -> None:
+    spec = validate_job_spec(spec_dict(resources={"devices": {"min": 2, "max": 8}}))
+    assert (spec.resources.devices, spec.resources.min_devices, spec.resources.elastic) == (8, 2, True)
+    # 2,048 tokens of 64 a step: 32 samples, split evenly over 2, 4 and 8 ranks only.
+    assert spec.device_sizes == [2, 4, 8]
+    at_two = spec.sized(2)
+    assert (at_two.resources.devices, at_two.resources.elastic) == (2, False)
+    assert at_two.training.global_batch_tokens == spec.training.global_batch_tokens
+    assert at_two.training.grad_accum_steps(2) * at_two.training.micro_batch_size * 2 * 64 == 2048
+    stored = validate_job_spec(spec.model_dump(mode="json", by_alias=True))
+    assert stored == spec  # the stored form reads back as the same spec
+
+
+@pytest.mark.parametrize(
+    ("resources", "words"),
+    [
+        ({"devices": {"min": 4, "max": 2}}, "min_devices 4 is more than devices 2"),
+        ({"devices": {"min": 1}}, "takes min and max"),
+        ({"devices": {"min": 1, "max": 2}, "nodes": 2}, "give nodes: 1, or fixed devices"),
+        ({"devices": {"min": 3, "max": 5}}, "no two sizes in that range split the step's 32 samples"),
+    ],
+)
+def test_an_elastic_range_that_cannot_run_is_refused_with_the_fix(
+    resources: dict[str, object], words: str
+) -> None:
+    with pytest.raises(InvalidSpec) as refused:
+        validate_job_spec(spec_dict(resources=resources))
+    assert words in str(refused.value)

@@ -69,6 +69,9 @@ def how_it_ended(
     if isinstance(status, Exited) and status.engine_ended is not None and not job.cancel_requested:
         return _ended_by_engine(status.engine_ended, result)
     if result is not None and result.status == "cancelled":
+        if job.preempt_requested and not job.cancel_requested and job.resize_message:
+            resized = f"{job.resize_message} (at step {result.step}; resumes from its checkpoint)"
+            return Ended(JobState.CANCELLED, ExitReason.RESIZED, JobState.QUEUED, resized)
         if job.preempt_requested and not job.cancel_requested:
             waiting = f"preempted by the scheduler at step {result.step}; resumes from its checkpoint"
             return Ended(JobState.CANCELLED, ExitReason.PREEMPTED, JobState.QUEUED, waiting)

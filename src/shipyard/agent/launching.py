@@ -89,6 +89,20 @@ def _with_micro_batch(spec: JobSpec, micro_batch_size: int | None) -> JobSpec:
     return spec.model_copy(update={"training": training})
 
 
+def _as_launched(spec: JobSpec, estimate: Estimate | None, placed: Placement) -> JobSpec:
+    """The spec as this attempt runs it: the planner's layout for the type, and for an elastic
+    job the size it was placed at (the planner's layout only at the size it planned for)."""
+    if not spec.resources.elastic:
+        return planned_layout(spec, estimate, placed.accelerator_type)
+    size = placed.world_size // len(placed.nodes)
+    at_size = spec.sized(size)
+    return (
+        planned_layout(at_size, estimate, placed.accelerator_type)
+        if size == spec.resources.devices
+        else at_size
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """An attempt recorded, not yet handed to the engine: what ``start`` needs, outside any
@@ -152,7 +166,7 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
             ]
             roots += [model.fetched] if model.fetched else []
     estimate = Estimate.stored(job.estimate)
-    spec = planned_layout(_with_micro_batch(spec, job.micro_batch_size), estimate, placed.accelerator_type)
+    spec = _as_launched(_with_micro_batch(spec, job.micro_batch_size), estimate, placed)
     LaunchPlan(
         job_id=job.id,
         attempt=number,
@@ -185,6 +199,7 @@ def prepare(ctx: ServiceContext, job: Job, placed: Placement, agent_id: str) -> 
         metrics_offset=metrics.stat().st_size if metrics.exists() else 0,
         inputs=inputs or None,
         micro_batch_size=spec.training.micro_batch_size,
+        world_size=placed.world_size,
     )
     job.attempts.append(attempt)
     job.restart_at = None

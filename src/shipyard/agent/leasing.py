@@ -24,6 +24,7 @@ from shipyard.executors.base import (
     NodeInventory,
     place_now,
 )
+from shipyard.scheduling.elastic import Resize
 from shipyard.scheduling.status import Reason, Status
 from shipyard.services.caches.submitted_jobs import aware
 from shipyard.services.context import ServiceContext
@@ -64,6 +65,11 @@ def start_leased(
         for job_id in plan.preempted
         if job_id in running_of and _preempt_if_due(ctx, running_of[job_id], now)
     ]
+    preempted += [
+        running_of[job_id]
+        for job_id, change in decision.resizes.items()
+        if job_id in running_of and _resize_if_due(ctx, running_of[job_id], change, now)
+    ]
     queued = sorted(
         (r for r in rows.values() if r.state == JobState.QUEUED),
         key=lambda r: (r.submitted.submitted_at, r.id),
@@ -81,6 +87,8 @@ def start_leased(
         # The lease's type, and the resources the job was submitted with (read once per job):
         # thousands of leases that wait on a busy cluster must not each load their job's spec.
         request = dataclasses.replace(waiting.submitted.request, accelerator_types=[lease.accelerator_type])
+        if waiting.submitted.never_ran.elastic:  # the size the scheduler gave it
+            request = dataclasses.replace(request, devices=waiting.submitted.processes(len(lease.nodes)))
         placed = place_now(ctx.executor, request, busy, on=nodes)
         if isinstance(placed, Status):
             reasons[waiting.id] = Status(Reason.UNPLACEABLE, f"0/{len(nodes)} nodes: {placed.message}")
@@ -116,6 +124,15 @@ def _preempt_if_due(ctx: ServiceContext, attempt: Attempt, now: datetime) -> boo
     if (now - aware(attempt.started_at)).total_seconds() < ctx.settings.round_s:
         return False
     return preempt(attempt)
+
+
+def _resize_if_due(ctx: ServiceContext, attempt: Attempt, change: Resize, now: datetime) -> bool:
+    """Resize the elastic job once its attempt held its devices a round: it checkpoints, ends
+    with the kind ``resized`` and requeues, and the scheduler places it at its new size."""
+    if (now - aware(attempt.started_at)).total_seconds() < ctx.settings.round_s or not preempt(attempt):
+        return False
+    attempt.job.resize_message = change.describe()
+    return True
 
 
 def preempt(attempt: Attempt) -> bool:

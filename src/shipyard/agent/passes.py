@@ -404,6 +404,8 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt, l
         record_checkpoint(session, job, Path(result.checkpoint), result.step)
     ended = how_it_ended(ctx, job, attempt, status, result, parent_saw)
     attempt.state, attempt.exit_reason = ended.attempt_state, ended.attempt_reason
+    if ended.attempt_reason == ExitReason.RESIZED:
+        attempt.message = job.resize_message
     record_measurements(session, job, attempt)
     after = None
     if ended.job_state == JobState.FAILED:
@@ -417,8 +419,9 @@ def _finish_if_exited(ctx: ServiceContext, session: Session, attempt: Attempt, l
         job.move(JobState.QUEUED, pending_reason=after.reason, pending_code=code)
         job.restart_at, job.micro_batch_size = after.restart_at, after.micro_batch_size
     elif ended.job_state == JobState.QUEUED:
-        job.preempt_requested = False
-        job.move(JobState.QUEUED, pending_reason=ended.message, pending_code=Reason.PREEMPTED)
+        code = Reason.RESIZED if ended.attempt_reason == ExitReason.RESIZED else Reason.PREEMPTED
+        job.preempt_requested, job.resize_message = False, None
+        job.move(JobState.QUEUED, pending_reason=ended.message, pending_code=code)
     else:
         job.move(ended.job_state, exit_reason=ended.attempt_reason, message=ended.message, hint=ended.hint)
     if ended.job_state == JobState.SUCCEEDED:

@@ -9,6 +9,7 @@ has run on a type. Quotas are the queue configuration in force (``services/clust
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,8 +18,8 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from shipyard.db import Attempt, Job, Metric
-from shipyard.domain import JobState
+from shipyard.db import Attempt, Job, Metric, MetricPoint
+from shipyard.domain import ExitReason, JobState
 from shipyard.executors import NodeInventory, capacity_of, devices_of
 from shipyard.hardware import Device
 from shipyard.hardware.catalog import AcceleratorSpec
@@ -75,12 +76,16 @@ class LiveJob:
 
 _IS_LIVE = Job.state.in_([JobState.QUEUED, JobState.RUNNING])
 _ATTEMPT_COLUMNS = (
+    Attempt.id,
     Attempt.job_id,
     Attempt.state,
     Attempt.accelerator_type,
     Attempt.node,
     Attempt.started_at,
     Attempt.finished_at,
+    Attempt.world_size,
+    Attempt.exit_reason,
+    Attempt.signalled_at,
 )
 """What a snapshot reads of the live jobs' attempts: not whole rows, whose documents (devices,
 health, inputs) took a third of the snapshot to decode for 2,000 running jobs."""
@@ -95,6 +100,7 @@ def snapshot(
     now: datetime,
     submitted_jobs: SubmittedJobs,
     cordoned: Mapping[str, Sequence[str]] | None = None,
+    resize_cost_s: float = 60.0,
 ) -> tuple[list[model.Job], list[model.Node], model.Throughputs, dict[str, LiveJob]]:
     """What the cycle sees: the live jobs, the nodes (one per machine and accelerator type, with
     the machine's labels, unschedulable where ``cordoned`` names the machine's problems), and the
@@ -115,6 +121,9 @@ def snapshot(
     home = inventory[0].id if inventory else ""
     last_steps = _last_steps(session, list(attempts))
     measured = _measured_rates(session, list(attempts))
+    elastic_ids = [i for i in attempts if submitted_jobs[i].never_ran.elastic]
+    size_rates = _measured_size_rates(session, elastic_ids)
+    resize_starts = _first_steps(session, [a.id for i in elastic_ids for a in attempts[i]])
     packed: dict[tuple[str, int, str], float] = {}
     jobs, live = [], {}
     for job_id, state, pending_reason, pending_code, cancel_requested, restart_at in rows:
@@ -124,11 +133,17 @@ def snapshot(
         )
         if restart_at is not None and aware(restart_at) > now:
             continue  # waits out its restart backoff: nothing to schedule yet
-        for accelerator_type, rate in _rates(submitted, peaks, measured.get(job_id, {})).items():
-            packed[(job_id, submitted.demand, accelerator_type)] = rate
         tried = attempts.get(job_id)
+        elastic = submitted.never_ran.elastic
+        if not elastic:
+            for accelerator_type, rate in _rates(submitted, peaks, measured.get(job_id, {})).items():
+                packed[(job_id, submitted.demand, accelerator_type)] = rate
+        else:
+            packed.update(_size_rates(submitted, peaks, size_rates.get(job_id, {})))
+        resize_s = _resize_cost(tried or [], resize_starts) if elastic else None
+        never_ran = dataclasses.replace(submitted.never_ran, resize_s=resize_s or resize_cost_s)
         if not tried:
-            jobs.append(submitted.never_ran)
+            jobs.append(never_ran)
             continue
         running = next((a for a in tried if a.state == JobState.RUNNING), None)
         attained: dict[str, float] = {}
@@ -140,11 +155,13 @@ def snapshot(
             )
         jobs.append(
             dataclasses.replace(
-                submitted.never_ran,
+                never_ran,
                 steps_done=float(last_steps.get(job_id, 0)),
                 attained_s=attained,
                 running_on=running.accelerator_type if running else None,
-                nodes=_lease_nodes(running.node or home, running.accelerator_type, submitted)
+                nodes=_lease_nodes(
+                    running.node or home, running.accelerator_type, submitted, running.world_size
+                )
                 if running
                 else (),
             )
@@ -175,10 +192,14 @@ def snapshot(
     return jobs, nodes, model.Throughputs(packed=packed), live
 
 
-def _lease_nodes(nodes: str, accelerator_type: str, submitted: Submitted) -> tuple[str, ...]:
-    """The scheduler's nodes a running attempt holds: one entry per device, on each of its nodes."""
+def _lease_nodes(
+    nodes: str, accelerator_type: str, submitted: Submitted, world_size: int | None
+) -> tuple[str, ...]:
+    """The scheduler's nodes a running attempt holds: one entry per device, on each of its nodes
+    (an elastic job's as many as its attempt's size)."""
     machines = nodes.split(",")
-    per_node = submitted.demand // len(machines)
+    demand = world_size * submitted.unit if world_size and submitted.never_ran.elastic else submitted.demand
+    per_node = demand // len(machines)
     return tuple(scheduling_node(m, accelerator_type) for m in machines for _ in range(per_node))
 
 
@@ -213,6 +234,72 @@ def _measured_rates(session: Session, job_ids: list[str]) -> dict[str, dict[str,
     return measured
 
 
+def _measured_size_rates(session: Session, job_ids: list[str]) -> dict[str, dict[tuple[str, int], float]]:
+    """Elastic jobs' mean tokens/s by accelerator type and size (processes of the attempt)."""
+    if not job_ids:
+        return {}
+    rows = session.execute(
+        select(Attempt.job_id, Attempt.accelerator_type, Attempt.world_size, func.avg(Metric.tokens_per_s))
+        .join(Metric, Metric.attempt_id == Attempt.id)
+        .where(Metric.job_id.in_(job_ids), Metric.kind == "train", Metric.tokens_per_s.is_not(None))
+        .where(Attempt.world_size.is_not(None))
+        .group_by(Attempt.job_id, Attempt.accelerator_type, Attempt.world_size)
+    )
+    measured: dict[str, dict[tuple[str, int], float]] = {}
+    for job_id, accelerator_type, world_size, tokens_per_s in rows:
+        if tokens_per_s is not None:
+            measured.setdefault(job_id, {})[(accelerator_type, int(world_size))] = float(tokens_per_s)
+    return measured
+
+
+def _size_rates(
+    job: Submitted, peaks: dict[str, float], measured: Mapping[tuple[str, int], float]
+) -> dict[tuple[str, int, str], float]:
+    """An elastic job's steps/s at each size it may run at, per accelerator type: what it
+    measured at the sizes it ran at, and at the others the nearest measured size's figure in
+    proportion to the devices (before any measurement on a type: the planner's, at its largest
+    size, in proportion)."""
+    planned = _rates(job, peaks, {})
+    sizes, largest = job.never_ran.sizes, job.never_ran.sizes[-1]
+    rates: dict[tuple[str, int, str], float] = {}
+    for accelerator_type, rate in planned.items():
+        ran = {
+            world_size * job.unit: tokens_per_s / job.batch_tokens
+            for (kind, world_size), tokens_per_s in measured.items()
+            if kind == accelerator_type and tokens_per_s > 0
+        }
+        for size in sizes:
+            if size in ran:
+                rates[(job.never_ran.id, size, accelerator_type)] = ran[size]
+            elif ran:
+                nearest = min(ran, key=lambda m: (abs(m - size), m))
+                rates[(job.never_ran.id, size, accelerator_type)] = ran[nearest] * size / nearest
+            else:
+                rates[(job.never_ran.id, size, accelerator_type)] = rate * size / largest
+    return rates
+
+
+def _first_steps(session: Session, attempt_ids: list[int]) -> dict[int, float]:
+    """When each attempt logged its first training step (seconds since the epoch)."""
+    if not attempt_ids:
+        return {}
+    rows = session.execute(
+        select(MetricPoint.attempt_id, func.min(MetricPoint.at))
+        .where(MetricPoint.attempt_id.in_(attempt_ids), MetricPoint.name == "loss")
+        .group_by(MetricPoint.attempt_id)
+    )
+    return {attempt_id: float(at) for attempt_id, at in rows if at is not None}
+
+
+def _resize_cost(attempts: Sequence[Any], first_steps: Mapping[int, float]) -> float | None:
+    """What the job's last resize cost it: from the scheduler's stop of the resized attempt to
+    the first step of the next (its checkpoint, restart and reload); None before any."""
+    for before, after in reversed(list(itertools.pairwise(attempts))):
+        if before.exit_reason == ExitReason.RESIZED and before.signalled_at and after.id in first_steps:
+            return max(0.0, first_steps[after.id] - aware(before.signalled_at).timestamp())
+    return None
+
+
 def _rates(job: Submitted, peaks: dict[str, float], measured: dict[str, float]) -> dict[str, float]:
     """Steps/s per accelerator type: measured where the job ran, else where a job of its shape
     ran, else the planner's estimate scaled by peak FLOPS, else the peak alone (only the ratios
@@ -244,7 +331,9 @@ def plan_round(
     ``cordoned`` take no new gang (the framework's ``node_schedulable`` filter)."""
     known = list(ctx.executor.known_nodes()) if known is None else known
     inventory = [node for node in known if node.up]
-    jobs, nodes, throughputs, rows = snapshot(session, inventory, now, ctx.submitted_jobs, cordoned)
+    jobs, nodes, throughputs, rows = snapshot(
+        session, inventory, now, ctx.submitted_jobs, cordoned, ctx.settings.resize_cost_s
+    )
     queues = load_queues(session, ctx.settings.home, capacity_of(inventory))
     profile = profile_named(ctx.settings.placement)
     cycle = Cycle(

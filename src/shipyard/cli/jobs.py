@@ -162,6 +162,8 @@ def _print_detail(d: JobDetail) -> None:
             ],
         )
         for a in d.attempts:
+            if a.message:  # an elastic job's resize: what and why
+                console.print(f"attempt {a.number}: {a.message}")
             for straggler in (a.health or {}).get("stragglers", []):
                 console.print(
                     f"attempt {a.number}: rank {straggler['rank']} straggles, computing "

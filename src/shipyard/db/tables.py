@@ -42,6 +42,9 @@ class Job(Base):
     resume_from: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(default=False)
     preempt_requested: Mapped[bool] = mapped_column(default=False)
+    resize_message: Mapped[str | None] = mapped_column(Text)
+    """The scheduler's resize of this running elastic job (what, and why), until its attempt ends
+    with the kind ``resized``; ``preempt_requested`` is set with it."""
     owner: Mapped[str | None] = mapped_column(String(64), index=True)
     """Who submitted it (``local:USER`` on the embedded platform)."""
     """The scheduler asked the running attempt to checkpoint and stop; the job is requeued."""
@@ -105,6 +108,11 @@ class Attempt(Base):
     finished_at: Mapped[datetime | None]
     micro_batch_size: Mapped[int | None] = mapped_column(Integer)
     """Sequences per forward pass it ran with (None: the spec's)."""
+    world_size: Mapped[int | None] = mapped_column(Integer)
+    """Processes of its gang over all its nodes (None: recorded before elastic jobs, the spec's)."""
+    message: Mapped[str | None] = mapped_column(Text)
+    """Why the scheduler ended it, in words (an elastic job's resize: from what size to what, and
+    why); None for the other endings, which the job's own message tells."""
     health: Mapped[dict[str, Any] | None]
     """What its heartbeats showed: each rank's compute time per step and its stragglers."""
     inputs: Mapped[dict[str, Any] | None]

@@ -27,6 +27,9 @@ class ExitReason(StrEnum):
     """Stopped on request; the runtime checkpointed before exiting."""
     PREEMPTED = "preempted"
     """The scheduler gave the devices to another job; the runtime checkpointed, the job requeued."""
+    RESIZED = "resized"
+    """The scheduler changed an elastic job's size; the runtime checkpointed, the job requeued to
+    resume on the new gang."""
     KILLED = "killed"
     """Did not stop within the grace period and was killed."""
     ERROR = "error"

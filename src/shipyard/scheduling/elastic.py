@@ -193,7 +193,9 @@ def _explained(
                 and set(placed[j.id].nodes) & set(job.nodes)
                 and not set(j.nodes) & set(job.nodes)
             )
-            took = f"its devices went to {', '.join(newcomers)}" if newcomers else "its devices are needed"
-            why = f"{took}; grows back when they are free"
+            if newcomers:
+                why = f"its devices went to {', '.join(newcomers)}; grows back when they are free"
+            else:  # measured: more devices did not make it faster
+                why = f"it runs as fast on {after} as on {before}, and the others are free for other jobs"
         resizes[job.id] = Resize(job.id, lease.accelerator_type, before, after, why)
     return resizes

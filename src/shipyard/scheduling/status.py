@@ -24,6 +24,8 @@ class Reason(StrEnum):
     """Preempted: its queue borrowed quota that the owner needs back."""
     PREEMPTED = "preempted"
     """Preempted by the policy; it resumes from its checkpoint."""
+    RESIZED = "resized"
+    """An elastic job the scheduler resized; it resumes from its checkpoint on its new gang."""
     NODE_LOST = "node_lost"
     """Its last attempt lost a node; it resumes from its last stored checkpoint elsewhere."""
     NODES_DOWN = "nodes_down"

@@ -13,7 +13,9 @@ from typing import Annotated, Any, Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 
+from shipyard.errors import InvalidSpec
 from shipyard.hardware.catalog import catalog, unknown_key_hint
+from shipyard.schemas import layout
 from shipyard.schemas.documents import PATTERN_WORDS, load_mapping, validate_document
 from shipyard.schemas.finetune_spec import (
     FinetuneMethod,
@@ -34,6 +36,7 @@ from shipyard.schemas.spec_base import (
 from shipyard.schemas.training_spec import (
     COMPILING_VENDORS,
     ActivationCheckpointingSection,
+    ParallelismSection,
     TrainingSection,
 )
 
@@ -199,7 +202,13 @@ class ResourcesSection(Section):
     accelerator: list[Annotated[str, Field(max_length=64)]] = Field(default=["cpu"], max_length=32)
     """One accelerator type or an any-of list in order of preference, e.g. ``[h100-sxm, a800, cpu]``."""
     devices: Annotated[int, Field(gt=0, le=1024)] = 1
-    """Devices per node (one training process each)."""
+    """Devices per node (one training process each); ``{min: 2, max: 8}`` makes the job elastic
+    (read as ``devices: 8, min_devices: 2``)."""
+    min_devices: Annotated[int, Field(gt=0, le=1024)] | None = None
+    """Elastic: the fewest devices per node the job runs on. It is admitted and placed at this
+    size and grows toward ``devices`` into devices nobody else needs, shrinking back when they
+    are; each change is a restart from a checkpoint, and the global batch, data order and
+    learning-rate schedule stay the spec's at every size. None: always ``devices``."""
     nodes: Annotated[int, Field(gt=0, le=100_000)] = 1
     """Machines of a cluster the job spans, each with ``devices`` devices, placed all at once."""
     cpus_per_device: Annotated[int, Field(gt=0, le=4096)] | None = None
@@ -211,6 +220,35 @@ class ResourcesSection(Section):
     @classmethod
     def _as_list(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _device_range(cls, value: Any) -> Any:
+        """``devices: {min, max}`` as ``devices: max, min_devices: min``."""
+        if isinstance(value, dict) and isinstance(value.get("devices"), dict):
+            given = dict(value["devices"])
+            if set(given) != {"min", "max"}:
+                raise ValueError(f"resources.devices as a range takes min and max, not {sorted(given)}")
+            value = {**value, "devices": given["max"], "min_devices": given["min"]}
+        return value
+
+    @model_validator(mode="after")
+    def _range_in_order(self) -> Self:
+        if self.min_devices is not None and self.min_devices > self.devices:
+            raise ValueError(
+                f"resources.min_devices {self.min_devices} is more than devices {self.devices}; "
+                "give the fewest devices the job runs on, at most devices"
+            )
+        if self.elastic and self.nodes > 1:
+            raise ValueError(
+                f"an elastic job (resources.min_devices {self.min_devices}) runs on one node and "
+                f"resizes within it, but resources.nodes is {self.nodes}; give nodes: 1, or fixed devices"
+            )
+        return self
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_devices is not None and self.min_devices < self.devices
 
     @field_validator("accelerator")
     @classmethod
@@ -325,6 +363,13 @@ class JobSpec(Section):
             )
         if p.chosen:
             p.resolved(r.devices * r.nodes)  # raises with the product and the fix
+        if r.elastic and len(self.device_sizes) < 2:
+            raise ValueError(
+                f"resources.devices {{min: {r.min_devices}, max: {r.devices}}}: no two sizes in that range "
+                f"split the step's {self.training.global_batch_tokens // self.training.seq_len} samples "
+                "evenly over their data-parallel ranks; widen the range or pick a global_batch_tokens "
+                "with more divisors"
+            )
         if self.training.compile is True:
             known = catalog()
             blocked = [a for a in r.accelerator if known[a].vendor not in COMPILING_VENDORS]
@@ -341,6 +386,35 @@ class JobSpec(Section):
                 "give one of them"
             )
         return self
+
+    @property
+    def device_sizes(self) -> list[int]:
+        """The devices per node the job may run on: ``resources.devices`` alone, or for an
+        elastic job every count from ``min_devices`` that keeps the global batch whole."""
+        r, t = self.resources, self.training
+        if not r.elastic:
+            return [r.devices]
+        assert r.min_devices is not None
+        tp = t.parallelism.tp or 1
+        sizes = layout.elastic_sizes(
+            r.min_devices, r.devices, r.nodes, tp, t.global_batch_tokens // t.seq_len
+        )
+        return [n for n in sizes if not t.parallelism.chosen or _resolves(t.parallelism, n * r.nodes)]
+
+    def sized(self, devices: int) -> JobSpec:
+        """The spec of an attempt on ``devices`` per node: that many devices, and a micro-batch
+        that divides each rank's share of the step's samples (the global batch unchanged)."""
+        r, t = self.resources, self.training
+        if devices == r.devices and r.min_devices is None:
+            return self
+        ranks = devices * r.nodes // (t.parallelism.tp or 1)
+        micro = layout.micro_batch_for(t.global_batch_tokens // t.seq_len // ranks, t.micro_batch_size)
+        return self.model_copy(
+            update={
+                "resources": r.model_copy(update={"devices": devices, "min_devices": None}),
+                "training": t.model_copy(update={"micro_batch_size": micro}),
+            }
+        )
 
     @property
     def activation_checkpointing(self) -> ActivationCheckpointingSection:
@@ -397,3 +471,12 @@ def validate_job_spec(document: dict[str, Any], *, source: str = "job spec") -> 
         source=source,
         hint=f"fix the fields named above; {SPEC_HINT}",
     )
+
+
+def _resolves(parallelism: ParallelismSection, world: int) -> bool:
+    """Whether the degrees the spec gives multiply to ``world`` (a -1 taking the rest)."""
+    try:
+        parallelism.resolved(world)
+    except InvalidSpec:
+        return False
+    return True

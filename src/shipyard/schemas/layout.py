@@ -63,3 +63,16 @@ def grad_accum_steps(global_batch_tokens: int, micro_batch_size: int, seq_len: i
             hint="change global_batch_tokens, micro_batch_size or resources.devices so it divides",
         )
     return global_batch_tokens // tokens_per_fwdbwd
+
+
+def elastic_sizes(fewest: int, most: int, nodes: int, tp: int, samples_per_step: int) -> list[int]:
+    """The devices per node an elastic job may run on, between ``fewest`` and ``most``: those
+    tensor parallelism divides and whose data-parallel ranks split the step's samples evenly (the
+    global batch stays the spec's at every size)."""
+    return [n for n in range(fewest, most + 1) if n % tp == 0 and samples_per_step % (n * nodes // tp) == 0]
+
+
+def micro_batch_for(samples_per_rank: int, wanted: int) -> int:
+    """The largest micro-batch no larger than ``wanted`` that divides a rank's samples per step:
+    at another size the rank's share changes, the step's batch does not."""
+    return max(m for m in range(1, min(wanted, samples_per_rank) + 1) if samples_per_rank % m == 0)

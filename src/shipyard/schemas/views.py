@@ -30,6 +30,10 @@ class AttemptView(View):
     finished_at: datetime | None
     micro_batch_size: int | None = None
     """Sequences per forward pass (None: the spec's; smaller after an out-of-memory)."""
+    world_size: int | None = None
+    """Processes of its gang over all its nodes (an elastic job's differ from one to the next)."""
+    message: str | None = None
+    """Why the scheduler ended it, where it did (an elastic job's resize)."""
     health: dict[str, Any] | None = None
     """From its heartbeats: ``compute_s`` per rank (median seconds of compute per step),
     ``stragglers`` (ranks at 1.5 times the median or more, with their ratio) and, for an attempt

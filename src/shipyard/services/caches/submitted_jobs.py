@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from shipyard.db import Job
 from shipyard.executors.base import Request
 from shipyard.scheduling import model
+from shipyard.schemas.jobspec import stored_job_spec
 from shipyard.schemas.layout import total_steps
 
 
@@ -40,6 +41,12 @@ class Submitted:
     """The job as the scheduler sees it until it first runs (most waiting jobs)."""
     request: Request
     """What it asks of an executor (its resources), to place a lease without reading its spec."""
+    unit: int = 1
+    """Scheduler devices per training process: its cores on the CPU, else 1."""
+
+    def processes(self, devices: int) -> int:
+        """Training processes per node of a gang of ``devices`` scheduler devices."""
+        return devices // self.unit // self.request.nodes
 
 
 MAX_REMEMBERED = 65536
@@ -57,6 +64,7 @@ _SUBMITTED_COLUMNS = (
     Job.spec[("resources", "cpus_per_device")].as_integer(),
     Job.spec[("resources", "nodes")].as_integer(),
     Job.spec[("resources", "min_memory_gib")].as_float(),
+    Job.spec[("resources", "min_devices")].as_integer(),
     Job.spec[("training", "steps")].as_integer(),
     Job.spec[("training", "tokens")].as_integer(),
     Job.spec[("training", "global_batch_tokens")].as_integer(),
@@ -99,10 +107,18 @@ def _read(session: Session, job_ids: list[str]) -> Iterator[tuple[str, Submitted
         query = select(*_SUBMITTED_COLUMNS).where(Job.id.in_(job_ids[start : start + _CHUNK]))
         for row in session.execute(query):
             (job_id, project, queue, priority, devices, types, submitted_at) = row[:7]
-            (cpus, node_count, memory, steps, tokens, batch, planned_on, planned_rate, shape_rates) = row[7:]
+            (cpus, node_count, memory, fewest, steps, tokens, batch) = row[7:14]
+            (planned_on, planned_rate, shape_rates) = row[14:]
             # Each node runs ``devices`` processes; on the CPU each holds its cores.
-            per_node = devices * (cpus or 1) if types == ["cpu"] else devices
+            unit = (cpus or 1) if types == ["cpu"] else 1
+            per_node = devices * unit
             demand = per_node * (node_count or 1)
+            # An elastic job: the scheduler sees each size it may run at (rare: its spec is read).
+            sizes = (
+                ()
+                if fewest is None
+                else tuple(n * unit * (node_count or 1) for n in _sizes_of(session, job_id))
+            )
             yield (
                 job_id,
                 Submitted(
@@ -117,6 +133,7 @@ def _read(session: Session, job_ids: list[str]) -> Iterator[tuple[str, Submitted
                     planned_on=planned_on,
                     planned_tokens_per_s=planned_rate or 0.0,
                     shape_tokens_per_s=shape_rates or {},
+                    unit=unit,
                     request=Request(
                         accelerator_types=tuple(types),
                         devices=devices,
@@ -127,14 +144,20 @@ def _read(session: Session, job_ids: list[str]) -> Iterator[tuple[str, Submitted
                     never_ran=model.Job(
                         id=job_id,
                         job_type=job_id,
-                        devices=demand,
+                        devices=sizes[0] if sizes else demand,
+                        sizes=sizes,
                         arrival_s=aware(submitted_at).timestamp(),
                         total_steps=float(total_steps(steps, tokens, batch)),
                         accelerator_types=tuple(types),
                         priority=2.0**priority,
                         queue=queue,
                         min_memory_gib=memory or 0.0,
-                        per_node=per_node,
+                        per_node=sizes[0] if sizes else per_node,
                     ),
                 ),
             )
+
+
+def _sizes_of(session: Session, job_id: str) -> list[int]:
+    """The devices per node an elastic job may run at, as its spec allows them."""
+    return stored_job_spec(session.get_one(Job, job_id).spec).device_sizes
