@@ -53,9 +53,9 @@ from shipyard.executors.base import (  # noqa: E402
     Running,
     StoreAccess,
     Synced,
-    Unplaceable,
 )
 from shipyard.scheduling import cycle as scheduling_cycle  # noqa: E402
+from shipyard.scheduling.status import Status, unplaceable  # noqa: E402
 from shipyard.schemas.jobspec import validate_job_spec  # noqa: E402
 from shipyard.services.context import ServiceContext, open_context  # noqa: E402
 from shipyard.services.jobs import jobs  # noqa: E402
@@ -107,11 +107,11 @@ class AdvertisedNodes:
         return self.inventory
 
     @_counted
-    def check_feasible(self, request: Request) -> Unplaceable | None:
+    def check_feasible(self, request: Request) -> Status | None:
         return None
 
     @_counted
-    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Unplaceable:
+    def place(self, request: Request, on: Collection[str] | None = None) -> Placement | Status:
         """The first of the nodes ``on`` names with the type: its devices are picked by ``pick``."""
         for name in sorted(on or self.by_id):
             device = next(
@@ -125,12 +125,10 @@ class AdvertisedNodes:
                     world_size=request.devices * request.nodes, peak_tflops_bf16=device.peak_bf16_tflops,
                     peak_tflops_fp32=device.peak_fp32_tflops,
                 )  # fmt: skip
-        return Unplaceable("no node of the type", transient=False)
+        return unplaceable("no node of the type", transient=False)
 
     @_counted
-    def pick(
-        self, placement: Placement, request: Request, held: Mapping[str, Busy]
-    ) -> Placement | Unplaceable:
+    def pick(self, placement: Placement, request: Request, held: Mapping[str, Busy]) -> Placement | Status:
         """The devices ``held`` leaves free on the placement's node, as this machine's executor
         picks them."""
         name, kind = placement.node, placement.accelerator_type
@@ -138,7 +136,7 @@ class AdvertisedNodes:
         free = [d.index for d in self.by_id[name].accelerators if d.index not in taken]
         if len(free) >= request.devices:
             return dataclasses.replace(placement, device_ids=tuple(free[: request.devices]))
-        return Unplaceable("its devices are held by attempts that still run", transient=True)
+        return unplaceable("its devices are held by attempts that still run", transient=True)
 
     @_counted
     def expected_handle(self, placement: Placement, run_dir: Path) -> AttemptHandle:

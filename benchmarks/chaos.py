@@ -75,7 +75,7 @@ from shipyard.schemas.launch import STACKS_DIR, Heartbeat  # noqa: E402
 from shipyard.services.context import open_context  # noqa: E402
 from shipyard.services.storage import health as store_health  # noqa: E402
 from shipyard.services.storage import manifests  # noqa: E402
-from shipyard.services.storage.storage import blob_of  # noqa: E402
+from shipyard.services.storage.catalog import blob_of  # noqa: E402
 from shipyard.settings import Settings  # noqa: E402
 from shipyard.storage import config as storage_config  # noqa: E402
 from shipyard.storage.config import RootConfig, ScrubConfig, StorageConfig  # noqa: E402

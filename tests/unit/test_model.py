@@ -8,7 +8,7 @@ import torch
 from shipyard.schemas.presets import PRESETS, ModelArch
 from shipyard.schemas.training_spec import ScheduleSection
 from shipyard.training.model import Transformer
-from shipyard.training.trainer import lr_factor
+from shipyard.training.schedule import lr_factor
 
 SMALL = ModelArch(dim=32, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=64, vocab_size=97, max_seq_len=64)
 
