@@ -39,8 +39,12 @@ class Resize:
     before: int
     after: int
     why: str
+    moved_from: str | None = None
+    """The type it ran on, where it moves to another."""
 
     def describe(self) -> str:
+        if self.moved_from is not None:
+            return f"moved {self.before} {self.moved_from} → {self.after} {self.accelerator_type}: {self.why}"
         verb = "grew" if self.after > self.before else "shrunk"
         return f"{verb} {self.before}→{self.after} {self.accelerator_type}: {self.why}"
 
@@ -94,41 +98,65 @@ def resize(
             node_free[node_id] = node_free.get(node_id, 0) - 1
     out = dict(leases)
     elastic = [j for j in jobs if j.elastic and j.id in leases]
-    sizes = {j.id: len(leases[j.id].nodes) for j in elastic}
+    kinds = sorted({n.accelerator_type for n in nodes})
 
-    def worth(job: Job, devices: int) -> float:
-        """Steps per second at this size over the horizon (or until the job ends, if sooner),
-        the seconds a resize to it would cost counted as seconds of no step."""
-        lease = out[job.id]
-        level = level_of(lease.nodes, by_node) if devices == len(lease.nodes) else lease.level
-        rate = curves.rate(job, lease.accelerator_type, devices, level)
+    def worth(job: Job, kind: str, devices: int, level: Level) -> float:
+        """Steps per second on ``devices`` of ``kind`` over the horizon (or until the job ends, if
+        sooner), the seconds a resize or move to it would cost counted as seconds of no step."""
+        rate = curves.rate(job, kind, devices, level)
         if rate <= 0:
             return 0.0
-        held = len(job.nodes) if job.running_on == lease.accelerator_type else 0
-        cost = job.resize_s if held and devices != held else 0.0
+        held = len(job.nodes) if job.running_on is not None else 0
+        cost = job.resize_s if held and (kind != job.running_on or devices != held) else 0.0
         span = min(horizon_s, job.remaining_steps / rate + cost)
         return rate * max(0.0, span - cost) / span if span > 0 else rate
 
-    # Greedy by worth gained per device added, as Sia's and Pollux's goodput-per-GPU ranking:
-    # each step moves one job to its next size that fits and is worth more than its present one.
+    # Greedy by the relative gain per device taken (steps of different jobs do not compare; how
+    # much faster each gets does), as Sia's and Pollux's goodput-per-GPU ranking: each step
+    # grows one job on its type, or moves it once to another type's idle devices, wherever that
+    # is worth most.
+    moved: set[str] = set()
     while True:
-        best: tuple[float, Job, int] | None = None
+        best: tuple[float, Job, str, int] | None = None
         for job in elastic:
-            now = sizes[job.id]
-            here = worth(job, now)
-            room = _room(out[job.id], job, node_free, by_node)
-            for size in job.sizes:
-                if size <= now or size - now > room:
+            lease = out[job.id]
+            now = len(lease.nodes)
+            here = worth(job, lease.accelerator_type, now, lease.level)
+            for kind in kinds:
+                if not job.allows(kind) or (kind != lease.accelerator_type and job.id in moved):
                     continue
-                gain = (worth(job, size) - here) / (size - now)
-                if gain > 0 and (best is None or gain > best[0]):
-                    best = (gain, job, size)
+                same = kind == lease.accelerator_type
+                room = (
+                    _room(lease, job, node_free, by_node) if same else _room_on(kind, job, node_free, by_node)
+                )
+                for size in job.sizes:
+                    added = size - now if same else size
+                    if added <= 0 or added > room:
+                        continue
+                    level: Level = lease.level if same else ("node" if job.per_node else "rack")
+                    gain = (worth(job, kind, size, level) - here) / added / (here or 1e-9)
+                    if gain > 0 and (best is None or gain > best[0]):
+                        best = (gain, job, kind, size)
         if best is None:
             break
-        _, job, size = best
-        out[job.id] = _grow(out[job.id], job, size - sizes[job.id], node_free, by_node)
-        sizes[job.id] = size
+        _, job, kind, size = best
+        lease = out[job.id]
+        if kind == lease.accelerator_type:
+            out[job.id] = _grow(lease, job, size - len(lease.nodes), node_free, by_node)
+        else:
+            for node_id in lease.nodes:
+                node_free[node_id] += 1
+            empty = Lease(job_id=job.id, accelerator_type=kind, nodes=(), level="node")
+            out[job.id] = _grow(empty, job, size, node_free, by_node, one_node=bool(job.per_node))
+            moved.add(job.id)
     return out, _explained(elastic, out, leases, jobs)
+
+
+def _room_on(kind: str, job: Job, node_free: Mapping[str, int], by_node: Mapping[str, Node]) -> int:
+    """Devices a new gang of the job could take on another type: on one node where it must stay
+    on one, else on all of that type's nodes."""
+    free = [max(0, f) for n, f in node_free.items() if by_node[n].accelerator_type == kind]
+    return max(free, default=0) if job.per_node else sum(free)
 
 
 def _room(lease: Lease, job: Job, node_free: Mapping[str, int], by_node: Mapping[str, Node]) -> int:
@@ -141,22 +169,35 @@ def _room(lease: Lease, job: Job, node_free: Mapping[str, int], by_node: Mapping
     return sum(max(0, free) for n, free in node_free.items() if by_node[n].accelerator_type == kind)
 
 
-def _grow(lease: Lease, job: Job, more: int, node_free: dict[str, int], by_node: Mapping[str, Node]) -> Lease:
-    """``more`` devices added to the lease: on its nodes first, then the nodes with most free."""
-    own = list(dict.fromkeys(lease.nodes))
-    others = (
-        []
-        if job.per_node
-        else sorted(
-            (
-                n
-                for n, node in by_node.items()
-                if node.accelerator_type == lease.accelerator_type and n not in own
-            ),
-            key=lambda n: (-node_free.get(n, 0), n),
-        )
-    )
+def _grow(
+    lease: Lease,
+    job: Job,
+    more: int,
+    node_free: dict[str, int],
+    by_node: Mapping[str, Node],
+    *,
+    one_node: bool = False,
+) -> Lease:
+    """``more`` devices added to the lease: on the nodes it held before this round first (what it
+    gets back there is no move), then its nodes, then the nodes with most free (``one_node``: a
+    new gang, all on the node of its type with most free)."""
+    kind = lease.accelerator_type
+    held = list(job.nodes) if job.running_on == kind else []
+    for node_id in lease.nodes:  # what the lease has already is not to be taken again
+        if node_id in held:
+            held.remove(node_id)
     added: list[str] = []
+    for node_id in held:
+        if more and node_free.get(node_id, 0) > 0:
+            node_free[node_id] -= 1
+            added.append(node_id)
+            more -= 1
+    own = list(dict.fromkeys(lease.nodes + tuple(added)))
+    others = sorted(
+        (n for n, node in by_node.items() if node.accelerator_type == kind and n not in own),
+        key=lambda n: (-node_free.get(n, 0), n),
+    )
+    others = others[:1] if one_node and not own else ([] if job.per_node or one_node else others)
     for node_id in own + others:
         while more and node_free.get(node_id, 0) > 0:
             node_free[node_id] -= 1
@@ -178,8 +219,12 @@ def _explained(
     resizes: dict[str, Resize] = {}
     for job in elastic:
         lease = out[job.id]
-        before = len(job.nodes) if job.running_on == lease.accelerator_type else 0
+        before = len(job.nodes) if job.running_on is not None else 0
         after = len(lease.nodes)
+        if before and job.running_on != lease.accelerator_type:
+            why = f"{after} idle devices there run it faster; the gain pays for its {job.resize_s:.0f} s move"
+            resizes[job.id] = Resize(job.id, lease.accelerator_type, before, after, why, job.running_on)
+            continue
         if not before or before == after:
             continue
         if after > before:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard.scheduling.cycle import Cycle, TimeSinceSolve
-from shipyard.scheduling.elastic import Curves
+from shipyard.scheduling.elastic import HORIZON_S, Curves
 from shipyard.scheduling.framework import DEFAULT_PROFILE, Profile, queue_profiles
 from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
 from shipyard.scheduling.policies import Policy
@@ -53,6 +53,8 @@ class SimConfig:
     is looked at (else: one ranking of every job on every type)."""
     profile: Profile = DEFAULT_PROFILE
     """The filter and place plugins the cycle runs (``scheduling.framework``)."""
+    resize_horizon_s: float = HORIZON_S
+    """How far ahead an elastic job's resize must pay for itself (``scheduling.elastic``)."""
 
 
 GAVEL_MECHANISM = {
@@ -155,6 +157,7 @@ def simulate(
         type_passes=_fastest_first(throughputs, capacity) if config.types_in_turn else None,
         ledger=TimeSinceSolve(credit_s=config.round_s / 2) if config.received_since_solve else None,
         profile=config.profile,
+        horizon_s=config.resize_horizon_s,
         queue_profiles={}
         if config.queues is None
         else queue_profiles(config.queues.placements(), config.profile),
