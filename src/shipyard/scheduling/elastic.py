@@ -116,9 +116,12 @@ def resize(
     # grows one job on its type, or moves it once to another type's idle devices, wherever that
     # is worth most.
     moved: set[str] = set()
+    stuck: set[str] = set()
     while True:
         best: tuple[float, Job, str, int] | None = None
         for job in elastic:
+            if job.id in stuck:
+                continue
             lease = out[job.id]
             now = len(lease.nodes)
             here = worth(job, lease.accelerator_type, now, lease.level)
@@ -133,6 +136,8 @@ def resize(
                     added = size - now if same else size
                     if added <= 0 or added > room:
                         continue
+                    if same and not _stays_compact(lease, job, size, node_free, by_node):
+                        continue
                     level: Level = lease.level if same else ("node" if job.per_node else "rack")
                     gain = (worth(job, kind, size, level) - here) / added / (here or 1e-9)
                     if gain > 0 and (best is None or gain > best[0]):
@@ -143,6 +148,8 @@ def resize(
         lease = out[job.id]
         if kind == lease.accelerator_type:
             out[job.id] = _grow(lease, job, size - len(lease.nodes), node_free, by_node)
+            if len(out[job.id].nodes) < size:  # the room was not where the gang may grow: never
+                stuck.add(job.id)  # choose it again, or the loop would choose it forever
         else:
             for node_id in lease.nodes:
                 node_free[node_id] += 1
@@ -150,6 +157,17 @@ def resize(
             out[job.id] = _grow(empty, job, size, node_free, by_node, one_node=bool(job.per_node))
             moved.add(job.id)
     return out, _explained(elastic, out, leases, jobs)
+
+
+def _stays_compact(
+    lease: Lease, job: Job, size: int, node_free: Mapping[str, int], by_node: Mapping[str, Node]
+) -> bool:
+    """Whether growing to ``size`` keeps a gang that fits its nodes on them: a gang split over more
+    nodes than it needs runs slower, and its next change moves it."""
+    own = set(lease.nodes)
+    if job.per_node or size > sum(by_node[n].devices for n in own):
+        return True
+    return size - len(lease.nodes) <= sum(max(0, node_free.get(n, 0)) for n in own)
 
 
 def _room_on(kind: str, job: Job, node_free: Mapping[str, int], by_node: Mapping[str, Node]) -> int:
