@@ -9,7 +9,6 @@ has run on a type. Quotas are the queue configuration in force (``services/clust
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,8 +17,9 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from shipyard.db import Attempt, Job, Metric, MetricPoint
-from shipyard.domain import ExitReason, JobState
+from shipyard.agent import speeds
+from shipyard.db import Attempt, Job
+from shipyard.domain import JobState
 from shipyard.executors import NodeInventory, capacity_of, devices_of
 from shipyard.hardware import Device
 from shipyard.hardware.catalog import AcceleratorSpec
@@ -119,11 +119,11 @@ def snapshot(
     peaks = _peaks(devices_of(inventory))
     # Where attempts that recorded no node ran: the agent's own machine.
     home = inventory[0].id if inventory else ""
-    last_steps = _last_steps(session, list(attempts))
-    measured = _measured_rates(session, list(attempts))
+    last_steps = speeds.last_steps(session, list(attempts))
+    measured = speeds.measured_rates(session, list(attempts))
     elastic_ids = [i for i in attempts if submitted_jobs[i].never_ran.elastic]
-    size_rates = _measured_size_rates(session, elastic_ids)
-    resize_starts = _first_steps(session, [a.id for i in elastic_ids for a in attempts[i]])
+    size_rates = speeds.measured_size_rates(session, elastic_ids)
+    resize_starts = speeds.first_steps(session, [a.id for i in elastic_ids for a in attempts[i]])
     packed: dict[tuple[str, int, str], float] = {}
     jobs, live = [], {}
     for job_id, state, pending_reason, pending_code, cancel_requested, restart_at in rows:
@@ -136,11 +136,13 @@ def snapshot(
         tried = attempts.get(job_id)
         elastic = submitted.never_ran.elastic
         if not elastic:
-            for accelerator_type, rate in _rates(submitted, peaks, measured.get(job_id, {})).items():
+            for accelerator_type, rate in speeds.type_rates(
+                submitted, peaks, measured.get(job_id, {})
+            ).items():
                 packed[(job_id, submitted.demand, accelerator_type)] = rate
         else:
-            packed.update(_size_rates(submitted, peaks, size_rates.get(job_id, {})))
-        resize_s = _resize_cost(tried or [], resize_starts) if elastic else None
+            packed.update(speeds.size_rates(submitted, peaks, size_rates.get(job_id, {})))
+        resize_s = speeds.resize_cost(tried or [], resize_starts) if elastic else None
         never_ran = dataclasses.replace(submitted.never_ran, resize_s=resize_s or resize_cost_s)
         if not tried:
             jobs.append(never_ran)
@@ -201,122 +203,6 @@ def _lease_nodes(
     demand = world_size * submitted.unit if world_size and submitted.never_ran.elastic else submitted.demand
     per_node = demand // len(machines)
     return tuple(scheduling_node(m, accelerator_type) for m in machines for _ in range(per_node))
-
-
-def _last_steps(session: Session, job_ids: list[str]) -> dict[str, int]:
-    if not job_ids:
-        return {}
-    rows = session.execute(
-        select(Metric.job_id, func.max(Metric.step))
-        .where(Metric.job_id.in_(job_ids), Metric.kind == "train")
-        .group_by(Metric.job_id)
-    )
-    return {job_id: int(step or 0) for job_id, step in rows}
-
-
-def _measured_rates(session: Session, job_ids: list[str]) -> dict[str, dict[str, float]]:
-    """Mean tokens/s of the training steps each job's attempts reported, by accelerator type:
-    averaged in the database, as every pass asks it of every live job (a median would read a
-    long run's every row, a million of them, on each pass; only ratios between types matter)."""
-    if not job_ids:
-        return {}
-    rows = session.execute(
-        select(Attempt.job_id, Attempt.accelerator_type, func.avg(Metric.tokens_per_s))
-        .join(Metric, Metric.attempt_id == Attempt.id)
-        # On the metrics' (job, kind, step) index, not a scan of every job's metrics.
-        .where(Metric.job_id.in_(job_ids), Metric.kind == "train", Metric.tokens_per_s.is_not(None))
-        .group_by(Attempt.job_id, Attempt.accelerator_type)
-    )
-    measured: dict[str, dict[str, float]] = {}
-    for job_id, accelerator_type, tokens_per_s in rows:
-        if tokens_per_s is not None:
-            measured.setdefault(job_id, {})[accelerator_type] = float(tokens_per_s)
-    return measured
-
-
-def _measured_size_rates(session: Session, job_ids: list[str]) -> dict[str, dict[tuple[str, int], float]]:
-    """Elastic jobs' mean tokens/s by accelerator type and size (processes of the attempt)."""
-    if not job_ids:
-        return {}
-    rows = session.execute(
-        select(Attempt.job_id, Attempt.accelerator_type, Attempt.world_size, func.avg(Metric.tokens_per_s))
-        .join(Metric, Metric.attempt_id == Attempt.id)
-        .where(Metric.job_id.in_(job_ids), Metric.kind == "train", Metric.tokens_per_s.is_not(None))
-        .where(Attempt.world_size.is_not(None))
-        .group_by(Attempt.job_id, Attempt.accelerator_type, Attempt.world_size)
-    )
-    measured: dict[str, dict[tuple[str, int], float]] = {}
-    for job_id, accelerator_type, world_size, tokens_per_s in rows:
-        if tokens_per_s is not None:
-            measured.setdefault(job_id, {})[(accelerator_type, int(world_size))] = float(tokens_per_s)
-    return measured
-
-
-def _size_rates(
-    job: Submitted, peaks: dict[str, float], measured: Mapping[tuple[str, int], float]
-) -> dict[tuple[str, int, str], float]:
-    """An elastic job's steps/s at each size it may run at, per accelerator type: what it
-    measured at the sizes it ran at, and at the others the nearest measured size's figure in
-    proportion to the devices (before any measurement on a type: the planner's, at its largest
-    size, in proportion)."""
-    planned = _rates(job, peaks, {})
-    sizes, largest = job.never_ran.sizes, job.never_ran.sizes[-1]
-    rates: dict[tuple[str, int, str], float] = {}
-    for accelerator_type, rate in planned.items():
-        ran = {
-            world_size * job.unit: tokens_per_s / job.batch_tokens
-            for (kind, world_size), tokens_per_s in measured.items()
-            if kind == accelerator_type and tokens_per_s > 0
-        }
-        for size in sizes:
-            if size in ran:
-                rates[(job.never_ran.id, size, accelerator_type)] = ran[size]
-            elif ran:
-                nearest = min(ran, key=lambda m: (abs(m - size), m))
-                rates[(job.never_ran.id, size, accelerator_type)] = ran[nearest] * size / nearest
-            else:
-                rates[(job.never_ran.id, size, accelerator_type)] = rate * size / largest
-    return rates
-
-
-def _first_steps(session: Session, attempt_ids: list[int]) -> dict[int, float]:
-    """When each attempt logged its first training step (seconds since the epoch)."""
-    if not attempt_ids:
-        return {}
-    rows = session.execute(
-        select(MetricPoint.attempt_id, func.min(MetricPoint.at))
-        .where(MetricPoint.attempt_id.in_(attempt_ids), MetricPoint.name == "loss")
-        .group_by(MetricPoint.attempt_id)
-    )
-    return {attempt_id: float(at) for attempt_id, at in rows if at is not None}
-
-
-def _resize_cost(attempts: Sequence[Any], first_steps: Mapping[int, float]) -> float | None:
-    """What the job's last resize cost it: from the scheduler's stop of the resized attempt to
-    the first step of the next (its checkpoint, restart and reload); None before any."""
-    for before, after in reversed(list(itertools.pairwise(attempts))):
-        if before.exit_reason == ExitReason.RESIZED and before.signalled_at and after.id in first_steps:
-            return max(0.0, first_steps[after.id] - aware(before.signalled_at).timestamp())
-    return None
-
-
-def _rates(job: Submitted, peaks: dict[str, float], measured: dict[str, float]) -> dict[str, float]:
-    """Steps/s per accelerator type: measured where the job ran, else where a job of its shape
-    ran, else the planner's estimate scaled by peak FLOPS, else the peak alone (only the ratios
-    between types matter then)."""
-    allowed = [k for k in job.accelerator_types if k in peaks]
-    base_type, batch_tokens = job.planned_on, job.batch_tokens
-    base_rate = job.planned_tokens_per_s / batch_tokens
-    rates = {}
-    for accelerator_type in allowed:
-        if base_type in peaks and base_rate > 0:
-            rates[accelerator_type] = base_rate * peaks[accelerator_type] / peaks[base_type]
-        else:
-            rates[accelerator_type] = peaks[accelerator_type]
-    for accelerator_type, tokens_per_s in [*job.shape_tokens_per_s.items(), *measured.items()]:
-        if accelerator_type in rates and tokens_per_s > 0:
-            rates[accelerator_type] = tokens_per_s / batch_tokens
-    return rates
 
 
 def plan_round(

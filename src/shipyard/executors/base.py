@@ -20,8 +20,8 @@ from typing import Any, Literal, Protocol, cast, runtime_checkable
 from shipyard.hardware.discovery import Device
 from shipyard.hardware.probe import HostRates
 from shipyard.scheduling.status import Status, unplaceable
-from shipyard.schemas.jobspec import ResourcesSection
 from shipyard.schemas.launch import TorchDevice
+from shipyard.schemas.resources_spec import ResourcesSection
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
