@@ -63,6 +63,8 @@ _BY_CODE: dict[str, type[errors.ShipyardError]] = {
 _BY_CODE["invalid_request"] = errors.InvalidSpec  # the API's own validation of a request
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+KEEPALIVE_S = 2.0
+"""How long the SDK keeps an idle connection: less than the server keeps it open."""
 SUBMIT_TRIES = 4
 SUBMIT_BACKOFF_S = 0.5
 
@@ -81,8 +83,12 @@ class Client:
         """``on_request``: called with each request before it is sent (to log or trace them)."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         hooks = {"request": [on_request]} if on_request else {}
+        # An idle connection is dropped well before the server's keep-alive (uvicorn's: 5 s,
+        # httpx's own default is the same 5 s): reused at the moment the server closes it, a
+        # request fails with "Server disconnected without sending a response".
+        limits = httpx.Limits(keepalive_expiry=KEEPALIVE_S)
         self._http = httpx.Client(
-            base_url=url.rstrip("/"), headers=headers, timeout=timeout_s, event_hooks=hooks
+            base_url=url.rstrip("/"), headers=headers, timeout=timeout_s, event_hooks=hooks, limits=limits
         )
 
     @classmethod

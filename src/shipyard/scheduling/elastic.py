@@ -246,7 +246,8 @@ def _explained(
         if not before or before == after:
             continue
         if after > before:
-            why = f"{after - before} idle devices; the gain pays for its {job.resize_s:.0f} s resize"
+            idle = f"{after - before} idle device{'s' * (after - before > 1)}"
+            why = f"{idle}; the gain pays for its {job.resize_s:.0f} s resize"
         else:
             newcomers = sorted(
                 j.id
