@@ -27,6 +27,10 @@ class Settings:
     resize_cost_s: float = 60.0
     """What a resize of an elastic job is taken to cost (checkpoint, restart, reload) until the
     job has measured its own (``SHIPYARD_RESIZE_COST_S``)."""
+    sizing: str = "remaining"
+    """How elastic jobs get their sizes: ``remaining`` (one program sizes them all together,
+    shorter jobs first) or ``greedy`` (grown one device at a time from the policy's gang)
+    (``SHIPYARD_SIZING``)."""
     placement: str = "topology"
     """The scheduling framework's placer: ``topology`` (a gang over the fewest racks, by the
     nodes' ``rack``/``switch`` labels) or ``pack`` (the fewest nodes, racks unseen)."""
@@ -82,6 +86,7 @@ class Settings:
             round_s=float(environ.get("SHIPYARD_ROUND_S", "300")),
             policy=environ.get("SHIPYARD_POLICY", "shortest_remaining_fluid"),
             placement=environ.get("SHIPYARD_PLACEMENT", "topology"),
+            sizing=environ.get("SHIPYARD_SIZING", "remaining"),
             resize_cost_s=float(environ.get("SHIPYARD_RESIZE_COST_S", "60")),
             audit_key=environ.get("SHIPYARD_AUDIT_KEY") or None,
             max_upload_bytes=int(float(environ.get("SHIPYARD_MAX_UPLOAD_MB", "2048")) * 2**20),

@@ -30,9 +30,9 @@ def _done(job: dict[str, Any]) -> bool:
 def test_an_elastic_job_shrinks_for_a_higher_priority_job_and_grows_back_with_the_same_losses(
     cli: Cli, tmp_path: Path
 ) -> None:
-    # Rank 0 sleeps 0.1 s a step (an injected fault, timing only): the job runs long enough on
-    # any machine for the other to arrive, and for growing back to pay for its restart.
-    faults = json.dumps({"attempts": [1, 2, 3, 4, 5], "slow_rank": 0, "slow_s": 0.1})
+    # Rank 0 sleeps 0.05 s a micro-batch (an injected fault, timing only): the job runs long
+    # enough on any machine for the other to arrive, and for growing back to pay for its restart.
+    faults = json.dumps({"attempts": [1, 2, 3, 4, 5], "slow_rank": 0, "slow_s": 0.05})
     cli.env.update(
         {
             "SHIPYARD_POLICY": "priority",
@@ -42,9 +42,11 @@ def test_an_elastic_job_shrinks_for_a_higher_priority_job_and_grows_back_with_th
         }
     )
     half = max(1, len(os.sched_getaffinity(0)) // 2)  # cores per process: two processes fill the machine
-    training = {"steps": 240, "eval_interval": 0}
+    training = {"steps": 160, "eval_interval": 0}
+    checkpoint = {"interval": 1000, "keep": 2}  # a resize writes its own; none are needed between
     elastic = {"accelerator": "cpu", "devices": {"min": 1, "max": 2}, "cpus_per_device": half}
-    job = cli.json("jobs", "submit", str(write_spec(tmp_path, "grows", resources=elastic, training=training)))
+    spec = write_spec(tmp_path, "grows", resources=elastic, training=training, checkpoint=checkpoint)
+    job = cli.json("jobs", "submit", str(spec))
     cli.wait_for(job["id"], lambda j: j["state"] == "running" and j["step"] >= 5)
     [first] = cli.json("jobs", "show", job["id"])["attempts"]
     assert first["world_size"] == 2  # alone: both halves of the machine
@@ -75,9 +77,8 @@ def test_an_elastic_job_shrinks_for_a_higher_priority_job_and_grows_back_with_th
     # The same spec at a fixed size: every step's loss is the same (same global batch, same order).
     fixed = {"accelerator": "cpu", "devices": 2, "cpus_per_device": half}
     cli.env.pop("SHIPYARD_FAULTS")
-    reference = cli.json(
-        "jobs", "submit", str(write_spec(tmp_path, "fixed", resources=fixed, training=training)), "--wait"
-    )
+    spec = write_spec(tmp_path, "fixed", resources=fixed, training=training, checkpoint=checkpoint)
+    reference = cli.json("jobs", "submit", str(spec), "--wait")
     assert reference["state"] == "succeeded"
-    # Float sums in another order over 240 steps (one process accumulates what two split): 1e-3.
+    # Float sums in another order over 160 steps (one process accumulates what two split): 1e-3.
     assert _train_losses(cli, job["id"]) == pytest.approx(_train_losses(cli, reference["id"]), rel=1e-3)

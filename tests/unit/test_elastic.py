@@ -4,12 +4,15 @@ and the simulator running them through the same cycle."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from shipyard.scheduling.cycle import Cycle
 from shipyard.scheduling.elastic import Curves
 from shipyard.scheduling.model import Job, Node, Throughputs
 from shipyard.scheduling.policies import policy_named
+from shipyard.scheduling.sizing import Sizing
 from shipyard.sim.simulator import SimConfig, simulate
 from shipyard.sim.workload import TraceJob
 
@@ -39,40 +42,48 @@ def rigid(job_id: str, devices: int, *, priority: float = 1.0, arrival_s: float 
     )
 
 
-def cycle() -> Cycle:
-    return Cycle(policy=policy_named("priority"), round_s=60.0)
+SIZINGS = pytest.mark.parametrize("sizing", ["greedy", "remaining"])
 
 
-def test_an_elastic_job_alone_starts_on_every_idle_device() -> None:
-    decision = cycle().run([elastic()], [NODE], THROUGHPUTS, now_s=0.0)
+def cycle(sizing: Sizing = "greedy") -> Cycle:
+    return Cycle(policy=policy_named("priority"), round_s=60.0, sizing=sizing)
+
+
+@SIZINGS
+def test_an_elastic_job_alone_starts_on_every_idle_device(sizing: Sizing) -> None:
+    decision = cycle(sizing).run([elastic()], [NODE], THROUGHPUTS, now_s=0.0)
     assert len(decision.plan.leases["e"].nodes) == 8
     assert decision.resizes == {}  # a first start is no resize
 
 
-def test_it_shrinks_for_a_job_that_needs_its_devices_and_says_for_whom() -> None:
-    decision = cycle().run([elastic(held=8), rigid("big", 6, priority=5.0)], [NODE], THROUGHPUTS, now_s=60.0)
+@SIZINGS
+def test_it_shrinks_for_a_job_that_needs_its_devices_and_says_for_whom(sizing: Sizing) -> None:
+    jobs = [elastic(held=8), rigid("big", 6, priority=5.0)]
+    decision = cycle(sizing).run(jobs, [NODE], THROUGHPUTS, now_s=60.0)
     assert len(decision.plan.leases["e"].nodes) == 2 and len(decision.plan.leases["big"].nodes) == 6
     resize = decision.resizes["e"]
     assert (resize.before, resize.after) == (8, 2)
     assert resize.describe().startswith("shrunk 8→2 h100: its devices went to big")
 
 
-def test_it_grows_back_when_the_devices_are_free_again() -> None:
-    decision = cycle().run([elastic(held=2)], [NODE], THROUGHPUTS, now_s=120.0)
+@SIZINGS
+def test_it_grows_back_when_the_devices_are_free_again(sizing: Sizing) -> None:
+    decision = cycle(sizing).run([elastic(held=2)], [NODE], THROUGHPUTS, now_s=120.0)
     assert len(decision.plan.leases["e"].nodes) == 8
     assert decision.resizes["e"].describe().startswith("grew 2→8 h100: 6 idle devices")
 
 
 def test_a_resize_that_would_not_pay_for_itself_within_the_horizon_is_not_made() -> None:
     # A resize as long as the horizon: no gain over it can pay for it, so the job keeps its size.
-    slow = Cycle(policy=policy_named("priority"), round_s=60.0, horizon_s=600.0)
+    slow = Cycle(policy=policy_named("priority"), round_s=60.0, horizon_s=600.0, sizing="greedy")
     decision = slow.run([elastic(held=2, resize_s=600.0)], [NODE], THROUGHPUTS, now_s=120.0)
     assert len(decision.plan.leases["e"].nodes) == 2 and decision.resizes == {}
 
 
-def test_a_job_nearly_done_does_not_restart_to_go_faster() -> None:
+@SIZINGS
+def test_a_job_nearly_done_does_not_restart_to_go_faster(sizing: Sizing) -> None:
     # 100 steps left: 53 s at 2 devices, 17 s at 8 after a 60 s resize: staying is sooner.
-    decision = cycle().run([elastic(held=2, steps=100.0)], [NODE], THROUGHPUTS, now_s=120.0)
+    decision = cycle(sizing).run([elastic(held=2, steps=100.0)], [NODE], THROUGHPUTS, now_s=120.0)
     assert len(decision.plan.leases["e"].nodes) == 2
 
 
@@ -86,7 +97,8 @@ def test_throughput_between_measured_counts_is_interpolated_and_beyond_them_held
     assert curves.rate(rigid_job, "h100", 3) == pytest.approx(1.0)
 
 
-def test_the_simulator_runs_elastic_jobs_through_the_same_cycle_and_counts_their_resizes() -> None:
+@SIZINGS
+def test_the_simulator_runs_elastic_jobs_through_the_same_cycle_and_counts_restarts(sizing: Sizing) -> None:
     # Two jobs of 20,000 steps, the second arriving half an hour later: elastic ones share the node
     # and each use all of it while alone; rigid ones at their smallest gang leave devices idle.
     def trace(elastic_sizes: tuple[int, ...]) -> list[TraceJob]:
@@ -102,7 +114,7 @@ def test_the_simulator_runs_elastic_jobs_through_the_same_cycle_and_counts_their
             for arrival in (0.0, 1800.0)
         ]
 
-    config = SimConfig(round_s=60.0)
+    config = SimConfig(round_s=60.0, sizing=sizing)
     policy = policy_named("gavel_las_perf")
     grown = simulate(trace((2, 4, 8)), [NODE], THROUGHPUTS, policy, config)
     fixed = simulate(trace(()), [NODE], THROUGHPUTS, policy_named("gavel_las_perf"), config)
@@ -110,3 +122,34 @@ def test_the_simulator_runs_elastic_jobs_through_the_same_cycle_and_counts_their
     assert grown.avg_jct_h < fixed.avg_jct_h
     assert grown.restarts_per_job >= 1  # the first shrank when the second came
     assert grown.utilization > fixed.utilization
+
+
+def test_joint_sizing_gives_the_job_that_can_finish_sooner_the_larger_share() -> None:
+    # Two jobs on one node, one with a tenth of the other's work left: sized together, the short
+    # one gets the larger gang (it is done sooner, and the long one grows when it is).
+    jobs = [
+        dataclasses.replace(elastic(job_id, held=4, steps=steps), sizes=(2, 4, 6, 8))
+        for job_id, steps in (("short", 2_000.0), ("long", 200_000.0))
+    ]
+    decision = cycle("remaining").run(jobs, [NODE], THROUGHPUTS, now_s=600.0)
+    sizes = {job_id: len(lease.nodes) for job_id, lease in decision.plan.leases.items()}
+    assert sizes["short"] > sizes["long"] >= 2 and sum(sizes.values()) == 8, sizes
+
+
+def test_joint_sizing_keeps_the_policys_choice_of_who_runs() -> None:
+    # Room for one gang of two beside a rigid job of six: the priority policy runs the important
+    # elastic job, however much more the other would gain.
+    important = dataclasses.replace(elastic("important", steps=1e7), priority=5.0)
+    jobs = [important, elastic("quick", steps=100.0), rigid("big", 6, priority=9.0)]
+    decision = cycle("remaining").run(jobs, [NODE], THROUGHPUTS, now_s=0.0)
+    assert set(decision.plan.leases) == {"important", "big"}
+
+
+def test_sias_sizing_lets_a_job_at_most_double_the_largest_gang_it_ran_on() -> None:
+    # Sia learns a job's curve by running it: first its smallest gang, then at most twice that.
+    sia = Cycle(policy=policy_named("priority"), round_s=60.0, sizing="sia")
+    first = sia.run([elastic()], [NODE], THROUGHPUTS, now_s=0.0)
+    assert len(first.plan.leases["e"].nodes) == 2
+    ran = dataclasses.replace(elastic(held=2), largest_run=2, arrival_s=-3600.0)
+    second = sia.run([ran], [NODE], THROUGHPUTS, now_s=0.0)
+    assert len(second.plan.leases["e"].nodes) == 4

@@ -8,9 +8,11 @@ import dataclasses
 
 import pytest
 
+from shipyard.scheduling.model import Node, Throughputs
 from shipyard.scheduling.policies import policy_named
 from shipyard.sim.sia_workload import CLUSTER, Application, SiaWorkload, gang_sizes, load_sia
-from shipyard.sim.simulator import SimConfig, simulate
+from shipyard.sim.simulator import SimConfig, finish_time_fairness, simulate
+from shipyard.sim.workload import TraceJob
 from tests.builders import SHARED_DATA
 
 SIA = SHARED_DATA / "scheduling" / "sia"
@@ -50,3 +52,46 @@ def test_elastic_jobs_of_a_sia_workload_finish_sooner_than_the_same_jobs_held_to
     fixed = simulate(rigid, saturn.nodes, saturn.throughputs, policy_named("gavel_las_perf"), config)
     assert grown.jobs_measured == fixed.jobs_measured == 24
     assert grown.avg_jct_h < fixed.avg_jct_h
+
+
+def test_every_start_costs_the_applications_restart_seconds_as_in_sias_job_model(saturn: SiaWorkload) -> None:
+    # An ImageNet job restarts in 250 s, longer than a 60 s round: with Sia's job model its first
+    # start alone delays it by all 250 s (carried over rounds), not by one round's worth.
+    [imagenet] = [j for j in saturn.jobs if j.job_type.startswith("imagenet")][:1]
+    assert imagenet.restart_s == 250.0
+    alone = dataclasses.replace(imagenet, arrival_s=0.0, total_steps=200.0, sizes=(), devices=1)
+    policy = policy_named("shortest_remaining_fluid")
+    free = simulate([alone], saturn.nodes, saturn.throughputs, policy, SimConfig(round_s=60.0))
+    charged = SimConfig(round_s=60.0, first_start_costs=True)
+    paid = simulate([alone], saturn.nodes, saturn.throughputs, policy, charged)
+    assert paid.avg_jct_h * 3600 == pytest.approx(free.avg_jct_h * 3600 + 250.0, abs=1e-6)
+
+
+def test_sias_program_and_shipyards_sizing_both_finish_a_slice_of_the_workload(saturn: SiaWorkload) -> None:
+    first = saturn.jobs[:16]
+    policy = policy_named("shortest_remaining_fluid")
+    results = {
+        sizing: simulate(
+            first,
+            saturn.nodes,
+            saturn.throughputs,
+            policy,
+            SimConfig(round_s=60.0, sizing=sizing, first_start_costs=True),
+        )
+        for sizing in ("sia", "remaining")
+    }
+    for result in results.values():
+        assert result.jobs_measured == 16 and result.worst_ftf_rho > 0
+    # Sia's program learns each job's curve by running it (smallest gang first, then twice its
+    # largest so far): it restarts jobs more on their way up than a sizing that knows the curve.
+    assert results["sia"].restarts_per_job > results["remaining"].restarts_per_job
+
+
+def test_finish_time_fairness_is_the_completion_time_over_a_1_over_n_share() -> None:
+    node = Node(id="n", accelerator_type="h100", devices=2)
+    rates = Throughputs(packed={("lm", 1, "h100"): 1.0})
+    jobs = [TraceJob(job_type="lm", devices=1, total_steps=100.0, arrival_s=t) for t in (0.0, 10.0)]
+    # Alone at arrival (a whole device of two: share 1): 100 s fair; the second came with the
+    # first still running (2 jobs, 1 device each of 2: share 1 too). Unfinished: no rho.
+    assert finish_time_fairness(jobs, [100.0, 310.0], rates, [node]) == [1.0, 3.0]
+    assert finish_time_fairness(jobs, [100.0, None], rates, [node]) == [1.0, None]

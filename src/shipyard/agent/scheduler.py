@@ -28,6 +28,7 @@ from shipyard.scheduling.cycle import Cycle, Decision
 from shipyard.scheduling.framework import profile_named, queue_profiles
 from shipyard.scheduling.policies import policy_named
 from shipyard.scheduling.quota import NO_LIMIT, Queues, Usage, usage_of
+from shipyard.scheduling.sizing import live_sizing
 from shipyard.scheduling.status import Reason, Status
 from shipyard.schemas.views import PendingJobView, QueueStatusView, QueueUsageView
 from shipyard.services.accounts import rbac
@@ -229,6 +230,7 @@ def plan_round(
         prices=_prices(hardware_catalog(ctx.settings), {node.accelerator_type for node in nodes}),
         profile=profile,
         queue_profiles=queue_profiles(queues.placements(), profile),
+        sizing=live_sizing(ctx.settings.sizing),
     )
     decision = cycle.run(jobs, nodes, throughputs, now_s=now.timestamp())
     down = [node for node in known if not node.up]

@@ -15,6 +15,7 @@ from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput,
 from shipyard.scheduling.policies import Policy
 from shipyard.scheduling.quota import Admission, Queues, admit
 from shipyard.scheduling.rounds import Received, place_round
+from shipyard.scheduling.sizing import DEFAULT_SIZING, Sizing, resize_jointly
 from shipyard.scheduling.status import Reason, Status
 
 
@@ -149,6 +150,9 @@ class Cycle:
     queue_profiles: Mapping[str, Profile] = field(default_factory=dict)
     horizon_s: float = HORIZON_S
     """How far ahead an elastic job's resize must pay for itself (``elastic``)."""
+    sizing: Sizing = DEFAULT_SIZING
+    """How elastic jobs get their sizes: grown greedily from the gang the policy placed
+    (``elastic``), or all sized at once by one program (``sizing``: its objective's name)."""
     _allocation: Allocation = field(default_factory=dict, init=False, repr=False)
     _solved_for: frozenset[str] | None = field(default=None, init=False, repr=False)
     _solved_at: float | None = field(default=None, init=False, repr=False)
@@ -211,10 +215,29 @@ class Cycle:
             reasons[job_id] = Status(Reason.RECLAIMED, RECLAIMED_MESSAGE)
         leases: dict[str, Lease] = dict(plan.leases)
         resizes: dict[str, Resize] = {}
+        preempted = plan.preempted
         if any(job.elastic for job in as_running):
-            leases, resizes = resize(as_running, nodes, plan.leases, throughputs, horizon_s=self.horizon_s)
-        plan = RoundPlan(leases=leases, preempted=plan.preempted, pending_reasons=reasons)
+            admitted = [j for j in as_running if j.id in job_set or j.id in plan.leases]
+            leases, resizes = self._sized(admitted, nodes, plan, throughputs, now_s)
+            ran = (j.id for j in as_running if j.running_on is not None)
+            preempted = tuple(sorted(job_id for job_id in ran if job_id not in leases))
+            for job_id in plan.leases.keys() - leases.keys():  # sized out (Sia's program decides who runs)
+                reasons[job_id] = Status(Reason.RANKED_BEHIND, SIZED_OUT_MESSAGE)
+        plan = RoundPlan(leases=leases, preempted=preempted, pending_reasons=reasons)
         return Decision(plan=plan, admission=admission, solved=solved, resizes=resizes)
+
+    def _sized(
+        self,
+        jobs: Sequence[Job],
+        nodes: Sequence[Node],
+        plan: RoundPlan,
+        throughputs: Throughputs,
+        now_s: float,
+    ) -> tuple[dict[str, Lease], dict[str, Resize]]:
+        """The leases with the elastic jobs at their sizes (``sizing``), and the resizes."""
+        if self.sizing == "greedy":
+            return resize(jobs, nodes, plan.leases, throughputs, horizon_s=self.horizon_s)
+        return resize_jointly(jobs, nodes, plan.leases, throughputs, now_s=now_s, objective=self.sizing)
 
 
 def _at_smallest(job: Job) -> Job:
@@ -252,4 +275,5 @@ def _sizes(
     return capacity, node_devices, rack_devices
 
 
+SIZED_OUT_MESSAGE = "waiting: the elastic jobs' sizing gave this round's devices to jobs with more to gain"
 RECLAIMED_MESSAGE = "preempted: its queue borrowed quota that the owner needs back"

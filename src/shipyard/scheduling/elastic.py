@@ -156,7 +156,7 @@ def resize(
             empty = Lease(job_id=job.id, accelerator_type=kind, nodes=(), level="node")
             out[job.id] = _grow(empty, job, size, node_free, by_node, one_node=bool(job.per_node))
             moved.add(job.id)
-    return out, _explained(elastic, out, leases, jobs)
+    return out, explained(elastic, out, leases, jobs)
 
 
 def _stays_compact(
@@ -230,7 +230,7 @@ def _grow(
     )
 
 
-def _explained(
+def explained(
     elastic: Sequence[Job], out: Mapping[str, Lease], placed: Mapping[str, Lease], jobs: Sequence[Job]
 ) -> dict[str, Resize]:
     """Each change of size against the size the job ran at, in words."""

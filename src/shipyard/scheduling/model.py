@@ -50,6 +50,12 @@ class Job:
     policy and quotas see); the resize phase grows it into devices left idle. Empty: rigid."""
     resize_s: float = 0.0
     """Seconds one resize costs it (checkpoint, restart on the new gang, reload), as measured."""
+    restarts: int = 0
+    """Times it restarted so far (resized, moved, resumed): joint sizing's reallocation factor."""
+    largest_run: int = 0
+    """The most devices it has run on (0: it never ran): how far Sia's sizing lets it grow."""
+    restarting: bool = False
+    """Still restarting on its lease (checkpoint restore under way): Sia's sizing keeps it there."""
 
     @property
     def node_count(self) -> int:

@@ -232,6 +232,8 @@ class SiaWorkload:
     jobs: list[TraceJob]
     nodes: list[Node]
     throughputs: Throughputs
+    names: list[str]
+    """Each job's name in the workload file (Sia's logs name jobs by it), in ``jobs``' order."""
 
 
 def load_sia(workload: Path, traces: Path, cluster: Mapping[str, tuple[int, int]] = CLUSTER) -> SiaWorkload:
@@ -263,6 +265,7 @@ def load_sia(workload: Path, traces: Path, cluster: Mapping[str, tuple[int, int]
                     sizes.add(sum(placement))
         reference = apps[(name, next(iter(cluster)))]
         ordered = tuple(sorted(sizes))
+        restart_s = float(RESTART_S.get(name, 30))
         jobs.append(
             TraceJob(
                 job_type=job_type,
@@ -270,7 +273,8 @@ def load_sia(workload: Path, traces: Path, cluster: Mapping[str, tuple[int, int]
                 total_steps=reference.steps_to_finish(batch),
                 arrival_s=float(row["time"]),
                 sizes=ordered,
-                resize_s=float(RESTART_S.get(name, 30)),
+                resize_s=restart_s,
+                restart_s=restart_s,
             )
         )
     nodes = [
@@ -278,4 +282,5 @@ def load_sia(workload: Path, traces: Path, cluster: Mapping[str, tuple[int, int]
         for gpu, (count, per_node) in cluster.items()
         for i in range(count)
     ]
-    return SiaWorkload(jobs=jobs, nodes=nodes, throughputs=Throughputs(packed=packed))
+    names = [row["name"] for row in rows]
+    return SiaWorkload(jobs=jobs, nodes=nodes, throughputs=Throughputs(packed=packed), names=names)

@@ -11,6 +11,7 @@ completed step is ever lost.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import statistics
 import time
@@ -24,6 +25,7 @@ from shipyard.scheduling.framework import DEFAULT_PROFILE, Profile, queue_profil
 from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
 from shipyard.scheduling.policies import Policy
 from shipyard.scheduling.quota import Queues
+from shipyard.scheduling.sizing import DEFAULT_SIZING, Sizing
 from shipyard.sim.workload import TraceJob
 
 
@@ -55,6 +57,11 @@ class SimConfig:
     """The filter and place plugins the cycle runs (``scheduling.framework``)."""
     resize_horizon_s: float = HORIZON_S
     """How far ahead an elastic job's resize must pay for itself (``scheduling.elastic``)."""
+    sizing: Sizing = DEFAULT_SIZING
+    """How the cycle sizes elastic jobs (``Cycle.sizing``)."""
+    first_start_costs: bool = False
+    """A job's first start costs its restart seconds too (Sia's job model: ``job.py`` sets
+    ``rescale_time`` on every new placement, the first included)."""
 
 
 GAVEL_MECHANISM = {
@@ -77,8 +84,9 @@ class _State:
     started: bool = False
     finish_s: float | None = None
     restarts: int = 0
-    contention: float = 1.0
-    """Jobs active when it arrived (itself included), for finish-time fairness."""
+    largest_run: int = 0
+    owed_s: float = 0.0
+    """Seconds of a restart not yet paid: one longer than a round stops the next rounds too."""
 
     def snapshot(self) -> Job:
         t = self.trace
@@ -95,6 +103,9 @@ class _State:
             min_memory_gib=t.min_memory_gib,
             sizes=t.sizes,
             resize_s=t.resize_s,
+            restarts=self.restarts,
+            largest_run=self.largest_run,
+            restarting=self.owed_s > 0 and self.lease is not None,
             attained_s=self.attained,
             running_on=self.lease.accelerator_type if self.lease else None,
             nodes=self.lease.nodes if self.lease else (),
@@ -158,6 +169,7 @@ def simulate(
         ledger=TimeSinceSolve(credit_s=config.round_s / 2) if config.received_since_solve else None,
         profile=config.profile,
         horizon_s=config.resize_horizon_s,
+        sizing=config.sizing,
         queue_profiles={}
         if config.queues is None
         else queue_profiles(config.queues.placements(), config.profile),
@@ -172,7 +184,6 @@ def simulate(
     while unfinished:
         while next_arrival < len(states) and states[next_arrival].trace.arrival_s <= now:
             arriving = states[next_arrival]
-            arriving.contention = float(len(active) + 1)
             active.append(arriving)
             next_arrival += 1
         if not active:
@@ -205,7 +216,7 @@ def simulate(
         now += longest_s if config.round_ends_at_last_finish and plan.leases else config.round_s
         rounds += 1
     return _summarize(
-        states, measured, total_devices, throughputs, capacity, busy_device_s, cost, solve_ms, rounds
+        states, measured, total_devices, throughputs, nodes, busy_device_s, cost, solve_ms, rounds
     )
 
 
@@ -237,17 +248,18 @@ def _advance(state: _State, lease: Lease, curves: Curves, config: SimConfig, now
         or state.lease.accelerator_type != lease.accelerator_type
         or (state.lease.nodes != lease.nodes)
     )
-    penalty = 0.0
-    if moved and state.started:
-        state.restarts += 1
-        resized = state.lease is not None and state.lease.accelerator_type == lease.accelerator_type
-        cost = state.trace.resize_s if resized and state.trace.resize_s else config.restart_cost_s
-        penalty = min(cost, config.round_s)
+    if moved and (state.started or config.first_start_costs):
+        if state.started:
+            state.restarts += 1
+        state.owed_s = _restart_s(state, lease, config)
     state.lease = lease
     state.started = True
+    state.largest_run = max(state.largest_run, len(lease.nodes))
     level = lease.level if config.spread_slowdown else "node"
     rate = curves.rate(state.snapshot(), lease.accelerator_type, len(lease.nodes), level)
     remaining = state.trace.total_steps - state.steps_done
+    penalty = min(state.owed_s, config.round_s)
+    state.owed_s -= penalty
     usable = config.round_s - penalty
     if rate > 0 and remaining / rate <= usable:
         held = penalty + remaining / rate
@@ -261,18 +273,29 @@ def _advance(state: _State, lease: Lease, curves: Curves, config: SimConfig, now
     return held
 
 
+def _restart_s(state: _State, lease: Lease, config: SimConfig) -> float:
+    """What starting on ``lease`` costs the job: its own restart seconds where the trace gives
+    them, a resize's where it only changed size, else the config's."""
+    trace = state.trace
+    if trace.restart_s is not None:
+        return trace.restart_s
+    resized = state.lease is not None and state.lease.accelerator_type == lease.accelerator_type
+    return trace.resize_s if resized and trace.resize_s else config.restart_cost_s
+
+
 def _summarize(
     states: list[_State],
     measured: set[int],
     total_devices: int,
     throughputs: Throughputs,
-    capacity: Mapping[str, int],
+    nodes: Sequence[Node],
     busy_device_s: float,
     cost: float,
     solve_ms: list[float],
     rounds: int,
 ) -> SimResult:
     finished = [states[i] for i in sorted(measured) if states[i].finish_s is not None]
+    rhos = finish_time_fairness([s.trace for s in states], [s.finish_s for s in states], throughputs, nodes)
     finish = {s.index: s.finish_s or 0.0 for s in finished}
     jcts = sorted((finish[s.index] - s.trace.arrival_s) / 3600 for s in finished) or [0.0]
     first = min((s.trace.arrival_s for s in finished), default=0.0)
@@ -289,7 +312,7 @@ def _summarize(
         utilization=busy_device_s / (total_devices * span),
         device_hours=busy_device_s / 3600,
         restarts_per_job=statistics.fmean([s.restarts for s in finished]) if finished else 0.0,
-        worst_ftf_rho=max((_rho(s, throughputs, capacity, total_devices) for s in finished), default=0.0),
+        worst_ftf_rho=max((r for s in finished if (r := rhos[s.index]) is not None), default=0.0),
         cost_usd=cost,
         policy_solve_ms_p50=_percentile(sorted(solve_ms), 50) if solve_ms else 0.0,
         policy_solve_ms_max=max(solve_ms, default=0.0),
@@ -313,14 +336,34 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[index]
 
 
-def _rho(state: _State, throughputs: Throughputs, capacity: Mapping[str, int], total_devices: int) -> float:
-    """Finish-time fairness (Themis): completion time over the time the job would need on an
-    equal 1/N share of the cluster, N being the jobs present when it arrived."""
-    job = state.snapshot()
-    mixed_rate = sum(throughputs.of(job, k) * capacity[k] / total_devices for k in capacity)
-    share = min(1.0, total_devices / (state.contention * job.devices))
-    fair_s = state.trace.total_steps / max(mixed_rate * share, 1e-12)
-    return (state.finish_s - state.trace.arrival_s) / fair_s  # type: ignore[operator]
+def finish_time_fairness(
+    jobs: Sequence[TraceJob],
+    finish_s: Sequence[float | None],
+    throughputs: Throughputs,
+    nodes: Sequence[Node],
+) -> list[float | None]:
+    """Each job's finish-time fairness (Themis's rho): its completion time over the time it would
+    need on an equal 1/N share of the cluster, N being the jobs present when it arrived (itself
+    included); None where it did not finish. One definition for any simulator's finish times."""
+    capacity: dict[str, int] = {}
+    for node in nodes:
+        capacity[node.accelerator_type] = capacity.get(node.accelerator_type, 0) + node.devices
+    total_devices = sum(capacity.values())
+    arrivals = sorted(j.arrival_s for j in jobs)
+    finishes = sorted(f for f in finish_s if f is not None)
+    rhos: list[float | None] = []
+    for trace, finish in zip(jobs, finish_s, strict=True):
+        if finish is None:
+            rhos.append(None)
+            continue
+        t = trace.arrival_s  # present then: arrived by t, less those finished by t
+        present = bisect.bisect_right(arrivals, t) - bisect.bisect_right(finishes, t)
+        job = _State(index=0, trace=trace).snapshot()
+        mixed_rate = sum(throughputs.of(job, k) * capacity[k] / total_devices for k in capacity)
+        share = min(1.0, total_devices / (max(present, 1) * job.devices))
+        fair_s = trace.total_steps / max(mixed_rate * share, 1e-12)
+        rhos.append((finish - trace.arrival_s) / fair_s)
+    return rhos
 
 
 def cluster_nodes(spec: Mapping[str, int], devices_per_node: int, nodes_per_rack: int = 0) -> list[Node]:

@@ -46,6 +46,9 @@ class TraceJob:
     empty: rigid, always ``devices``."""
     resize_s: float = 0.0
     """Seconds one resize costs it: checkpoint, restart, reload (else the config's restart cost)."""
+    restart_s: float | None = None
+    """Seconds every restart of it costs, a move to another type or a resume after preemption
+    as much as a resize (Sia's job model); None: the config's restart cost."""
 
 
 def load_throughputs(path: Path) -> Throughputs:
