@@ -8,11 +8,12 @@ import dataclasses
 
 import pytest
 
+from shipyard.errors import InvalidSpec
 from shipyard.scheduling.cycle import Cycle
 from shipyard.scheduling.elastic import Curves
 from shipyard.scheduling.model import Job, Node, Throughputs
 from shipyard.scheduling.policies import policy_named
-from shipyard.scheduling.sizing import Sizing
+from shipyard.scheduling.sizing import Sizing, live_sizing
 from shipyard.sim.simulator import SimConfig, simulate
 from shipyard.sim.workload import TraceJob
 
@@ -153,3 +154,12 @@ def test_sias_sizing_lets_a_job_at_most_double_the_largest_gang_it_ran_on() -> N
     ran = dataclasses.replace(elastic(held=2), largest_run=2, arrival_s=-3600.0)
     second = sia.run([ran], [NODE], THROUGHPUTS, now_s=0.0)
     assert len(second.plan.leases["e"].nodes) == 4
+
+
+def test_an_unknown_or_simulator_only_sizing_is_refused_with_the_choices() -> None:
+    # Sia's program learns curves by running and reads fields the live agent does not fill.
+    for name in ("sia", "fastest"):
+        with pytest.raises(InvalidSpec, match=f"unknown sizing '{name}'") as refused:
+            live_sizing(name)
+        assert refused.value.hint == "SHIPYARD_SIZING is one of remaining, greedy"
+    assert live_sizing("greedy") == "greedy"
