@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shipyard.executors.base import AttemptHandle, Busy, Placement, Request, place_now
@@ -215,3 +217,39 @@ def test_cpu_jobs_share_cores_without_oversubscribing() -> None:
     assert isinstance(half, Status) and half.message == "cpu: 6 of 16 cores free, needs 8"
     too_many = place_now(executor, Request(accelerator_types=["cpu"], devices=32), {})
     assert isinstance(too_many, Status) and not too_many.transient
+
+
+def test_torch_is_asked_for_devices_only_where_the_os_shows_one(tmp_path: Path) -> None:
+    # Importing torch takes seconds: a machine with no device file is answered without it.
+    from shipyard.hardware import discovery
+
+    assert not discovery._os_shows_a_device(tmp_path)
+    for device_file in ("nvidia0", "kfd", "dri/renderD128", "accel/accel0", "hl0"):
+        dev = tmp_path / device_file.replace("/", "-")
+        (dev / device_file).parent.mkdir(parents=True, exist_ok=True)
+        (dev / device_file).touch()
+        assert discovery._os_shows_a_device(dev), device_file
+
+
+def test_the_host_probe_keeps_its_measurement_for_the_next_process_of_this_machine(tmp_path: Path) -> None:
+    import json
+
+    from shipyard.hardware.probe import measure_host
+
+    measured = measure_host(tmp_path)
+    kept = tmp_path / "host-rates.json"
+    record = json.loads(kept.read_text())
+    assert record["rates"]["gemm_gflops_per_thread"] == measured.gemm_gflops_per_thread  # type: ignore[union-attr]
+    # The next process reads it (a doctored figure shows it was not measured again)...
+    record["rates"]["op_overhead_us"] = 123.0
+    kept.write_text(json.dumps(record))
+    measure_host.cache_clear()
+    assert measure_host(tmp_path).op_overhead_us == 123.0  # type: ignore[union-attr]
+    # ...unless it was another machine's (or another boot's), or is older than a day.
+    for stale in ({"machine": "elsewhere"}, {"measured_at": record["measured_at"] - 25 * 3600}):
+        kept.write_text(json.dumps({**record, **stale}))
+        measure_host.cache_clear()
+        assert measure_host(tmp_path).op_overhead_us != 123.0  # type: ignore[union-attr]
+    kept.write_text("{not json")
+    measure_host.cache_clear()
+    assert measure_host(tmp_path) is not None and json.loads(kept.read_text())["machine"] != "elsewhere"

@@ -36,7 +36,7 @@ from shipyard.executors.base import (
 )
 from shipyard.executors.stacks import python_stacks
 from shipyard.hardware.discovery import Device
-from shipyard.hardware.probe import measure_host
+from shipyard.hardware.probe import HostRates, measure_host
 from shipyard.scheduling.status import Status, unplaceable
 from shipyard.schemas.launch import TorchDevice
 
@@ -85,11 +85,16 @@ class LocalExecutor:
     shares_run_folders = True
 
     def __init__(
-        self, devices: Sequence[Device] | Callable[[], Sequence[Device]], *, node: str | None = None
+        self,
+        devices: Sequence[Device] | Callable[[], Sequence[Device]],
+        *,
+        node: str | None = None,
+        host: Callable[[], HostRates | None] = measure_host,
     ) -> None:
-        """``devices``, or how to discover them: only at the first use that needs them (reading
-        a log does not), since discovery may import torch."""
+        """``devices``, or how to discover them, and how to measure the host's CPU: only at the
+        first use that needs them (reading a log does not), since both may import torch."""
         self._devices = devices
+        self._host = host
         self._name = node
         self._children: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -97,7 +102,7 @@ class LocalExecutor:
     def node(self) -> NodeInventory:
         devices = list(self._devices() if callable(self._devices) else self._devices)
         name = self._name or os.environ.get(NODE_NAME_ENV) or socket.gethostname()
-        return NodeInventory(id=name, devices=tuple(devices), labels=_labels(devices), host=measure_host())
+        return NodeInventory(id=name, devices=tuple(devices), labels=_labels(devices), host=self._host())
 
     @property
     def devices(self) -> tuple[Device, ...]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from shipyard.errors import InvalidSpec
 from shipyard.executors.base import Executor
 from shipyard.hardware import VendorQueries, discover
+from shipyard.hardware.probe import measure_host
 from shipyard.settings import Settings
 
 
@@ -24,9 +25,8 @@ class Engine:
 def _local(settings: Settings, queries: VendorQueries | None) -> Executor:
     from shipyard.executors.local import LocalExecutor
 
-    del settings
     # Discovery may import torch or NVML: only pay for it in commands that place work.
-    return LocalExecutor(lambda: discover(queries))
+    return LocalExecutor(lambda: discover(queries), host=lambda: measure_host(settings.cache_dir))
 
 
 def _ray(settings: Settings, queries: VendorQueries | None) -> Executor:

@@ -14,6 +14,7 @@ import platform
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from shipyard.hardware.catalog import lookup, match_accelerator_type
@@ -295,9 +296,19 @@ def _nvlink_peers(pynvml: object, handle: object, bus_ids: Sequence[str]) -> tup
     return tuple(sorted(peers))
 
 
+DEVICE_FILES = ("nvidia[0-9]*", "kfd", "dri/renderD*", "accel/accel*", "hl[0-9]*")
+"""What a GPU or accelerator driver puts in /dev: NVIDIA, AMD ROCm, Intel (XPU), Gaudi."""
+
+
+def _os_shows_a_device(dev: Path = Path("/dev")) -> bool:
+    """Whether torch could find a device here: the OS shows one in ``dev``, or this is a Mac (MPS).
+    Importing torch to ask takes two seconds, on every command that places a job."""
+    return platform.system() == "Darwin" or any(next(dev.glob(p), None) for p in DEVICE_FILES)
+
+
 def query_torch_devices() -> list[RawDevice]:
     """AMD (ROCm build), Apple MPS, Intel XPU/HPU, as far as an installed torch exposes them."""
-    if importlib.util.find_spec("torch") is None:
+    if importlib.util.find_spec("torch") is None or not _os_shows_a_device():
         return []
     import torch
 

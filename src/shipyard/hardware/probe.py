@@ -6,11 +6,19 @@ A CPU job's estimate plans with these figures (one thread's, times the job's thr
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib.metadata
 import importlib.util
+import json
+import os
+import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from shipyard.durable import write_json_atomic
 
 GEMM_SHAPE = (512, 384, 1536)
 """Tokens x in x out of the timed linear layer, whose forward and backward are the three matrix
@@ -19,6 +27,9 @@ on one thread."""
 COPY_BYTES = 64 * 2**20
 """Larger than any last-level cache a thread sees, so the copy runs at memory speed."""
 CHAIN = 50
+KEPT_S = 24 * 3600
+"""How long a measurement kept on disk stands for the machine (a reboot or another torch ends it
+sooner)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,10 +52,37 @@ def _fastest(fn: Callable[[], object], repeats: int) -> float:
 
 
 @functools.cache
-def measure_host() -> HostRates | None:
-    """One thread's rates, measured once per process; ``None`` without torch."""
+def measure_host(kept_in: Path | None = None) -> HostRates | None:
+    """One thread's rates, measured once per process and kept in the folder ``kept_in`` for the
+    next process on this machine: measuring imports torch, two seconds on every command that
+    places a job. ``None`` without torch."""
     if importlib.util.find_spec("torch") is None:
         return None
+    kept = kept_in / "host-rates.json" if kept_in is not None else None
+    machine = _machine()
+    if kept is not None:
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            record = json.loads(kept.read_text())
+            if record["machine"] == machine and time.time() - record["measured_at"] < KEPT_S:
+                return HostRates(**record["rates"])
+    rates = _measure()
+    if kept is not None:
+        with contextlib.suppress(OSError):  # a read-only home measures again next time
+            write_json_atomic(kept, {"machine": machine, "measured_at": time.time(), "rates": asdict(rates)})
+    return rates
+
+
+def _machine() -> str:
+    """This boot of this machine, the cores this process may use and the torch measuring."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:  # not Linux: the day's limit alone
+        boot = ""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{socket.gethostname()}|{boot}|{cores}|torch {importlib.metadata.version('torch')}"
+
+
+def _measure() -> HostRates:
     import torch
     import torch.nn.functional as F
 

@@ -89,7 +89,7 @@ def advertisement(ctx: ServiceContext, joining: Joining) -> Advertisement:
         labels=dict(joining.labels),
         scratch=str(scratch.resolve()),
         env=dict(joining.env),
-        host=measure_host(),
+        host=measure_host(ctx.settings.cache_dir),
         emulated=bool(emulated),
     )
     ad.check()
