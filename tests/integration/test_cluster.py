@@ -184,12 +184,12 @@ def test_cancel_checkpoints_every_rank_and_the_job_resumes_on_the_cluster(
     spec = write_spec(
         tmp_path,
         data={"paths": ["store:datasets/code"], "tokenizer": {"vocab_size": 512}},
-        training={**STEPS, "steps": 60, "parallelism": "fsdp"},
+        training={**STEPS, "steps": 30, "parallelism": "fsdp"},
         resources={"accelerator": "h100-sxm", "devices": 1, "nodes": 2, "cpus_per_device": 1},
     )
-    # The first attempt is slowed (rank 0, and so its peer, 0.8 s a step) so that it is still
-    # running when cancelled, however fast the machine; the resumed one runs at full speed.
-    on_cluster.env["SHIPYARD_FAULTS"] = json.dumps({"attempts": [1], "slow_rank": 0, "slow_s": 0.2})
+    # The first attempt is slowed (rank 0, and so its peer, 0.3 s a step) so that it is still
+    # running when cancelled, however fast the machine; the resumed ones run at full speed.
+    on_cluster.env["SHIPYARD_FAULTS"] = json.dumps({"attempts": [1], "slow_rank": 0, "slow_s": 0.3})
     job = on_cluster.json("jobs", "submit", str(spec))
     on_cluster.wait_for(job["id"], lambda j: j["step"] >= 3)
     on_cluster.run("jobs", "cancel", job["id"])
@@ -206,7 +206,7 @@ def test_cancel_checkpoints_every_rank_and_the_job_resumes_on_the_cluster(
     assert sorted(p.name for p in stored.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
     resumed = json.loads(on_cluster.run("jobs", "submit", str(spec), "--resume", "--wait", "--json").stdout)
     assert resumed["state"] == "succeeded"
-    assert f"steps {step}->60" in on_cluster.run("jobs", "logs", resumed["id"]).stdout
+    assert f"steps {step}->30" in on_cluster.run("jobs", "logs", resumed["id"]).stdout
     # A folder of this machine is written into the store at the launch, for the nodes to resume
     # from; one whose files only the store holds, its record lost, fails its job alone.
     orphan = tmp_path / "orphan" / record.name
@@ -219,7 +219,7 @@ def test_cancel_checkpoints_every_rank_and_the_job_resumes_on_the_cluster(
     assert failed["state"] == "failed" and "its record was lost" in failed["message"], failed
     done = on_cluster.wait_for(from_mine["id"], lambda j: j["state"] not in ("queued", "running"))
     assert done["state"] == "succeeded", done
-    assert f"steps {step}->60" in on_cluster.run("jobs", "logs", from_mine["id"]).stdout
+    assert f"steps {step}->30" in on_cluster.run("jobs", "logs", from_mine["id"]).stdout
 
 
 def test_quotas_hold_across_nodes(on_cluster: Cli, tmp_path: Path) -> None:
@@ -247,6 +247,49 @@ def test_a_job_larger_than_any_node_is_refused_naming_the_nodes(on_cluster: Cli,
     assert done.returncode == 1 and "needs 5 node(s)" in done.stderr
 
 
+def test_an_elastic_job_shrinks_for_a_gang_on_every_node_and_grows_back_with_the_same_losses(
+    on_cluster: Cli, tmp_path: Path
+) -> None:
+    # Rank 0 sleeps 0.05 s a step (timing only): the job still runs when the gang arrives, and
+    # growing back pays for its restart, on any machine.
+    faults = {"attempts": [1, 2, 3, 4, 5], "slow_rank": 0, "slow_s": 0.05}
+    on_cluster.env.update(
+        {"SHIPYARD_POLICY": "priority", "SHIPYARD_ROUND_S": "1", "SHIPYARD_RESIZE_COST_S": "1",
+         "SHIPYARD_FAULTS": json.dumps(faults)}
+    )  # fmt: skip
+    training = {**STEPS, "steps": 120}
+    elastic = {"accelerator": "h100-sxm", "devices": {"min": 1, "max": 2}, "cpus_per_device": 1}
+    spec = write_spec(tmp_path, "grows", training=training, checkpoint={"interval": 1000}, resources=elastic)
+    job = on_cluster.json("jobs", "submit", str(spec))
+    on_cluster.wait_for(job["id"], lambda j: j["state"] == "running" and j["step"] >= 5)
+    [first] = on_cluster.json("jobs", "show", job["id"])["attempts"]
+    assert first["world_size"] == 2  # alone: a whole node
+
+    # One device on each of the three nodes: it fits only if the elastic job gives one back.
+    gang = write_spec(
+        tmp_path, "gang", priority=5, training={**STEPS, "steps": 10, "global_batch_tokens": 768},
+        resources={"accelerator": "h100-sxm", "devices": 1, "nodes": 3, "cpus_per_device": 1},
+    )  # fmt: skip
+    urgent = on_cluster.json("jobs", "submit", str(gang))
+    assert on_cluster.wait_for(urgent["id"], lambda j: j["state"] not in ("queued", "running"))["state"] == (
+        "succeeded"
+    )
+    done = on_cluster.wait_for(job["id"], lambda j: j["state"] not in ("queued", "running"), timeout=600)
+    assert done["state"] == "succeeded", on_cluster.run("jobs", "logs", job["id"]).stdout
+    sizes = [a["world_size"] for a in done["attempts"]]
+    reasons = [a["exit_reason"] for a in done["attempts"]]
+    assert sizes[:2] == [2, 1] and sizes[-1] == 2 and reasons[0] == "resized", (sizes, reasons)
+    said = [a["message"] for a in done["attempts"] if a["exit_reason"] == "resized"]
+    assert said[0].startswith(f"shrunk 2→1 h100-sxm: its devices went to {urgent['id']}"), said
+
+    # Every step's loss is that of one process at the spec's global batch (checkpoints read back
+    # from the store at each resize).
+    losses = {m["step"]: m["loss"] for m in metrics(run_folder(on_cluster, job["id"]), "train")}
+    reference = run_runtime(tmp_path / "reference", tmp_path / "cache", spec_dict(training=training))
+    assert sorted(losses) == list(range(1, 121))
+    assert losses == pytest.approx({m["step"]: m["loss"] for m in metrics(reference, "train")}, rel=1e-3)
+
+
 def test_a_lost_node_requeues_the_job_which_resumes_elsewhere_with_the_same_weights(
     world: tuple[Any, Any], on_cluster: Cli, tmp_path: Path
 ) -> None:
@@ -255,16 +298,17 @@ def test_a_lost_node_requeues_the_job_which_resumes_elsewhere_with_the_same_weig
     # Two replicas, as the reference below: the same sums in the same order, so the weights after
     # the loss and the resume are those of a run that lost nothing (a one-process reference drifts
     # by ~1e-5 over 200 steps from the order of the gradient sums alone).
-    training = {**STEPS, "steps": 200, "parallelism": "ddp"}
+    training = {**STEPS, "steps": 80, "parallelism": "ddp"}
     spec = write_spec(
         tmp_path,
         training=training,
         checkpoint={"interval": interval, "keep": 2},
         resources={"accelerator": "h100-sxm", "devices": 1, "nodes": 2, "cpus_per_device": 1},
     )
-    # The first attempt is slowed (0.4 s a step) so that it still runs when its node is lost, on
-    # any machine (on a loaded one it ended before the agent held step 20); the resume is at speed.
-    on_cluster.env["SHIPYARD_FAULTS"] = json.dumps({"attempts": [1], "slow_rank": 0, "slow_s": 0.1})
+    # The first attempt is slowed (0.25 s a step, 20 s in all) so that it still runs when its node
+    # is lost, on any machine (on a loaded one it ended before the agent held step 20); the resume
+    # is at speed.
+    on_cluster.env["SHIPYARD_FAULTS"] = json.dumps({"attempts": [1], "slow_rank": 0, "slow_s": 0.25})
     job = on_cluster.json("jobs", "submit", str(spec))
     # Killed once the agent holds the checkpoint of step 20, every node's part of it (they are
     # written in the background, each node its own).

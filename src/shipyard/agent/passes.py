@@ -86,6 +86,7 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
         running = _running(ctx, session)
         session.commit()  # the snapshot's read ends here
         watched = [a for a in running if not _quarantine.holds(a.id)]
+        released = False
         for attempt in watched:
             look = looks.get(attempt.id)
             if look is None:  # launched after the look: the next pass looks at it
@@ -94,7 +95,10 @@ def tick(ctx: ServiceContext, agent_id: str) -> Pass:
             record = functools.partial(_record_outcome, ctx, session, attempt, look, draining=draining)
             if _on_its_own(session, attempt, record):
                 _release(ctx, handle_of(ctx, attempt))
+                released = True
         _quarantine.record(ctx)
+        if released:  # what they held is free now: read before it counted as another's
+            known = list(ctx.executor.known_nodes())
         running = [a for a in running if a.state == JobState.RUNNING]
         scheduling = time.perf_counter()
         # A set-aside attempt still holds its devices: ``running``, not ``watched``.

@@ -62,3 +62,15 @@ def bundle_units(placement: Placement, per_node: int) -> dict[str, float]:
 def ray_gpus(ad: Advertisement, per_node: int) -> dict[str, float]:
     """Ray's own GPUs for a node that has real ones (Ray then sets their visibility)."""
     return {"GPU": float(per_node)} if ad.gpus() else {}
+
+
+def devices_held(group_table: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """What a placement group holds of each node's device resources, by (Ray node, resource), from
+    Ray's record of the group."""
+    held: dict[tuple[str, str], float] = {}
+    to_node = group_table.get("bundles_to_node_id") or {}
+    for index, bundle in (group_table.get("bundles") or {}).items():
+        for key, amount in bundle.items():
+            if to_node.get(index) and key.startswith(TYPE_RESOURCE):
+                held[to_node[index], key] = held.get((to_node[index], key), 0.0) + amount
+    return held

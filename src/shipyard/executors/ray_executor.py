@@ -11,7 +11,6 @@ again. What the ranks write on their nodes reaches the agent's run folder throug
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
@@ -51,7 +50,7 @@ from shipyard.executors.cluster_nodes import (
     pin_resource,
 )
 from shipyard.executors.local import read_log_file
-from shipyard.executors.ray_attempts import bundle_units, placement_on, ray_gpus, stored_whole
+from shipyard.executors.ray_attempts import bundle_units, devices_held, placement_on, ray_gpus, stored_whole
 from shipyard.executors.ray_ranks import RankGroup
 from shipyard.executors.stacks import DUMP_S
 from shipyard.scheduling.status import Status, unplaceable
@@ -66,6 +65,8 @@ from shipyard.schemas.launch import (
 HANDLE_PREFIX = "ray:"
 READY_TIMEOUT_S = 60.0
 """How long a placement group may take to be reserved before the launch is given up."""
+RELEASE_WAIT_S = 5.0
+"""How long a release waits for Ray to count the attempt's devices free again."""
 CALL_TIMEOUT_S = 30.0
 INVENTORY_TTL_S = 1.0
 """How long one read of the cluster's nodes serves: a pass reads them once, not per attempt."""
@@ -397,13 +398,34 @@ class RayExecutor:
 
     def release(self, handle: AttemptHandle) -> None:
         ray = self.ray
-        from ray.util.placement_group import get_placement_group, remove_placement_group
-
         for actor in self._actors.pop(handle.handle, None) or self._group(handle) or []:
             ray.kill(actor)
         self._actors.pop(handle.handle, None)
-        with contextlib.suppress(ValueError):  # removed already
-            remove_placement_group(get_placement_group(handle.handle))
+        self._remove_group(handle.handle)
+
+    def _remove_group(self, name: str) -> None:
+        """Remove the placement group and wait, a few seconds at most, until Ray counts its
+        devices free: the agent schedules on Ray's accounting right after, where devices still
+        counted busy went to nobody (a gang waiting for them lost them to a smaller job)."""
+        from ray._private.state import available_resources_per_node as free_now
+        from ray.util.placement_group import get_placement_group as get
+        from ray.util.placement_group import placement_group_table as table
+        from ray.util.placement_group import remove_placement_group as remove
+
+        try:
+            group = get(name)
+        except ValueError:  # removed already
+            return
+        held = devices_held(table(group))
+        before = free_now()  # type: ignore[no-untyped-call]
+        start = {(n, k): before.get(n, {}).get(k, 0) for n, k in held}
+        remove(group)
+        deadline = time.monotonic() + RELEASE_WAIT_S
+        while held and time.monotonic() < deadline:
+            free = free_now()  # type: ignore[no-untyped-call]
+            if all(free.get(n, {}).get(k, 0) >= was + held[n, k] for (n, k), was in start.items()):
+                return
+            time.sleep(0.05)
 
     def read_log(self, node: str | None, log_path: Path, offset: int, limit: int | None = None) -> bytes:
         del node  # the agent keeps every node's lines in the run folder as it syncs
