@@ -224,7 +224,7 @@ def test_torch_is_asked_for_devices_only_where_the_os_shows_one(tmp_path: Path) 
     from shipyard.hardware import discovery
 
     assert not discovery._os_shows_a_device(tmp_path)
-    for device_file in ("nvidia0", "kfd", "dri/renderD128", "accel/accel0", "hl0"):
+    for device_file in ("nvidia0", "dxg", "nvhost-ctrl-gpu", "kfd", "dri/renderD128", "accel/accel0", "hl0"):
         dev = tmp_path / device_file.replace("/", "-")
         (dev / device_file).parent.mkdir(parents=True, exist_ok=True)
         (dev / device_file).touch()

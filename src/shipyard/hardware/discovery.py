@@ -296,8 +296,9 @@ def _nvlink_peers(pynvml: object, handle: object, bus_ids: Sequence[str]) -> tup
     return tuple(sorted(peers))
 
 
-DEVICE_FILES = ("nvidia[0-9]*", "kfd", "dri/renderD*", "accel/accel*", "hl[0-9]*")
-"""What a GPU or accelerator driver puts in /dev: NVIDIA, AMD ROCm, Intel (XPU), Gaudi."""
+DEVICE_FILES = ("nvidia[0-9]*", "dxg", "nvhost-ctrl-gpu", "kfd", "dri/renderD*", "accel/accel*", "hl[0-9]*")
+"""What a GPU or accelerator driver puts in /dev: NVIDIA (WSL 2's GPU, Jetson's), AMD ROCm, Intel
+(XPU), Gaudi."""
 
 
 def _os_shows_a_device(dev: Path = Path("/dev")) -> bool:
