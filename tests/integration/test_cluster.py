@@ -247,23 +247,30 @@ def test_a_job_larger_than_any_node_is_refused_naming_the_nodes(on_cluster: Cli,
     assert done.returncode == 1 and "needs 5 node(s)" in done.stderr
 
 
-def test_an_elastic_job_shrinks_for_a_gang_on_every_node_and_grows_back_with_the_same_losses(
+def test_an_elastic_job_over_nodes_shrinks_for_a_gang_on_every_node_and_grows_back_with_the_same_losses(
     on_cluster: Cli, tmp_path: Path
 ) -> None:
-    # Rank 0 sleeps 0.05 s a step (timing only): the job still runs when the gang arrives, and
-    # growing back pays for its restart, on any machine.
+    # Rank 0 sleeps 0.05 s a sample (timing only: a micro-batch of 1, each forward pass slowed):
+    # 1.6 s a step alone, 0.4 s on four ranks, like devices that scale. The job still runs when
+    # the gang arrives, and growing back pays for its restart, on any machine.
     faults = {"attempts": [1, 2, 3, 4, 5], "slow_rank": 0, "slow_s": 0.05}
     on_cluster.env.update(
         {"SHIPYARD_POLICY": "priority", "SHIPYARD_ROUND_S": "1", "SHIPYARD_RESIZE_COST_S": "1",
          "SHIPYARD_FAULTS": json.dumps(faults)}
     )  # fmt: skip
-    training = {**STEPS, "steps": 120}
-    elastic = {"accelerator": "h100-sxm", "devices": {"min": 1, "max": 2}, "cpus_per_device": 1}
+    training = {**STEPS, "steps": 100, "micro_batch_size": 1}
+    # 1 to 6 devices over 1 to 3 nodes; the step's 32 samples split evenly over 1, 2 and 4 ranks.
+    elastic = {
+        "accelerator": "h100-sxm",
+        "devices": {"min": 1, "max": 2},
+        "nodes": {"min": 1, "max": 3},
+        "cpus_per_device": 1,
+    }
     spec = write_spec(tmp_path, "grows", training=training, checkpoint={"interval": 1000}, resources=elastic)
     job = on_cluster.json("jobs", "submit", str(spec))
     on_cluster.wait_for(job["id"], lambda j: j["state"] == "running" and j["step"] >= 5)
     [first] = on_cluster.json("jobs", "show", job["id"])["attempts"]
-    assert first["world_size"] == 2  # alone: a whole node
+    assert first["world_size"] == 4 and len(first["node"].split(",")) == 2  # alone: two whole nodes
 
     # One device on each of the three nodes: it fits only if the elastic job gives one back.
     gang = write_spec(
@@ -278,15 +285,15 @@ def test_an_elastic_job_shrinks_for_a_gang_on_every_node_and_grows_back_with_the
     assert done["state"] == "succeeded", on_cluster.run("jobs", "logs", job["id"]).stdout
     sizes = [a["world_size"] for a in done["attempts"]]
     reasons = [a["exit_reason"] for a in done["attempts"]]
-    assert sizes[:2] == [2, 1] and sizes[-1] == 2 and reasons[0] == "resized", (sizes, reasons)
+    assert sizes[:2] == [4, 1] and sizes[-1] == 4 and reasons[0] == "resized", (sizes, reasons)
     said = [a["message"] for a in done["attempts"] if a["exit_reason"] == "resized"]
-    assert said[0].startswith(f"shrunk 2→1 h100-sxm: its devices went to {urgent['id']}"), said
+    assert said[0].startswith(f"shrunk 4→1 h100-sxm: its devices went to {urgent['id']}"), said
 
     # Every step's loss is that of one process at the spec's global batch (checkpoints read back
     # from the store at each resize).
     losses = {m["step"]: m["loss"] for m in metrics(run_folder(on_cluster, job["id"]), "train")}
     reference = run_runtime(tmp_path / "reference", tmp_path / "cache", spec_dict(training=training))
-    assert sorted(losses) == list(range(1, 121))
+    assert sorted(losses) == list(range(1, 101))
     assert losses == pytest.approx({m["step"]: m["loss"] for m in metrics(reference, "train")}, rel=1e-3)
 
 

@@ -251,8 +251,8 @@ def test_an_elastic_range_is_read_as_its_largest_and_fewest_devices_and_every_si
     spec = validate_job_spec(spec_dict(resources={"devices": {"min": 2, "max": 8}}))
     assert (spec.resources.devices, spec.resources.min_devices, spec.resources.elastic) == (8, 2, True)
     # 2,048 tokens of 64 a step: 32 samples, split evenly over 2, 4 and 8 ranks only.
-    assert spec.device_sizes == [2, 4, 8]
-    at_two = spec.sized(2)
+    assert spec.elastic_layouts == [(1, 2), (1, 4), (1, 8)]
+    at_two = spec.sized(1, 2)
     assert (at_two.resources.devices, at_two.resources.elastic) == (2, False)
     assert at_two.training.global_batch_tokens == spec.training.global_batch_tokens
     assert at_two.training.grad_accum_steps(2) * at_two.training.micro_batch_size * 2 * 64 == 2048
@@ -260,12 +260,27 @@ def test_an_elastic_range_is_read_as_its_largest_and_fewest_devices_and_every_si
     assert stored == spec  # the stored form reads back as the same spec
 
 
+def test_an_elastic_range_over_nodes_sizes_the_job_in_devices_in_all_on_the_fewest_nodes() -> None:
+    spec = validate_job_spec(
+        spec_dict(resources={"devices": {"min": 1, "max": 2}, "nodes": {"min": 1, "max": 3}})
+    )
+    assert (spec.resources.nodes, spec.resources.min_nodes, spec.resources.elastic) == (3, 1, True)
+    # 32 samples a step: 3 or 6 ranks would not split them; 2 devices run on one node, not two.
+    assert spec.elastic_layouts == [(1, 1), (1, 2), (2, 2)]
+    fixed_devices = validate_job_spec(spec_dict(resources={"devices": 2, "nodes": {"min": 1, "max": 4}}))
+    assert fixed_devices.elastic_layouts == [(1, 2), (2, 2), (4, 2)]
+    on_two = fixed_devices.sized(2, 2)
+    assert (on_two.resources.nodes, on_two.resources.devices, on_two.resources.elastic) == (2, 2, False)
+    assert on_two.training.grad_accum_steps(4) * on_two.training.micro_batch_size * 4 * 64 == 2048
+    assert validate_job_spec(spec.model_dump(mode="json", by_alias=True)) == spec
+
+
 @pytest.mark.parametrize(
     ("resources", "words"),
     [
         ({"devices": {"min": 4, "max": 2}}, "min_devices 4 is more than devices 2"),
         ({"devices": {"min": 1}}, "takes min and max"),
-        ({"devices": {"min": 1, "max": 2}, "nodes": 2}, "give nodes: 1, or fixed devices"),
+        ({"nodes": {"min": 3, "max": 1}}, "min_nodes 3 is more than nodes 1"),
         ({"devices": {"min": 3, "max": 5}}, "no two sizes in that range split the step's 32 samples"),
     ],
 )

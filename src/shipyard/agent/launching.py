@@ -94,11 +94,12 @@ def _as_launched(spec: JobSpec, estimate: Estimate | None, placed: Placement) ->
     job the size it was placed at (the planner's layout only at the size it planned for)."""
     if not spec.resources.elastic:
         return planned_layout(spec, estimate, placed.accelerator_type)
-    size = placed.world_size // len(placed.nodes)
-    at_size = spec.sized(size)
+    nodes = len(placed.nodes)
+    per_node = placed.world_size // nodes
+    at_size = spec.sized(nodes, per_node)
     return (
         planned_layout(at_size, estimate, placed.accelerator_type)
-        if size == spec.resources.devices
+        if (nodes, per_node) == (spec.resources.nodes, spec.resources.devices)
         else at_size
     )
 

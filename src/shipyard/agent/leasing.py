@@ -87,8 +87,9 @@ def start_leased(
         # The lease's type, and the resources the job was submitted with (read once per job):
         # thousands of leases that wait on a busy cluster must not each load their job's spec.
         request = dataclasses.replace(waiting.submitted.request, accelerator_types=[lease.accelerator_type])
-        if waiting.submitted.never_ran.elastic:  # the size the scheduler gave it
-            request = dataclasses.replace(request, devices=waiting.submitted.processes(len(lease.nodes)))
+        if waiting.submitted.never_ran.elastic:  # the size and layout the scheduler gave it
+            machines, per_node = waiting.submitted.layout_on(lease.nodes)
+            request = dataclasses.replace(request, nodes=machines, devices=per_node)
         placed = place_now(ctx.executor, request, busy, on=nodes)
         if isinstance(placed, Status):
             reasons[waiting.id] = Status(Reason.UNPLACEABLE, f"0/{len(nodes)} nodes: {placed.message}")

@@ -11,7 +11,8 @@ a job keeps its size while nothing else needs the devices. The global batch neve
 how many devices share it.
 
 Growth takes devices on the nodes the job holds first, then the fewest other nodes of its type
-(a live job's gang stays on one node: ``Job.per_node``). Every change comes with the words
+(a live job's gang stays on one node: ``Job.per_node``; one placed over several nodes keeps its
+size here, joint sizing resizes it on whole nodes). Every change comes with the words
 ``jobs show`` prints: what it was, what it is, and why.
 """
 
@@ -123,6 +124,8 @@ def resize(
             if job.id in stuck:
                 continue
             lease = out[job.id]
+            if job.per_node and len(set(lease.nodes)) > 1:
+                continue  # a live gang over nodes stays as placed: growing it here could be uneven
             now = len(lease.nodes)
             here = worth(job, lease.accelerator_type, now, lease.level)
             for kind in kinds:

@@ -249,12 +249,11 @@ class JobSpec(Section):
             )
         if p.chosen:
             p.resolved(r.devices * r.nodes)  # raises with the product and the fix
-        if r.elastic and len(self.device_sizes) < 2:
+        if r.elastic and len(self.elastic_layouts) < 2:
             raise ValueError(
-                f"resources.devices {{min: {r.min_devices}, max: {r.devices}}}: no two sizes in that range "
-                f"split the step's {self.training.global_batch_tokens // self.training.seq_len} samples "
-                "evenly over their data-parallel ranks; widen the range or pick a global_batch_tokens "
-                "with more divisors"
+                f"resources {_range_words(r)}: no two sizes in that range split the step's "
+                f"{self.training.global_batch_tokens // self.training.seq_len} samples evenly over their "
+                "data-parallel ranks; widen the range or pick a global_batch_tokens with more divisors"
             )
         if self.training.compile is True:
             known = catalog()
@@ -274,30 +273,33 @@ class JobSpec(Section):
         return self
 
     @property
-    def device_sizes(self) -> list[int]:
-        """The devices per node the job may run on: ``resources.devices`` alone, or for an
-        elastic job every count from ``min_devices`` that keeps the global batch whole."""
+    def elastic_layouts(self) -> list[tuple[int, int]]:
+        """The (nodes, devices per node) the job may run on, one per size in all, smallest first:
+        the spec's alone, or for an elastic job every size in its ranges that keeps the global
+        batch whole (on the fewest nodes that give it)."""
         r, t = self.resources, self.training
         if not r.elastic:
-            return [r.devices]
-        assert r.min_devices is not None
-        tp = t.parallelism.tp or 1
-        sizes = layout.elastic_sizes(
-            r.min_devices, r.devices, r.nodes, tp, t.global_batch_tokens // t.seq_len
+            return [(r.nodes, r.devices)]
+        layouts = layout.elastic_sizes(
+            (r.fewest_devices, r.devices),
+            (r.fewest_nodes, r.nodes),
+            t.parallelism.tp or 1,
+            t.global_batch_tokens // t.seq_len,
         )
-        return [n for n in sizes if not t.parallelism.chosen or _resolves(t.parallelism, n * r.nodes)]
+        return [(n, d) for n, d in layouts if not t.parallelism.chosen or _resolves(t.parallelism, n * d)]
 
-    def sized(self, devices: int) -> JobSpec:
-        """The spec of an attempt on ``devices`` per node: that many devices, and a micro-batch
+    def sized(self, nodes: int, devices: int) -> JobSpec:
+        """The spec of an attempt on ``nodes`` of ``devices`` each: that layout, and a micro-batch
         that divides each rank's share of the step's samples (the global batch unchanged)."""
         r, t = self.resources, self.training
-        if devices == r.devices and r.min_devices is None:
+        if (nodes, devices) == (r.nodes, r.devices) and not r.elastic:
             return self
-        ranks = devices * r.nodes // (t.parallelism.tp or 1)
+        ranks = devices * nodes // (t.parallelism.tp or 1)
         micro = layout.micro_batch_for(t.global_batch_tokens // t.seq_len // ranks, t.micro_batch_size)
+        resources = {"devices": devices, "min_devices": None, "nodes": nodes, "min_nodes": None}
         return self.model_copy(
             update={
-                "resources": r.model_copy(update={"devices": devices, "min_devices": None}),
+                "resources": r.model_copy(update=resources),
                 "training": t.model_copy(update={"micro_batch_size": micro}),
             }
         )
@@ -357,6 +359,14 @@ def validate_job_spec(document: dict[str, Any], *, source: str = "job spec") -> 
         source=source,
         hint=f"fix the fields named above; {SPEC_HINT}",
     )
+
+
+def _range_words(resources: ResourcesSection) -> str:
+    """An elastic job's ranges as the spec gives them."""
+    r = resources
+    words = [f"devices {{min: {r.fewest_devices}, max: {r.devices}}}" if r.min_devices else f"devices {r.devices}"]
+    words.append(f"nodes {{min: {r.fewest_nodes}, max: {r.nodes}}}" if r.min_nodes else f"nodes {r.nodes}")
+    return ", ".join(words)
 
 
 def _resolves(parallelism: ParallelismSection, world: int) -> bool:

@@ -65,11 +65,20 @@ def grad_accum_steps(global_batch_tokens: int, micro_batch_size: int, seq_len: i
     return global_batch_tokens // tokens_per_fwdbwd
 
 
-def elastic_sizes(fewest: int, most: int, nodes: int, tp: int, samples_per_step: int) -> list[int]:
-    """The devices per node an elastic job may run on, between ``fewest`` and ``most``: those
-    tensor parallelism divides and whose data-parallel ranks split the step's samples evenly (the
+def elastic_sizes(
+    devices: tuple[int, int], nodes: tuple[int, int], tp: int, samples_per_step: int
+) -> list[tuple[int, int]]:
+    """The (nodes, devices per node) an elastic job may run on, within the (fewest, most) of
+    each, one per size in all, fewest nodes first, smallest size first: those tensor
+    parallelism divides and whose data-parallel ranks split the step's samples evenly (the
     global batch stays the spec's at every size)."""
-    return [n for n in range(fewest, most + 1) if n % tp == 0 and samples_per_step % (n * nodes // tp) == 0]
+    by_size: dict[int, tuple[int, int]] = {}
+    for node_count in range(nodes[0], nodes[1] + 1):
+        for per_node in range(devices[0], devices[1] + 1):
+            size = node_count * per_node
+            if per_node % tp == 0 and samples_per_step % (size // tp) == 0:
+                by_size.setdefault(size, (node_count, per_node))
+    return [by_size[size] for size in sorted(by_size)]
 
 
 def micro_batch_for(samples_per_rank: int, wanted: int) -> int:

@@ -25,7 +25,12 @@ class ResourcesSection(Section):
     are; each change is a restart from a checkpoint, and the global batch, data order and
     learning-rate schedule stay the spec's at every size. None: always ``devices``."""
     nodes: Annotated[int, Field(gt=0, le=100_000)] = 1
-    """Machines of a cluster the job spans, each with ``devices`` devices, placed all at once."""
+    """Machines of a cluster the job spans, each with ``devices`` devices, placed all at once;
+    ``{min: 1, max: 4}`` makes the job elastic over nodes (read as ``nodes: 4, min_nodes: 1``)."""
+    min_nodes: Annotated[int, Field(gt=0, le=100_000)] | None = None
+    """Elastic: the fewest nodes the job runs on. With ``min_devices`` or alone, the job's size
+    is its devices in all, from ``min_nodes`` x ``min_devices`` to ``nodes`` x ``devices``: the
+    scheduler places a size on one node where it fits, else on whole nodes. None: always ``nodes``."""
     cpus_per_device: Annotated[int, Field(gt=0, le=4096)] | None = None
     """CPU threads per process; default: the node's cores shared evenly by a CPU job's processes."""
     min_memory_gib: Annotated[float, Field(gt=0, le=1 << 20)] | None = None
@@ -38,32 +43,44 @@ class ResourcesSection(Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _device_range(cls, value: Any) -> Any:
-        """``devices: {min, max}`` as ``devices: max, min_devices: min``."""
-        if isinstance(value, dict) and isinstance(value.get("devices"), dict):
-            given = dict(value["devices"])
-            if set(given) != {"min", "max"}:
-                raise ValueError(f"resources.devices as a range takes min and max, not {sorted(given)}")
-            value = {**value, "devices": given["max"], "min_devices": given["min"]}
+    def _ranges(cls, value: Any) -> Any:
+        """``devices: {min, max}`` as ``devices: max, min_devices: min``; ``nodes`` likewise."""
+        if not isinstance(value, dict):
+            return value
+        for key in ("devices", "nodes"):
+            if isinstance(value.get(key), dict):
+                given = dict(value[key])
+                if set(given) != {"min", "max"}:
+                    raise ValueError(f"resources.{key} as a range takes min and max, not {sorted(given)}")
+                value = {**value, key: given["max"], f"min_{key}": given["min"]}
         return value
 
     @model_validator(mode="after")
     def _range_in_order(self) -> Self:
-        if self.min_devices is not None and self.min_devices > self.devices:
-            raise ValueError(
-                f"resources.min_devices {self.min_devices} is more than devices {self.devices}; "
-                "give the fewest devices the job runs on, at most devices"
-            )
-        if self.elastic and self.nodes > 1:
-            raise ValueError(
-                f"an elastic job (resources.min_devices {self.min_devices}) runs on one node and "
-                f"resizes within it, but resources.nodes is {self.nodes}; give nodes: 1, or fixed devices"
-            )
+        for key, fewest, most in (
+            ("devices", self.min_devices, self.devices),
+            ("nodes", self.min_nodes, self.nodes),
+        ):
+            if fewest is not None and fewest > most:
+                raise ValueError(
+                    f"resources.min_{key} {fewest} is more than {key} {most}; "
+                    f"give the fewest {key} the job runs on, at most {key}"
+                )
         return self
 
     @property
     def elastic(self) -> bool:
-        return self.min_devices is not None and self.min_devices < self.devices
+        return self.fewest_devices < self.devices or self.fewest_nodes < self.nodes
+
+    @property
+    def fewest_devices(self) -> int:
+        """Devices per node at the job's smallest size (``devices`` unless elastic)."""
+        return self.devices if self.min_devices is None else self.min_devices
+
+    @property
+    def fewest_nodes(self) -> int:
+        """Nodes at the job's smallest size (``nodes`` unless elastic over nodes)."""
+        return self.nodes if self.min_nodes is None else self.min_nodes
 
     @field_validator("accelerator")
     @classmethod

@@ -5,7 +5,7 @@ for thousands of waiting jobs on every pass was most of a pass."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -44,9 +44,11 @@ class Submitted:
     unit: int = 1
     """Scheduler devices per training process: its cores on the CPU, else 1."""
 
-    def processes(self, devices: int) -> int:
-        """Training processes per node of a gang of ``devices`` scheduler devices."""
-        return devices // self.unit // self.request.nodes
+    def layout_on(self, lease_nodes: Sequence[str]) -> tuple[int, int]:
+        """(nodes, training processes per node) of a gang leased ``lease_nodes`` (a scheduler node
+        per device): where an elastic job runs is the scheduler's choice, not its spec's."""
+        machines = len(set(lease_nodes))
+        return machines, len(lease_nodes) // self.unit // machines
 
 
 MAX_REMEMBERED = 65536
@@ -65,6 +67,7 @@ _SUBMITTED_COLUMNS = (
     Job.spec[("resources", "nodes")].as_integer(),
     Job.spec[("resources", "min_memory_gib")].as_float(),
     Job.spec[("resources", "min_devices")].as_integer(),
+    Job.spec[("resources", "min_nodes")].as_integer(),
     Job.spec[("training", "steps")].as_integer(),
     Job.spec[("training", "tokens")].as_integer(),
     Job.spec[("training", "global_batch_tokens")].as_integer(),
@@ -107,18 +110,21 @@ def _read(session: Session, job_ids: list[str]) -> Iterator[tuple[str, Submitted
         query = select(*_SUBMITTED_COLUMNS).where(Job.id.in_(job_ids[start : start + _CHUNK]))
         for row in session.execute(query):
             (job_id, project, queue, priority, devices, types, submitted_at) = row[:7]
-            (cpus, node_count, memory, fewest, steps, tokens, batch) = row[7:14]
-            (planned_on, planned_rate, shape_rates) = row[14:]
+            (cpus, node_count, memory, fewest_devices, fewest_nodes, steps, tokens, batch) = row[7:15]
+            (planned_on, planned_rate, shape_rates) = row[15:]
             # Each node runs ``devices`` processes; on the CPU each holds its cores.
             unit = (cpus or 1) if types == ["cpu"] else 1
             per_node = devices * unit
             demand = per_node * (node_count or 1)
-            # An elastic job: the scheduler sees each size it may run at (rare: its spec is read).
-            sizes = (
-                ()
-                if fewest is None
-                else tuple(n * unit * (node_count or 1) for n in _sizes_of(session, job_id))
-            )
+            # An elastic job: the scheduler sees each size it may run at, in devices over all its
+            # nodes, and places it at the smallest first (rare: its spec is read).
+            sizes: tuple[int, ...] = ()
+            gang_nodes, gang_devices = node_count or 1, devices
+            if fewest_devices is not None or fewest_nodes is not None:
+                layouts = _layouts_of(session, job_id)
+                sizes = tuple(n * d * unit for n, d in layouts)
+                gang_nodes, gang_devices = layouts[0]
+                per_node = gang_devices * unit
             yield (
                 job_id,
                 Submitted(
@@ -134,10 +140,10 @@ def _read(session: Session, job_ids: list[str]) -> Iterator[tuple[str, Submitted
                     planned_tokens_per_s=planned_rate or 0.0,
                     shape_tokens_per_s=shape_rates or {},
                     unit=unit,
-                    request=Request(
+                    request=Request(  # the smallest gang: an elastic job's runs are sized as leased
                         accelerator_types=tuple(types),
-                        devices=devices,
-                        nodes=node_count or 1,
+                        devices=gang_devices,
+                        nodes=gang_nodes,
                         cpus_per_device=cpus,
                         min_memory_gib=memory or 0.0,
                     ),
@@ -152,12 +158,13 @@ def _read(session: Session, job_ids: list[str]) -> Iterator[tuple[str, Submitted
                         priority=2.0**priority,
                         queue=queue,
                         min_memory_gib=memory or 0.0,
-                        per_node=sizes[0] if sizes else per_node,
+                        per_node=per_node,
                     ),
                 ),
             )
 
 
-def _sizes_of(session: Session, job_id: str) -> list[int]:
-    """The devices per node an elastic job may run at, as its spec allows them."""
-    return stored_job_spec(session.get_one(Job, job_id).spec).device_sizes
+def _layouts_of(session: Session, job_id: str) -> list[tuple[int, int]]:
+    """The (nodes, devices per node) an elastic job may run at, smallest first, as its spec
+    allows them."""
+    return stored_job_spec(session.get_one(Job, job_id).spec).elastic_layouts

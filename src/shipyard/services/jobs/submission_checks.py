@@ -73,7 +73,8 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
         catalog = hardware_catalog(ctx.settings)
         local = model_sources.local(ctx, session, spec, spec.project).spec  # the base model, here
         _check_model(local, catalog)
-        request = Request.of(spec.resources)
+        smallest = spec.sized(*spec.elastic_layouts[0])  # an elastic job must fit at its smallest
+        request = Request.of(smallest.resources)
         unplaceable = ctx.inventory.check_feasible(request)
         if unplaceable is not None:
             nodes = ctx.inventory.nodes()
@@ -93,7 +94,7 @@ def check_submission(ctx: ServiceContext, spec: JobSpec, resume: bool, resume_fr
                 "cores); lower resources.devices, resources.nodes or resources.min_memory_gib, or "
                 "list an accelerator type they have in resources.accelerator",
             )
-        spec.training.grad_accum_steps(request.devices * request.nodes)
+        smallest.training.grad_accum_steps(request.devices * request.nodes)
         planned = estimate_job(local, ctx.inventory.nodes(), catalog, cluster_calibration(session))
         estimate = with_measurements(session, local, planned)
         checkpoint = _resume_point(ctx, session, spec, resume, resume_from)
