@@ -364,9 +364,13 @@ def validate_job_spec(document: dict[str, Any], *, source: str = "job spec") -> 
 def _range_words(resources: ResourcesSection) -> str:
     """An elastic job's ranges as the spec gives them."""
     r = resources
-    words = [f"devices {{min: {r.fewest_devices}, max: {r.devices}}}" if r.min_devices else f"devices {r.devices}"]
-    words.append(f"nodes {{min: {r.fewest_nodes}, max: {r.nodes}}}" if r.min_nodes else f"nodes {r.nodes}")
-    return ", ".join(words)
+    return ", ".join(
+        f"{key} {{min: {fewest}, max: {most}}}" if given is not None else f"{key} {most}"
+        for key, given, fewest, most in (
+            ("devices", r.min_devices, r.fewest_devices, r.devices),
+            ("nodes", r.min_nodes, r.fewest_nodes, r.nodes),
+        )
+    )
 
 
 def _resolves(parallelism: ParallelismSection, world: int) -> bool:
