@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import traceback
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,8 @@ import pytest
 from tests.builders import STDLIB
 
 SHIPYARD = [sys.executable, "-m", "shipyard.cli.main"]
+SHOW_EVERY_S = 15.0
+"""How often ``Cli.wait_for`` runs ``jobs show`` while it reads the job in-process meanwhile."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -48,9 +54,12 @@ class Cli:
         self.env.pop("SHIPYARD_DB_URL", None)
 
     def run(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run(
-            [*SHIPYARD, *args], capture_output=True, text=True, env=self.env, timeout=timeout
-        )
+        if _in_process(args, self.env):
+            done = _run_in_process(args, self.env)
+        else:
+            done = subprocess.run(
+                [*SHIPYARD, *args], capture_output=True, text=True, env=self.env, timeout=timeout
+            )
         if check and done.returncode != 0:
             raise AssertionError(
                 f"shipyard {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
@@ -63,8 +72,8 @@ class Cli:
     def wait_for(self, job_id: str, predicate: Any, timeout: float = 240) -> dict[str, Any]:
         """What ``jobs show --json`` printed once it met ``predicate``. Between those calls (a
         second of CPU each, which the jobs under test would otherwise lose) the job is read here
-        from the same database; the CLI still runs every few seconds, keeping the agent revived
-        as a user watching the job would."""
+        from the same database; the CLI still runs every ``SHOW_EVERY_S``, reviving the agent as
+        a user watching the job would (an agent outlives its live jobs by itself)."""
         deadline = time.monotonic() + timeout
         next_show = 0.0
         served_here = "SHIPYARD_URL" not in self.env  # else only the CLI can see the job
@@ -73,7 +82,7 @@ class Cli:
                 job = self.json("jobs", "show", job_id)
                 if predicate(job):
                     return job  # type: ignore[no-any-return]
-                next_show = time.monotonic() + 3
+                next_show = time.monotonic() + SHOW_EVERY_S
             if time.monotonic() > deadline:
                 raise AssertionError(f"job {job_id} never reached the condition; last: {job}")
             time.sleep(0.3)
@@ -96,6 +105,61 @@ class Cli:
         for pid in agents_of(self.home):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
+
+
+OWN_PROCESS = frozenset({"server", "node", "ui", "agent"})
+"""Commands that start long-lived processes, run in a process of their own as a user runs them."""
+
+
+def _in_process(args: tuple[str, ...], env: dict[str, str]) -> bool:
+    """Whether ``shipyard ARGS`` runs in this process: the same ``main`` a user's command runs,
+    without a second of interpreter start a call. Not from a thread (the environment and the
+    standard streams are swapped for the call), not where the command would join a Ray cluster
+    in this process, and never with ``SHIPYARD_TEST_CLI_PROCESSES=1`` (every call a process)."""
+    return (
+        threading.current_thread() is threading.main_thread()
+        and os.environ.get("SHIPYARD_TEST_CLI_PROCESSES") != "1"
+        and not (args and args[0] in OWN_PROCESS)
+        and env.get("SHIPYARD_EXECUTOR", "local") == "local"
+    )
+
+
+def _run_in_process(args: tuple[str, ...], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``shipyard ARGS`` through the CLI's ``main`` here, under ``env``, its output captured and
+    its exit code returned as a process's would be (an escaped exception is exit 1, as there)."""
+    from shipyard.cli import _output, main
+
+    streams = [io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True) for _ in range(3)]
+    saved = dict(os.environ), sys.argv, (sys.stdin, sys.stdout, sys.stderr)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.argv = ["shipyard", *args]
+    sys.stdin, sys.stdout, sys.stderr = streams
+    width = int(env.get("COLUMNS", "80"))
+    consoles = (_output.console, _output.err_console)
+    widths = [console.width for console in consoles]
+    for console in consoles:  # made at import, under another environment
+        console.width = width
+    code = 0
+    try:
+        with warnings.catch_warnings():
+            # The agent a command starts outlives the call, as it outlives a command's process.
+            warnings.filterwarnings("ignore", "subprocess .* is still running", ResourceWarning)
+            main.main()
+    except SystemExit as exit:
+        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    except Exception:  # what a process would print, exiting 1
+        traceback.print_exc()
+        code = 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved[0])
+        sys.argv = saved[1]
+        sys.stdin, sys.stdout, sys.stderr = saved[2]
+        for console, before in zip(consoles, widths, strict=True):
+            console.width = before
+    out, err = (stream.buffer.getvalue().decode("utf-8", "replace") for stream in streams[1:])  # type: ignore[attr-defined]
+    return subprocess.CompletedProcess([*SHIPYARD, *args], code, out, err)
 
 
 def agents_of(home: Path) -> list[int]:

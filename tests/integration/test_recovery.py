@@ -39,7 +39,8 @@ def _done(job: dict[str, Any]) -> bool:
 def test_out_of_memory_is_recovered_with_the_same_global_batch(cli: Cli, tmp_path: Path) -> None:
     clean = cli.json("jobs", "submit", str(write_spec(tmp_path, "clean")), "--wait")
     # The fault stands in for a GPU this machine lacks: a micro-batch above 2 runs out of memory.
-    cli.env["SHIPYARD_FAULTS"] = json.dumps({"attempts": [1], "oom_above_micro_batch": 2})
+    # The agent that ran the clean job may still be up: the next one starts with the fault.
+    _restart_agent_with(cli, SHIPYARD_FAULTS=json.dumps({"attempts": [1], "oom_above_micro_batch": 2}))
     job = cli.json("jobs", "submit", str(write_spec(tmp_path, "oom", restarts=QUICK)), "--wait")
     assert job["state"] == "succeeded", job
     detail = cli.json("jobs", "show", job["id"])
