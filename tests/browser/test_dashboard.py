@@ -258,6 +258,9 @@ def test_a_model_version_is_promoted_and_compared(site: Server, admin_page: Any)
     page.goto(f"{site.url}/planner?params_b=70&tokens_b=100&devices=8")
     assert page.locator("li.unfit").count() > 0  # 70B on 8 devices does not fit every type: greyed out
     assert "needs" in (page.text_content("tr.unfit") or "")  # and says why
+    prices = page.text_content("ul.prices") or ""  # what each cost rests on, and unlike prices named
+    assert "h100-sxm: $2.5/h rental (" in prices and "built-in catalog" in prices
+    assert "not like for like" in (page.text_content("p.note") or "")
 
 
 def test_runs_overlaid_with_their_differing_settings_telemetry_and_usage(

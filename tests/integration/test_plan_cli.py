@@ -151,6 +151,17 @@ def test_a_hardware_file_in_the_home_sets_prices(cli: Cli) -> None:
         "plan", "train", "--params", "1e9", "--accelerator", "a800", "--count", "8", "--tokens", "1e10"
     )
     assert out["cost_usd"] == pytest.approx(out["gpu_hours"] * 1.1)
+    hardware = str(cli.home / "hardware.yaml")
+    assert out["price"] | {"basis": None} == {
+        "usd_per_h": 1.1, "kind": "rental", "source": None, "as_of": None, "from": hardware, "basis": None
+    }  # fmt: skip
+    # The advisor lists the prices it costed with, whose they are, and warns of unlike ones.
+    types = "a800,h100-sxm,gaudi3"
+    shown = cli.run("plan", "compare", "--params", "1e9", "--accelerators", types, "--count", "8")
+    said = " ".join(shown.stdout.split())
+    assert f"a800: $1.1/h rental (date not given; your hardware file {hardware})" in said
+    assert "h100-sxm: $2.5/h rental (" in said and "; as of 2026-11-30; built-in catalog)" in said
+    assert "gaudi3 is costed at a purchase price over 3 years" in said
 
 
 def test_submit_refuses_a_job_this_machine_cannot_hold(cli: Cli, tmp_path: Path) -> None:

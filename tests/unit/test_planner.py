@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shipyard.errors import InvalidSpec
-from shipyard.hardware.catalog import catalog, load_catalog, lookup
-from shipyard.planner.advisor import compare
+from shipyard.hardware.catalog import BUILT_IN, catalog, load_catalog, lookup
+from shipyard.planner.advisor import compare, price_caveat
 from shipyard.planner.calibration import CALIBRATION
 from shipyard.planner.inference import InferenceWorkload, plan_inference
 from shipyard.planner.memory import GIB, activation_bytes_per_layer, lora_parameters, training_memory
@@ -359,7 +359,61 @@ def test_every_row_has_the_figures_the_planner_needs() -> None:
     for spec in catalog().values():
         assert spec.bf16_tflops > 0 and spec.memory_gib > 0 and spec.memory_bandwidth_gb_per_s > 0, spec.key
         assert spec.tdp_w > 0 and spec.source, spec.key
+        # Every price the planner costs with names where it was read and when.
+        if spec.hourly_usd is not None:
+            assert spec.price_source and spec.price_as_of and spec.price_from == BUILT_IN, spec.key
     assert len(catalog()) >= 20
+
+
+def test_a_price_says_what_it_rests_on_and_a_users_own_is_shown_as_theirs(tmp_path: Path) -> None:
+    import yaml
+
+    h100 = catalog()["h100-sxm"]
+    assert h100.price_basis == (
+        f"h100-sxm: $2.5/h rental ({h100.price_source}; as of {h100.price_as_of}; built-in catalog)"
+    )
+    assert h100.price_dict()["kind"] == "rental" and catalog()["gaudi3"].price_dict()["kind"] == "amortized"
+    extra = tmp_path / "hardware.yaml"
+    rows = [
+        {"key": "h100-sxm", "price_usd_per_h": 1.9},  # a price with no word on where it came from
+        {
+            "key": "a100-80gb",
+            "price_usd_per_h": 1.2,
+            "price_source": "our reserved rate",
+            "price_as_of": "2026-12",
+        },
+        {"key": "h200", "power_limit_w": 600, "price_from": "the built-in catalog"},  # no price of its own
+    ]
+    extra.write_text(yaml.safe_dump(rows))
+    mine = load_catalog(extra)
+    assert (
+        mine["h100-sxm"].price_basis
+        == f"h100-sxm: $1.9/h rental (date not given; your hardware file {extra})"
+    )
+    assert mine["a100-80gb"].price_dict() | {"basis": None} == {
+        "usd_per_h": 1.2,
+        "kind": "rental",
+        "source": "our reserved rate",
+        "as_of": "2026-12",
+        "from": str(extra),
+        "basis": None,
+    }
+    assert mine["h200"].price_from == BUILT_IN and mine["h200"].price_source == catalog()["h200"].price_source
+    extra.write_text(yaml.safe_dump([{"key": "h200", "price_usd_per_h": 3, "price_as_of": "last spring"}]))
+    with pytest.raises(InvalidSpec, match="price_as_of"):
+        load_catalog(extra)
+
+
+def test_the_advisor_says_when_it_compares_a_purchase_with_rentals() -> None:
+    workload = TrainingWorkload(model=model_shape(8e9), tokens=1e11)
+    rentals = compare(workload, [lookup("h100-sxm"), lookup("a100-80gb")], count=8)
+    assert price_caveat(rentals) is None
+    mixed = compare(workload, [lookup("h100-sxm"), lookup("gaudi3")], count=8)
+    caveat = price_caveat(mixed) or ""
+    assert (
+        caveat.startswith("gaudi3 is costed at a purchase price over 3 years")
+        and "not like for like" in caveat
+    )
 
 
 @settings(max_examples=40, deadline=None)

@@ -37,8 +37,9 @@ def table(title: str | None, columns: Sequence[str], rows: Sequence[Sequence[obj
     for column in columns:
         t.add_column(column, overflow="fold")
     for row in rows:
-        # Text, not markup: a name holding "[red]" or an escape prints as what it is.
-        t.add_row(*(Text(printable(fmt(cell))) for cell in row))
+        # Text, not markup: a name holding "[red]" or an escape prints as what it is; a cell styled
+        # by the caller comes as a Text already.
+        t.add_row(*(cell if isinstance(cell, Text) else Text(printable(fmt(cell))) for cell in row))
     console.print(t)
 
 

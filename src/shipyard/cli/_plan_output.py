@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from shipyard.cli._output import console, fmt, table
-from shipyard.planner.advisor import RANKINGS, Comparison
+from shipyard.domain.text import printable
+from shipyard.planner.advisor import RANKINGS, Comparison, price_caveat
 from shipyard.planner.inference import InferencePlan, InferenceWorkload
 from shipyard.planner.training import TrainingPlan
 from shipyard.planner.workload import TrainingWorkload
@@ -20,8 +22,10 @@ def plan_title(work: TrainingWorkload | InferenceWorkload, workload: str) -> str
     return f"{size} {workload}, {work.precision}, {work.budget_tokens:.3g} tokens"
 
 
-def _fits(fits: bool, reason: str | None) -> str:
-    return "[green]yes[/]" if fits else f"[red]no[/]: {reason}"
+def _fits(fits: bool, reason: str | None) -> Text:
+    return (
+        Text("yes", style="green") if fits else Text.assemble(("no", "red"), f": {printable(reason or '')}")
+    )
 
 
 def _host_label(step: dict[str, Any]) -> str:
@@ -151,9 +155,9 @@ def print_comparison(rows: list[Comparison], workload: str, rank_by: str, title:
         candidates = [(v, i) for i, r in enumerate(rows) if r.fits and (v := _metric(r, name)) is not None]
         best[name] = rows[min(candidates)[1]] if candidates else None
 
-    def mark(row: Comparison, name: str, value: float | None) -> str:
+    def mark(row: Comparison, name: str, value: float | None) -> Text:
         text = _number(value)
-        return f"[bold green]{text}*[/]" if best[name] is row else text
+        return Text(f"{text}*", style="bold green") if best[name] is row else Text(text)
 
     table(
         f"{title} — ranked by {rank_by} (* best)",
@@ -177,3 +181,10 @@ def print_comparison(rows: list[Comparison], workload: str, rank_by: str, title:
     )
     if any(r.cost_usd is None for r in rows):
         console.print("cost '-': no price in the catalog; add price_usd_per_h in a --hardware file")
+    priced = [r for r in rows if r.cost_usd is not None]
+    if priced:
+        console.print("prices used:", markup=False)
+        for row in priced:
+            console.print(f"  {row.plan.cluster.accelerator.price_basis}", markup=False, soft_wrap=True)
+    if (caveat := price_caveat(rows)) is not None:
+        console.print(f"[yellow]note:[/] {caveat}")

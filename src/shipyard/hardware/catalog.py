@@ -11,16 +11,26 @@ import functools
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+)
 
 from shipyard.errors import InvalidSpec
 
 Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8"]
 
 HOURS_OF_AMORTIZATION = 3 * 365 * 24
+BUILT_IN = "the built-in catalog"
+PRICE_FIELDS = ("price_usd", "price_usd_per_h")
 """A purchase price becomes an hourly one over three years of use."""
 
 
@@ -79,7 +89,19 @@ class AcceleratorSpec(_Row):
     takes the planner's reference host."""
     price_usd: PositiveFloat | None = None
     price_usd_per_h: PositiveFloat | None = None
+    price_source: str | None = None
+    """Where the prices come from (a price list, a report, a marketplace listing)."""
+    price_as_of: Annotated[str, Field(pattern=r"^\d{4}-\d{2}(-\d{2})?$")] | None = None
+    """When they were taken, ``YYYY-MM-DD``: prices move, a rental price a year old may be half off."""
+    price_from: str = BUILT_IN
+    """Whose prices they are: the built-in catalog's, or the hardware file that set them."""
     source: str
+
+    @field_validator("price_as_of", mode="before")
+    @classmethod
+    def _date_as_text(cls, value: Any) -> Any:
+        """YAML reads an unquoted ``2026-11-30`` as a date: kept as the text it was."""
+        return value.isoformat() if hasattr(value, "isoformat") else value
 
     @property
     def board_w(self) -> float:
@@ -103,6 +125,32 @@ class AcceleratorSpec(_Row):
         return getattr(self.tflops, precision)  # type: ignore[no-any-return]
 
     @property
+    def price_basis(self) -> str:
+        """The price the planner costs with, and what it rests on, in a line."""
+        hourly = self.hourly_usd
+        if hourly is None:
+            return f"{self.key}: no price (set price_usd_per_h in a hardware file)"
+        if self.price_usd_per_h is not None:
+            what = f"${hourly:.3g}/h rental"
+        else:
+            what = f"${self.price_usd:,.0f} purchase over 3 years = ${hourly:.3f}/h"
+        whose = "built-in catalog" if self.price_from == BUILT_IN else f"your hardware file {self.price_from}"
+        dated = f"as of {self.price_as_of}" if self.price_as_of else "date not given"
+        where = "; ".join(part for part in (self.price_source, dated, whose) if part)
+        return f"{self.key}: {what} ({where})"
+
+    def price_dict(self) -> dict[str, Any]:
+        """The price and its provenance, as the planner's JSON gives them."""
+        return {
+            "usd_per_h": self.hourly_usd,
+            "kind": None if self.hourly_usd is None else "rental" if self.price_usd_per_h else "amortized",
+            "source": self.price_source,
+            "as_of": self.price_as_of,
+            "from": self.price_from,
+            "basis": self.price_basis,
+        }
+
+    @property
     def hourly_usd(self) -> float | None:
         """The rental price, else the purchase price amortized; ``None`` when neither is known."""
         if self.price_usd_per_h is not None:
@@ -122,7 +170,7 @@ _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 def catalog() -> dict[str, AcceleratorSpec]:
     """Every known accelerator type by key, in the file's (matching) order."""
     text = resources.files("shipyard.hardware").joinpath("catalog.yaml").read_text()
-    return _parse_rows(yaml.load(text, Loader=_Loader), base={}, origin="the built-in catalog")
+    return _parse_rows(yaml.load(text, Loader=_Loader), base={}, origin=BUILT_IN)
 
 
 def load_catalog(user_file: Path | None, base: Catalog | None = None) -> dict[str, AcceleratorSpec]:
@@ -158,6 +206,10 @@ def _parse_rows(
         key = row["key"]
         known = merged.get(key)
         fields = _deep_merge(known.model_dump(), row) if known else row
+        if origin != BUILT_IN:  # whose price it is comes from where the row was read, never the row
+            fields = {**fields, "price_from": known.price_from if known else origin}
+            if any(name in row for name in PRICE_FIELDS):  # the built-in source and date are not its own
+                fields |= {"price_from": origin, **{n: row.get(n) for n in ("price_source", "price_as_of")}}
         try:
             merged[key] = AcceleratorSpec.model_validate(fields)
         except ValidationError as exc:

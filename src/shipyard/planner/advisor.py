@@ -77,6 +77,20 @@ def compare(
     return ranked + sorted((r for r in rows if not r.fits), key=lambda r: r.plan.memory.total_gib)
 
 
+def price_caveat(rows: Sequence[Comparison]) -> str | None:
+    """A warning where the costs compared rest on prices of two kinds: a purchase spread over three
+    years leaves out hosting, power and staff that a rental includes, so it is no like-for-like."""
+    priced = [r for r in rows if r.cost_usd is not None]
+    bought = [r.accelerator for r in priced if r.plan.cluster.accelerator.price_usd_per_h is None]
+    if not bought or len(bought) == len(priced):
+        return None
+    return (
+        f"{', '.join(bought)} {'is' if len(bought) == 1 else 'are'} costed at a purchase price over 3 years "
+        "(no hosting, power or staff), the others at rental prices: not like for like; give rental "
+        "prices in a hardware file (price_usd_per_h) to compare them"
+    )
+
+
 def _fields(row: Comparison) -> dict[str, Any]:
     return {name: getattr(row, name) for name in Comparison.__slots__}
 

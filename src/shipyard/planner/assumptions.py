@@ -100,11 +100,10 @@ def training_assumptions(
             f"derived from --params: {', '.join(m.derived)} (layers={m.layers}, hidden={m.hidden}, "
             f"heads={m.heads}, vocab={m.vocab})"
         )
-    price = spec.hourly_usd
-    if price is None:
+    if spec.hourly_usd is None:
         notes.append(f"no price for {spec.key}: cost is null (set price_usd_per_h in a hardware file)")
-    elif spec.price_usd_per_h is None:
-        notes.append(f"price: ${spec.price_usd:,.0f} purchase amortized over 3 years = ${price:.3f}/h")
+    else:
+        notes.append(f"price: {spec.price_basis}")
     if spec.tflops.bf16 is None and workload.precision == "bf16":
         notes.append(f"{spec.key} has no bf16 units: fp16 with loss scaling assumed")
     return tuple(notes)

@@ -87,6 +87,7 @@ class InferencePlan:
             "cost_usd_per_million_tokens": self.usd_per_million_tokens(),
             "energy_kwh_per_million_tokens": self.kwh_per_million_tokens(),
             "price_usd_per_h": self.cluster.accelerator.hourly_usd,
+            "price": self.cluster.accelerator.price_dict(),
             "parallelism": {"tp": self.tp},
             "model": {
                 "params": self.workload.model.params,

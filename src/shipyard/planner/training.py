@@ -182,6 +182,7 @@ class TrainingPlan:
             "gpu_hours": self.gpu_hours,
             "cost_usd": self.cost_usd,
             "price_usd_per_h": self.cluster.accelerator.hourly_usd,
+            "price": self.cluster.accelerator.price_dict(),
             "energy_kwh": self.energy_kwh(),
             "parallelism": {
                 "tp": self.layout.tp,

@@ -21,6 +21,7 @@ from shipyard.api.ui.session import (
 )
 from shipyard.domain.text import DNS_LABEL
 from shipyard.errors import Forbidden, NotFound
+from shipyard.planner.advisor import price_caveat
 from shipyard.planner.shapes import model_shape
 from shipyard.planner.workload import TrainingWorkload
 from shipyard.registry import STAGES
@@ -155,12 +156,13 @@ def planner_page(
     """``devices`` of each type (one node's worth by default; 0: the fewest that hold the model)."""
     hardware = ctx.settings.home / planning.HARDWARE_FILE
     changed = hardware.stat().st_mtime_ns if hardware.is_file() else 0
-    listed = _planned(ctx.settings, changed, params_b, tokens_b, workload, rank_by, devices)
+    listed, price_note = _planned(ctx.settings, changed, params_b, tokens_b, workload, rank_by, devices)
     return render(
         request,
         "planner.html",
         active="planner",
         rows=listed,
+        price_note=price_note,
         charts={field: _bars(listed, field) for field in ("time_h", "cost_usd", "energy_kwh")},
         asked={
             "params_b": params_b,
@@ -181,9 +183,10 @@ def _planned(
     workload: str,
     rank_by: str,
     devices: int,
-) -> list[dict[str, Any]]:
-    """The 20-odd types planned for one question (a tenth of a second's work), kept for the next
-    asker until ``hardware.yaml`` changes (``_hardware_changed``: its modification time)."""
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The 20-odd types planned for one question (a tenth of a second's work) and the caveat on
+    their prices, kept for the next asker until ``hardware.yaml`` changes (``_hardware_changed``:
+    its modification time)."""
     work = TrainingWorkload(
         model=model_shape(params_b * 1e9),
         kind=workload,  # type: ignore[arg-type]
@@ -196,9 +199,8 @@ def _planned(
         flash_attention=True,
     )
     catalog = planning.hardware_catalog(settings)
-    return [
-        row.to_dict() for row in planning.compare_accelerators(catalog, work, None, devices or None, rank_by)
-    ]
+    compared = planning.compare_accelerators(catalog, work, None, devices or None, rank_by)
+    return [row.to_dict() for row in compared], price_caveat(compared)
 
 
 def _bars(rows: list[dict[str, Any]], field: str) -> list[tuple[dict[str, Any], float | None]]:
