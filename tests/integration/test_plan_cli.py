@@ -162,6 +162,9 @@ def test_a_hardware_file_in_the_home_sets_prices(cli: Cli) -> None:
     assert f"a800: $1.1/h rental (date not given; your hardware file {hardware})" in said
     assert "h100-sxm: $2.5/h rental (" in said and "; as of 2026-11-30; built-in catalog)" in said
     assert "gaudi3 is costed at a purchase price over 3 years" in said
+    # And the evidence each throughput rests on: published runs, or the peak alone.
+    assert "h100-sxm (16-bit):" in said and " published runs from " in said
+    assert "gaudi3 (16-bit): no published training run; extrapolated from its peak" in said
 
 
 def test_submit_refuses_a_job_this_machine_cannot_hold(cli: Cli, tmp_path: Path) -> None:

@@ -48,6 +48,9 @@ def test_submit_wait_list_show_logs_models_generate(cli: Cli, tmp_path: Path) ->
     shown = cli.run("jobs", "show", job["id"]).stdout
     assert "tp=1 x dp_shard=1 x dp_replicate=1, activation checkpointing none" in shown
     assert "planned step time" in shown and "s (measured" in shown
+    # What the plan rests on: no published run on a CPU, the host's own measured rate.
+    said = " ".join(shown.split())
+    assert "planned from" in said and "its matrix-multiply rate measured on this host" in said
     # The next job of this shape is planned with what this one measured; the cluster's own
     # efficiency on the CPU is fitted from the pair.
     again = cli.json("jobs", "submit", str(write_spec(tmp_path, "tiny-again")))

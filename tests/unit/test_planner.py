@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from shipyard.errors import InvalidSpec
 from shipyard.hardware.catalog import BUILT_IN, catalog, load_catalog, lookup
+from shipyard.planner import evidence as planner_evidence
 from shipyard.planner.advisor import compare, price_caveat
 from shipyard.planner.calibration import CALIBRATION
 from shipyard.planner.inference import InferenceWorkload, plan_inference
@@ -642,3 +644,24 @@ def test_the_search_recomputes_only_the_blocks_memory_needs() -> None:
     assert plan.step.tensor_parallel_s / step_time(
         workload, cluster, same, CALIBRATION
     ).tensor_parallel_s == (pytest.approx((4 + 2 * 32 / 126) / 6))
+
+
+def test_every_throughput_says_what_it_rests_on() -> None:
+    workload = TrainingWorkload(model=model_shape(8e9), tokens=1e11)
+    published = plan_training(workload, cluster_of(lookup("a100-80gb"), 8)).evidence
+    table = json.loads((Path(planner_evidence.__file__).parent / "evidence.json").read_text())
+    row = table["types"]["a100-80gb"]["16-bit"]
+    assert (published.kind, published.runs, published.sources) == ("published", row["runs"], row["sources"])
+    assert published.words.startswith(
+        f"a100-80gb (16-bit): {row['runs']} published runs from {row['sources']}"
+    )
+    fp8 = plan_training(
+        TrainingWorkload(model=model_shape(8e9), precision="fp8"), cluster_of(lookup("h100-sxm"), 8)
+    )
+    assert fp8.evidence.regime == "fp8" and fp8.evidence.runs == table["types"]["h100-sxm"]["fp8"]["runs"]
+    gaudi = plan_training(workload, cluster_of(lookup("gaudi3"), 8))
+    assert gaudi.evidence.kind == "extrapolated" and gaudi.evidence.short == "peak only"
+    assert "extrapolated from its peak, treat as an upper bound" in gaudi.to_dict()["evidence"]["words"]
+    assert gaudi.assumptions[0] == f"evidence: {gaudi.evidence.words}"
+    host = lookup("cpu").model_copy(update={"gemm_efficiency": 0.5})  # as discovery measures a host
+    assert plan_training(workload, cluster_of(host, 1)).evidence.kind == "measured here"

@@ -145,6 +145,9 @@ def _metric(row: Comparison, name: str) -> float | None:
     return {"time": row.time_h, "cost": row.cost_usd, "energy": row.energy_kwh}[name]
 
 
+COMPARED_COLUMNS = ("#", "accelerator", "count", "fits", "GiB/device", "tokens/s", "evidence")
+
+
 def print_comparison(rows: list[Comparison], workload: str, rank_by: str, title: str) -> None:
     inference = workload == "infer"
     time_label = "h per 1M tokens" if inference else "wall h"
@@ -161,7 +164,7 @@ def print_comparison(rows: list[Comparison], workload: str, rank_by: str, title:
 
     table(
         f"{title} — ranked by {rank_by} (* best)",
-        ["#", "accelerator", "count", "fits", "GiB/device", "tokens/s", time_label, cost_label, energy_label],
+        [*COMPARED_COLUMNS, time_label, cost_label, energy_label],
         [
             (
                 r.rank or "-",
@@ -172,6 +175,7 @@ def print_comparison(rows: list[Comparison], workload: str, rank_by: str, title:
                 _number(
                     r.plan.decode_tokens_per_s if isinstance(r.plan, InferencePlan) else r.plan.tokens_per_s
                 ),
+                "-" if isinstance(r.plan, InferencePlan) else r.plan.evidence.short,
                 mark(r, "time", r.time_h),
                 mark(r, "cost", r.cost_usd),
                 mark(r, "energy", r.energy_kwh),
@@ -186,5 +190,10 @@ def print_comparison(rows: list[Comparison], workload: str, rank_by: str, title:
         console.print("prices used:", markup=False)
         for row in priced:
             console.print(f"  {row.plan.cluster.accelerator.price_basis}", markup=False, soft_wrap=True)
+    if not inference:
+        console.print("evidence (published training runs the throughput rests on; 'peak only': none):")
+        for row in rows:
+            if isinstance(row.plan, TrainingPlan):
+                console.print(f"  {row.plan.evidence.words}", markup=False, soft_wrap=True)
     if (caveat := price_caveat(rows)) is not None:
         console.print(f"[yellow]note:[/] {caveat}")

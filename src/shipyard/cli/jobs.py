@@ -205,6 +205,7 @@ def _estimate_rows(
         ("planned memory/device", f"{memory}{against('memory_gib')}"),
         ("planned step time", f"{fmt(plan.step_time_s)} s{against('step_time_s')}"),
         ("planned tokens/s", f"{speed}{against('tokens_per_s')}"),
+        *([("planned from", plan.evidence)] if plan.evidence and plan.throughput_measured_by is None else []),
         ("planned wall time", f"{duration(estimate.wall_time_s or 0)}"),
     ]
     return rows + [("why they differ", why) for why in gaps]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from shipyard.hardware.catalog import AcceleratorSpec
 from shipyard.planner.calibration import Calibration
+from shipyard.planner.evidence import evidence_for
 from shipyard.planner.host import OPS_PER_QUEUED_BLOCK, host_op_us
 from shipyard.planner.workload import Cluster, TrainingWorkload
 
@@ -44,6 +45,7 @@ def training_assumptions(
     spec = cluster.accelerator
     m = workload.model
     notes = [
+        f"evidence: {evidence_for(spec, workload.precision).words}",
         f"model FLOPs per token = {'4' if workload.kind in ('lora', 'qlora') else '6'}N + 12*L*h*s "
         "(recomputation counts in HFU, not MFU)",
         _gemm_note(spec, calibration),

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from shipyard.errors import InvalidSpec
 from shipyard.planner.assumptions import training_assumptions
 from shipyard.planner.calibration import CALIBRATION, Calibration
+from shipyard.planner.evidence import Evidence, evidence_for
 from shipyard.planner.host import (
     OPS_PER_BLOCK,
     OPS_PER_BLOCK_OPTIMIZER,
@@ -131,6 +132,11 @@ class TrainingPlan:
         return self.wall_time_h * self.cluster.count
 
     @property
+    def evidence(self) -> Evidence:
+        """The published runs this throughput rests on, or that it is extrapolated from peak."""
+        return evidence_for(self.cluster.accelerator, self.workload.precision)
+
+    @property
     def cost_usd(self) -> float | None:
         hourly = self.cluster.accelerator.hourly_usd
         return None if hourly is None else self.gpu_hours * hourly
@@ -183,6 +189,7 @@ class TrainingPlan:
             "cost_usd": self.cost_usd,
             "price_usd_per_h": self.cluster.accelerator.hourly_usd,
             "price": self.cluster.accelerator.price_dict(),
+            "evidence": self.evidence.to_dict(),
             "energy_kwh": self.energy_kwh(),
             "parallelism": {
                 "tp": self.layout.tp,

@@ -70,6 +70,9 @@ class Figures(_Document):
     tokens_per_s_planned: float | None = None
     """Where a job of this shape measured its throughput: the planner's figure it replaced."""
     throughput_measured_by: str | None = None
+    evidence: str | None = None
+    """What the planned throughput on this type rests on: the published runs the planner was
+    scored on there and its error on them, or that it is extrapolated from the peak."""
 
 
 class Estimate(Figures):

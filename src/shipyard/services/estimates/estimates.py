@@ -255,7 +255,17 @@ def _figures(plan: TrainingPlan, calibration: Calibration) -> Figures:
         device_efficiency=calibration.device_efficiency.get(plan.cluster.accelerator.key, 1.0),
         host_op_us=host_op_us(plan.cluster.accelerator, calibration),
         host_bound=plan.step.host_overlaps and plan.step.host_s > plan.step.device_s,
+        evidence=_evidence(plan, calibration),
     )
+
+
+def _evidence(plan: TrainingPlan, calibration: Calibration) -> str:
+    """What the planned throughput rests on, and this cluster's measured jobs where they scale it."""
+    words = plan.evidence.words
+    factor = calibration.device_efficiency.get(plan.cluster.accelerator.key)
+    if factor is not None and factor != 1.0:
+        words += f"; scaled x{factor:.2f} by the jobs this cluster measured on it"
+    return words
 
 
 def planned_layout(spec: JobSpec, estimate: Estimate | None, accelerator_type: str) -> JobSpec:
