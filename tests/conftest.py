@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import json
 import os
@@ -40,8 +41,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 class Cli:
     """Runs the real ``shipyard`` command in a child process against one home."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *, processes: bool = False) -> None:
         self.home = home
+        self.processes = processes
+        """Every call a process of its own, where the test counts or times the processes."""
         self.env = {
             **os.environ,
             "SHIPYARD_HOME": str(home),
@@ -54,7 +57,7 @@ class Cli:
         self.env.pop("SHIPYARD_DB_URL", None)
 
     def run(self, *args: str, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        if _in_process(args, self.env):
+        if not self.processes and _in_process(args, self.env):
             done = _run_in_process(args, self.env)
         else:
             done = subprocess.run(
@@ -143,9 +146,15 @@ def _run_in_process(args: tuple[str, ...], env: dict[str, str]) -> subprocess.Co
     code = 0
     try:
         with warnings.catch_warnings():
-            # The agent a command starts outlives the call, as it outlives a command's process.
+            # The agent a command starts outlives the call, as it outlives a command's process;
+            # the database connections a command leaves open a process's exit would close.
             warnings.filterwarnings("ignore", "subprocess .* is still running", ResourceWarning)
-            main.main()
+            warnings.filterwarnings("ignore", ".* was deleted while still open", ResourceWarning)
+            warnings.filterwarnings("ignore", "unclosed", ResourceWarning)
+            try:
+                main.main()
+            finally:
+                gc.collect()  # here, not in a later test that would take the warning for its own
     except SystemExit as exit:
         code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
     except Exception:  # what a process would print, exiting 1

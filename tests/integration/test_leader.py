@@ -63,7 +63,9 @@ class Agent:
 
 
 def test_killing_the_leader_hands_the_queue_to_the_standby(postgres_url: str, tmp_path: Path) -> None:
-    cli = Cli(tmp_path / "a")
+    # The CLI in processes of its own, as before the tests ran it in theirs: which agent process
+    # starts which attempt is what this test checks, and its timing is the old one.
+    cli = Cli(tmp_path / "a", processes=True)
     # The jobs sleep through their steps (an injected fault): they only need to be running when
     # the leader dies, not to take the cores from the other tests meanwhile.
     env = {**cli.env, "SHIPYARD_DB_URL": postgres_url, "SHIPYARD_AGENT_IDLE_EXIT_S": "600",
