@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -37,19 +38,21 @@ def weed_binary() -> str:
     return found
 
 
+# Ports below the kernel's ephemeral range (32768 up), so no outgoing connection takes one between
+# choosing it and the server binding it, and above Ray's worker ports (10002-19999); gRPC at +10000.
+_PORTS = range(20000, 22768)
+
+
 def _free_port_pair() -> int:
     """A port P with P + 10000 free too (SeaweedFS puts gRPC there)."""
     for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = int(probe.getsockname()[1])
-        if port + 10000 > 65535:
-            continue
-        with socket.socket() as grpc:
-            try:
+        port = random.choice(_PORTS)
+        try:
+            with socket.socket() as http, socket.socket() as grpc:
+                http.bind(("127.0.0.1", port))
                 grpc.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
+        except OSError:
+            continue
         return port
     raise StorageError("no free pair of loopback ports for SeaweedFS")
 
@@ -80,7 +83,22 @@ class SeaweedCluster:
             secret_key=SECRET_KEY,
         )
 
-    def start(self, timeout_s: float = 60) -> SeaweedCluster:
+    def start(self, timeout_s: float = 60, tries: int = 3) -> SeaweedCluster:
+        """Start every server; a server that exits while starting (a port taken meanwhile by a
+        process beside it) costs a fresh try on new ports, its log's end kept in the error."""
+        for attempt in range(1, tries + 1):
+            try:
+                return self._start_once(timeout_s)
+            except StorageError:
+                if attempt == tries:
+                    raise
+                # A new try starts empty: the master's state names the old ports.
+                for folder in self.data.iterdir():
+                    if folder.is_dir():
+                        shutil.rmtree(folder)
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> SeaweedCluster:
         for name in ("master", "filer", "s3", *(f"volume{i}" for i in range(1, self.volume_servers + 1))):
             self.ports[name] = _free_port_pair()
         (self.data / "m").mkdir(parents=True, exist_ok=True)
@@ -163,7 +181,9 @@ class SeaweedCluster:
         while time.monotonic() < deadline:
             for name, process in self.processes.items():
                 if process.poll() is not None:
-                    raise StorageError(f"SeaweedFS {name} exited; see {self.data / (name + '.log')}")
+                    log = self.data / f"{name}.log"
+                    tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+                    raise StorageError(f"SeaweedFS {name} exited; see {log}: " + " | ".join(tail))
             if len(self.racks_up()) == self.volume_servers and self._s3_answers():
                 return
             time.sleep(0.3)
