@@ -27,28 +27,42 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from planner_calibrate import calibration_from, fit
 from planner_cases import DEFAULT_RUNS, HELDOUT_RUNS, RULE_OF_THUMB_MFU, Case, load_cases, score, summarize
 
+from shipyard.planner.calibration import Calibration
 
-def cross_validate(cases: list[Case], maxiter: int) -> dict[str, object]:
-    """Leave one source out: the shared constants refitted without each paper or vendor family
-    (``planner_calibrate.fit``), that family's rows predicted with them. What the planner scores
-    on runs it has never seen."""
-    rows: list[dict[str, object]] = []
+
+def refits(cases: list[Case], maxiter: int) -> Iterator[tuple[list[Case], Calibration]]:
+    """Leave one source out: for each paper or vendor family, its rows and the shared constants
+    refitted without them (``planner_calibrate.fit``)."""
     families = sorted({c.family for c in cases})
     for n, family in enumerate(families, start=1):
         print(f"  refitting without {family} ({n}/{len(families)})", file=sys.stderr, flush=True)
         held = [c for c in cases if c.family == family]
-        fitted = calibration_from(fit([c for c in cases if c.family != family], maxiter))
+        yield held, calibration_from(fit([c for c in cases if c.family != family], maxiter))
+
+
+def cross_validate(cases: list[Case], maxiter: int) -> dict[str, object]:
+    """Each family's rows predicted with the constants fitted without it: what the planner scores
+    on runs it has never seen."""
+    rows: list[dict[str, object]] = []
+    for held, fitted in refits(cases, maxiter):
         rows += score(held, fitted)["rows"]  # type: ignore[arg-type]
+    return with_families(summarize(rows))
+
+
+def with_families(summary: dict[str, object]) -> dict[str, object]:
+    rows: list[dict[str, object]] = summary["rows"]  # type: ignore[assignment]
+    families = sorted({str(r["family"]) for r in rows})
     by_family = {
         f: statistics.median(abs(r["error"]) for r in rows if r["family"] == f)  # type: ignore[arg-type]
         for f in families
     }
-    return {**summarize(rows), "families": by_family}
+    return {**summary, "families": by_family}
 
 
 def _time_command(args: list[str], repeats: int = 3) -> float:

@@ -261,6 +261,14 @@ def test_a_model_version_is_promoted_and_compared(site: Server, admin_page: Any)
     prices = page.text_content("ul.prices") or ""  # what each cost rests on, and unlike prices named
     assert "h100-sxm: $2.5/h rental (" in prices and "built-in catalog" in prices
     assert "not like for like" in (page.text_content("p.note") or "")
+    # Every fitting bar carries its 80% range as an error bar, and overlapping ranges share a rank.
+    chart = page.locator("figure.bars").first
+    fitting = chart.locator("li.fits")
+    assert fitting.count() > 0 and chart.locator(".whisker").count() == fitting.count()
+    assert "80%:" in (fitting.first.text_content() or "")
+    page.goto(f"{site.url}/planner?params_b=8&tokens_b=100&devices=8")  # where Hopper types tie on cost
+    ranks = [cell.strip() for cell in page.locator("tbody tr.fits td:first-child").all_text_contents()]
+    assert "2=" in ranks and "none is called better" in (page.text_content("main") or "")
 
 
 def test_runs_overlaid_with_their_differing_settings_telemetry_and_usage(

@@ -151,6 +151,8 @@ def test_a_hardware_file_in_the_home_sets_prices(cli: Cli) -> None:
         "plan", "train", "--params", "1e9", "--accelerator", "a800", "--count", "8", "--tokens", "1e10"
     )
     assert out["cost_usd"] == pytest.approx(out["gpu_hours"] * 1.1)
+    for name in ("tokens_per_s_per_device", "wall_time_h", "cost_usd", "energy_kwh"):  # each with its range
+        assert out[f"{name}_range"]["low"] < out[name] < out[f"{name}_range"]["high"]
     hardware = str(cli.home / "hardware.yaml")
     assert out["price"] | {"basis": None} == {
         "usd_per_h": 1.1, "kind": "rental", "source": None, "as_of": None, "from": hardware, "basis": None
@@ -165,6 +167,7 @@ def test_a_hardware_file_in_the_home_sets_prices(cli: Cli) -> None:
     # And the evidence each throughput rests on: published runs, or the peak alone.
     assert "h100-sxm (16-bit):" in said and " published runs from " in said
     assert "gaudi3 (16-bit): no published training run; extrapolated from its peak" in said
+    assert "; 80% range: -" in said and "% of the planned throughput" in said
 
 
 def test_submit_refuses_a_job_this_machine_cannot_hold(cli: Cli, tmp_path: Path) -> None:

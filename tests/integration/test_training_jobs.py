@@ -51,6 +51,8 @@ def test_submit_wait_list_show_logs_models_generate(cli: Cli, tmp_path: Path) ->
     # What the plan rests on: no published run on a CPU, the host's own measured rate.
     said = " ".join(shown.split())
     assert "planned from" in said and "its matrix-multiply rate measured on this host" in said
+    span = planned["tokens_per_s_range"]  # and the 80% range of the planned speed
+    assert span["low"] < planned["tokens_per_s"] < span["high"] and "(80%: " in said
     # The next job of this shape is planned with what this one measured; the cluster's own
     # efficiency on the CPU is fitted from the pair.
     again = cli.json("jobs", "submit", str(write_spec(tmp_path, "tiny-again")))

@@ -662,6 +662,6 @@ def test_every_throughput_says_what_it_rests_on() -> None:
     gaudi = plan_training(workload, cluster_of(lookup("gaudi3"), 8))
     assert gaudi.evidence.kind == "extrapolated" and gaudi.evidence.short == "peak only"
     assert "extrapolated from its peak, treat as an upper bound" in gaudi.to_dict()["evidence"]["words"]
-    assert gaudi.assumptions[0] == f"evidence: {gaudi.evidence.words}"
+    assert gaudi.assumptions[0] == f"evidence: {gaudi.evidence.words}; {gaudi.evidence.range_words}"
     host = lookup("cpu").model_copy(update={"gemm_efficiency": 0.5})  # as discovery measures a host
     assert plan_training(workload, cluster_of(host, 1)).evidence.kind == "measured here"

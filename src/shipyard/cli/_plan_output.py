@@ -66,6 +66,13 @@ def _print_assumptions(assumptions: list[str]) -> None:
         console.print(f"  - {line}")
 
 
+def _spread(span: dict[str, float] | None, unit: str = "", lead: str = " (") -> str:
+    """`` (80%: 9.1-12 h)``: the range a figure carries (the planner's cross-validated error)."""
+    if span is None:
+        return ""
+    return f"{lead}80%: {_number(span['low'])}-{_number(span['high'], unit)}{')' if lead == ' (' else ''}"
+
+
 def print_training(plan: TrainingPlan) -> None:
     d = plan.to_dict()
     p = d["parallelism"]
@@ -97,13 +104,15 @@ def print_training(plan: TrainingPlan) -> None:
             *([(_host_label(step), _number(step["host_s"], "s"))] if step.get("host_s") else []),
             (
                 "tokens/s",
-                f"{_number(d['tokens_per_s'])} ({_number(d['tokens_per_s_per_device'])} per device)",
+                f"{_number(d['tokens_per_s'])} ({_number(d['tokens_per_s_per_device'])} per device"
+                f"{_spread(d['tokens_per_s_per_device_range'], lead='; ')})",
             ),
             ("TFLOPS per device", f"{_number(d['tflops_per_device'])} (MFU {d['mfu']:.1%})"),
             ("tokens", _number(d["tokens"]) + (" (assumed)" if d["tokens_assumed"] else "")),
             (
                 "wall time",
-                f"{_number(d['wall_time_h'], 'h')} ({d['wall_time_h'] / 24:.3g} days, "
+                f"{_number(d['wall_time_h'], 'h')}{_spread(d['wall_time_h_range'], 'h')} "
+                f"({d['wall_time_h'] / 24:.3g} days, "
                 + (
                     f"a whole run: goodput {d['goodput']:.1%} after {plan.overheads.describe()})"
                     if d["measure"] == "run"
@@ -113,9 +122,11 @@ def print_training(plan: TrainingPlan) -> None:
             ("GPU-hours", _number(d["gpu_hours"])),
             (
                 "cost",
-                _number(d["cost_usd"], "$") + (f" at ${d['price_usd_per_h']:.3g}/h" if d["cost_usd"] else ""),
+                _number(d["cost_usd"], "$")
+                + _spread(d["cost_usd_range"], "$")
+                + (f" at ${d['price_usd_per_h']:.3g}/h" if d["cost_usd"] else ""),
             ),
-            ("energy", _number(d["energy_kwh"], "kWh")),
+            ("energy", _number(d["energy_kwh"], "kWh") + _spread(d["energy_kwh_range"], "kWh")),
         ],
     )
     _print_assumptions(d["assumptions"])
@@ -141,11 +152,20 @@ def print_inference(plan: InferencePlan) -> None:
     _print_assumptions(d["assumptions"])
 
 
-def _metric(row: Comparison, name: str) -> float | None:
-    return {"time": row.time_h, "cost": row.cost_usd, "energy": row.energy_kwh}[name]
+def best_of(rows: list[Comparison], name: str) -> list[Comparison]:
+    """The fitting rows best on ``name`` and those whose 80 % range overlaps the best's."""
+    known = [r for r in rows if r.fits and r.figure(name) is not None]
+    if not known:
+        return []
+    best = min(known, key=lambda r: r.figure(name))  # type: ignore[arg-type, return-value]
+    span = best.range_of(name)
+    if span is None:
+        return [best]
+    return [r for r in known if r is best or ((o := r.range_of(name)) and o["low"] <= span["high"])]
 
 
 COMPARED_COLUMNS = ("#", "accelerator", "count", "fits", "GiB/device", "tokens/s", "evidence")
+TIE_WORDS = {"time": "faster", "cost": "cheaper", "energy": "more frugal"}
 
 
 def print_comparison(rows: list[Comparison], workload: str, rank_by: str, title: str) -> None:
@@ -153,21 +173,18 @@ def print_comparison(rows: list[Comparison], workload: str, rank_by: str, title:
     time_label = "h per 1M tokens" if inference else "wall h"
     cost_label = "$ per 1M tokens" if inference else "cost $"
     energy_label = "kWh per 1M" if inference else "energy kWh"
-    best: dict[str, Comparison | None] = {}
-    for name in RANKINGS:
-        candidates = [(v, i) for i, r in enumerate(rows) if r.fits and (v := _metric(r, name)) is not None]
-        best[name] = rows[min(candidates)[1]] if candidates else None
+    best = {name: best_of(rows, name) for name in RANKINGS}
 
     def mark(row: Comparison, name: str, value: float | None) -> Text:
         text = _number(value)
-        return Text(f"{text}*", style="bold green") if best[name] is row else Text(text)
+        return Text(f"{text}*", style="bold green") if row in best[name] else Text(text)
 
     table(
-        f"{title} — ranked by {rank_by} (* best)",
+        f"{title} — ranked by {rank_by} (* best, or tied with it: 80% ranges overlap; = shares its rank)",
         [*COMPARED_COLUMNS, time_label, cost_label, energy_label],
         [
             (
-                r.rank or "-",
+                f"{r.rank}=" if r.tied else r.rank or "-",
                 r.accelerator,
                 r.count,
                 _fits(r.fits, r.plan.not_fitting_reason()),
@@ -191,9 +208,21 @@ def print_comparison(rows: list[Comparison], workload: str, rank_by: str, title:
         for row in priced:
             console.print(f"  {row.plan.cluster.accelerator.price_basis}", markup=False, soft_wrap=True)
     if not inference:
-        console.print("evidence (published training runs the throughput rests on; 'peak only': none):")
+        console.print(
+            "evidence (published training runs the throughput rests on, 'peak only': none; and the 80% range "
+            "of what a run measures, from the planner's cross-validated errors):"
+        )
         for row in rows:
             if isinstance(row.plan, TrainingPlan):
-                console.print(f"  {row.plan.evidence.words}", markup=False, soft_wrap=True)
+                evidence = row.plan.evidence
+                console.print(f"  {evidence.words}; {evidence.range_words}", markup=False, soft_wrap=True)
+    for name in RANKINGS:
+        if len(best[name]) > 1:
+            console.print(
+                f"tied on {name}: {', '.join(r.accelerator for r in best[name])} (their 80% ranges overlap: "
+                f"none is called {TIE_WORDS[name]})",
+                markup=False,
+                soft_wrap=True,
+            )
     if (caveat := price_caveat(rows)) is not None:
         console.print(f"[yellow]note:[/] {caveat}")

@@ -195,6 +195,8 @@ def _estimate_rows(
         memory += f" (as job {plan.memory_measured_by} peaked; the planner's model: "
         memory += f"{plan.memory_gib_planned or 0:.2f})"
     speed = fmt(plan.tokens_per_s)
+    if plan.tokens_per_s_range is not None and plan.throughput_measured_by is None:
+        speed += f" (80%: {fmt(plan.tokens_per_s_range['low'])}-{fmt(plan.tokens_per_s_range['high'])})"
     if plan.throughput_measured_by is not None:
         speed += f" (as job {plan.throughput_measured_by} ran; the planner's model: "
         speed += f"{fmt(plan.tokens_per_s_planned or 0)})"
@@ -206,9 +208,16 @@ def _estimate_rows(
         ("planned step time", f"{fmt(plan.step_time_s)} s{against('step_time_s')}"),
         ("planned tokens/s", f"{speed}{against('tokens_per_s')}"),
         *([("planned from", plan.evidence)] if plan.evidence and plan.throughput_measured_by is None else []),
-        ("planned wall time", f"{duration(estimate.wall_time_s or 0)}"),
+        (
+            "planned wall time",
+            f"{duration(estimate.wall_time_s or 0)}{_wall_range(estimate.wall_time_s_range)}",
+        ),
     ]
     return rows + [("why they differ", why) for why in gaps]
+
+
+def _wall_range(span: dict[str, float] | None) -> str:
+    return "" if span is None else f" (80%: {duration(span['low'])}-{duration(span['high'])})"
 
 
 @sub_app.command()

@@ -20,6 +20,8 @@ from shipyard.planner.training import TrainingPlan, plan_training
 from shipyard.planner.workload import Layout, LayoutRequest, TrainingWorkload, cluster_of
 
 MAX_COUNT = 4096
+Span = dict[str, float]
+"""``{"low": ..., "high": ...}``."""
 RANKINGS = ("time", "cost", "energy")
 
 
@@ -32,12 +34,25 @@ class Comparison:
     """Training: wall time of the token budget. Inference: hours to generate a million tokens."""
     cost_usd: float | None
     energy_kwh: float
+    time_h_range: Span | None = None
+    cost_usd_range: Span | None = None
+    energy_kwh_range: Span | None = None
+    """80 % ranges (training plans: the planner's cross-validated error for the type's evidence)."""
     rank: int | None = None
-    """1 is best by the chosen ranking; ``None`` when the workload does not fit."""
+    """1 is best by the chosen ranking; ``None`` when the workload does not fit. Types whose
+    ranges on the ranked figure overlap share a rank: neither is called better."""
+    tied: bool = False
+    """It shares its rank with another type."""
 
     @property
     def fits(self) -> bool:
         return self.plan.fits
+
+    def figure(self, name: str) -> float | None:
+        return {"time": self.time_h, "cost": self.cost_usd, "energy": self.energy_kwh}[name]
+
+    def range_of(self, name: str) -> Span | None:
+        return {"time": self.time_h_range, "cost": self.cost_usd_range, "energy": self.energy_kwh_range}[name]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,6 +64,10 @@ class Comparison:
             "time_h": self.time_h,
             "cost_usd": self.cost_usd,
             "energy_kwh": self.energy_kwh,
+            "time_h_range": self.time_h_range,
+            "cost_usd_range": self.cost_usd_range,
+            "energy_kwh_range": self.energy_kwh_range,
+            "tied": self.tied,
             "plan": self.plan.to_dict(),
         }
 
@@ -69,12 +88,36 @@ def compare(
     rows = [_row(workload, spec, count, calibration) for spec in accelerators if _supports(workload, spec)]
 
     def key(row: Comparison) -> tuple[float, ...]:
-        value = {"time": row.time_h, "cost": row.cost_usd, "energy": row.energy_kwh}[rank_by]
+        value = row.figure(rank_by)
         return (value if value is not None else math.inf, row.time_h)
 
     fitting = sorted((r for r in rows if r.fits), key=key)
-    ranked = [Comparison(**{**_fields(r), "rank": i}) for i, r in enumerate(fitting, start=1)]
-    return ranked + sorted((r for r in rows if not r.fits), key=lambda r: r.plan.memory.total_gib)
+    return _ranked(fitting, rank_by) + sorted(
+        (r for r in rows if not r.fits), key=lambda r: r.plan.memory.total_gib
+    )
+
+
+def _ranked(rows: list[Comparison], rank_by: str) -> list[Comparison]:
+    """Ranks in order, a row sharing the rank of the first row of its group while its range on
+    ``rank_by`` overlaps that row's (standard competition ranking: 1, 1, 3)."""
+    ranks: list[int] = []
+    leader: Comparison | None = None
+    for i, row in enumerate(rows, start=1):
+        if leader is None or not _overlap(leader.range_of(rank_by), row.range_of(rank_by)):
+            leader = row
+            ranks.append(i)
+        else:
+            ranks.append(ranks[-1])
+    return [
+        Comparison(**{**_fields(row), "rank": rank, "tied": ranks.count(rank) > 1})
+        for row, rank in zip(rows, ranks, strict=True)
+    ]
+
+
+def _overlap(first: Span | None, second: Span | None) -> bool:
+    if first is None or second is None:
+        return False
+    return first["low"] <= second["high"] and second["low"] <= first["high"]
 
 
 def price_caveat(rows: Sequence[Comparison]) -> str | None:
@@ -122,13 +165,18 @@ def _row(
             energy_kwh=inference.kwh_per_million_tokens(calibration),
         )
     training = plan_training(workload, cluster, calibration=calibration)
+    evidence = training.evidence
+    energy = training.energy_kwh(calibration)
     return Comparison(
         accelerator=spec.key,
         count=devices,
         plan=training,
         time_h=training.wall_time_h,
         cost_usd=training.cost_usd,
-        energy_kwh=training.energy_kwh(calibration),
+        energy_kwh=energy,
+        time_h_range=evidence.spread_of_time(training.wall_time_h),
+        cost_usd_range=evidence.spread_of_time(training.cost_usd),
+        energy_kwh_range=evidence.spread_of_time(energy),
     )
 
 

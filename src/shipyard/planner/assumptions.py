@@ -44,8 +44,9 @@ def training_assumptions(
 ) -> tuple[str, ...]:
     spec = cluster.accelerator
     m = workload.model
+    evidence = evidence_for(spec, workload.precision)
     notes = [
-        f"evidence: {evidence_for(spec, workload.precision).words}",
+        f"evidence: {evidence.words}; {evidence.range_words}",
         f"model FLOPs per token = {'4' if workload.kind in ('lora', 'qlora') else '6'}N + 12*L*h*s "
         "(recomputation counts in HFU, not MFU)",
         _gemm_note(spec, calibration),

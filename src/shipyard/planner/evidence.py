@@ -7,6 +7,10 @@ runs of the planner's development file, with the error cross-validated by source
 refitted without each paper or vendor, its rows predicted with them). Only A100, H100 and H200
 training runs are published there; every other type is extrapolated from its peak and a
 generation efficiency taken from the sources ``calibration.py`` names.
+
+Each entry also carries the 80 % range of what a run measures around the plan, from the same
+cross-validated errors: a type's own where it has published runs, else its class's (wider for an
+extrapolated type: the error on published generations re-predicted as if they had none).
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ class Evidence:
     cross_validated: bool = True
     measured_here: bool = False
     """The type's matrix-multiply rate was measured on this machine (a host's CPU)."""
+    low: float = 1.0
+    high: float = 1.0
+    """The 80 % range of what a run measures, as factors on the planned throughput: from the
+    planner's cross-validated errors on this type's runs, or on its evidence class's."""
 
     @property
     def kind(self) -> EvidenceKind:
@@ -65,6 +73,21 @@ class Evidence:
         error = f" ±{self.median_error:.0%}" if self.median_error is not None else ""
         return f"{self.runs} run{'s' if self.runs > 1 else ''}{error}"
 
+    @property
+    def range_words(self) -> str:
+        """``80 % range: -18 % to +21 % of the planned throughput``."""
+        return f"80% range: {self.low - 1:+.0%} to {self.high - 1:+.0%} of the planned throughput"
+
+    def spread(self, throughput: float) -> dict[str, float]:
+        """The 80 % range of a throughput planned at ``throughput``."""
+        return {"low": throughput * self.low, "high": throughput * self.high}
+
+    def spread_of_time(self, hours_or_spend: float | None) -> dict[str, float] | None:
+        """The range of a figure that goes inversely with throughput: time, cost and energy."""
+        if hours_or_spend is None:
+            return None
+        return {"low": hours_or_spend / self.high, "high": hours_or_spend / self.low}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
@@ -75,6 +98,7 @@ class Evidence:
             "cross_validated": self.cross_validated,
             "words": self.words,
             "short": self.short,
+            "range": {"level": 0.8, "low": self.low, "high": self.high, "words": self.range_words},
         }
 
 
@@ -88,7 +112,12 @@ def evidence_for(spec: AcceleratorSpec, precision: str) -> Evidence:
     """The planner's evidence for the type ``spec`` at ``precision``."""
     regime = regime_of(precision)
     table = _table()
-    row = table["types"].get(spec.key, {}).get(regime) or {"runs": 0, "sources": 0, "median_error": None}
+    row = table["types"].get(spec.key, {}).get(regime)
+    published = row is not None
+    row = row or {"runs": 0, "sources": 0, "median_error": None}
+    measured_here = spec.gemm_efficiency is not None
+    # A host whose matrix-multiply rate was measured is as sure as a published type, not more.
+    span = row.get("range") or table["ranges"]["published" if published or measured_here else "extrapolated"]
     return Evidence(
         spec.key,
         regime,
@@ -96,7 +125,9 @@ def evidence_for(spec: AcceleratorSpec, precision: str) -> Evidence:
         int(row["sources"]),
         row["median_error"],
         bool(table["cross_validated"]),
-        measured_here=spec.gemm_efficiency is not None,
+        measured_here=measured_here,
+        low=float(span["low"]),
+        high=float(span["high"]),
     )
 
 

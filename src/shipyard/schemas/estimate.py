@@ -73,6 +73,9 @@ class Figures(_Document):
     evidence: str | None = None
     """What the planned throughput on this type rests on: the published runs the planner was
     scored on there and its error on them, or that it is extrapolated from the peak."""
+    tokens_per_s_range: dict[str, float] | None = None
+    """The 80 % range of the planned tokens/s (``low``, ``high``), from the evidence's errors."""
+    wall_time_s_range: dict[str, float] | None = None
 
 
 class Estimate(Figures):

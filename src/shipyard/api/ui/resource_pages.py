@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -163,6 +164,7 @@ def planner_page(
         active="planner",
         rows=listed,
         price_note=price_note,
+        ties=_ties(listed, rank_by),
         charts={field: _bars(listed, field) for field in ("time_h", "cost_usd", "energy_kwh")},
         asked={
             "params_b": params_b,
@@ -203,17 +205,52 @@ def _planned(
     return [row.to_dict() for row in compared], price_caveat(compared)
 
 
-def _bars(rows: list[dict[str, Any]], field: str) -> list[tuple[dict[str, Any], float | None]]:
+def _bars(rows: list[dict[str, Any]], field: str) -> list[Bar]:
     """The rows best first by ``field``, each with its bar's length on a log scale (the types
-    span three orders of magnitude: on a linear one the CPU would leave the rest as slivers);
-    the rows that do not fit, or have no figure, come last with no bar."""
+    span three orders of magnitude: on a linear one the CPU would leave the rest as slivers) and
+    its 80 % range as an error bar on the same scale; the rows that do not fit, or have no figure,
+    come last with no bar."""
     known = sorted((r for r in rows if r["fits"] and r[field]), key=lambda r: r[field])
     if not known:
-        return [(row, None) for row in rows]
-    low, high = math.log10(known[0][field]), math.log10(known[-1][field])
-    span = (high - low) or 1.0
-    # The best gets a tenth of the width, so that it still shows as a bar.
-    bars: list[tuple[dict[str, Any], float | None]] = [
-        (row, 0.1 + 0.9 * (math.log10(row[field]) - low) / span) for row in known
+        return [Bar(row) for row in rows]
+    ends = [r[field] for r in known] + [
+        r[f"{field}_range"][end] for r in known if r[f"{field}_range"] for end in ("low", "high")
     ]
-    return bars + [(row, None) for row in rows if row not in known]
+    low, high = math.log10(min(ends)), math.log10(max(ends))
+    span = (high - low) or 1.0
+
+    def share(value: float) -> float:
+        # The lowest gets a tenth of the width, so that it still shows as a bar.
+        return 0.1 + 0.9 * (math.log10(value) - low) / span
+
+    bars = [
+        Bar(
+            row,
+            share(row[field]),
+            *((share(r["low"]), share(r["high"])) if (r := row[f"{field}_range"]) else ()),
+        )
+        for row in known
+    ]
+    return bars + [Bar(row) for row in rows if row not in known]
+
+
+def _ties(rows: list[dict[str, Any]], rank_by: str) -> str | None:
+    """``Tied on cost: rank 1 a100-80gb, h100-sxm; ...``: the types the advisor will not order."""
+    groups: dict[int, list[str]] = {}
+    for row in rows:
+        if row["tied"]:
+            groups.setdefault(row["rank"], []).append(row["accelerator"])
+    if not groups:
+        return None
+    listed = "; ".join(f"rank {rank} {', '.join(names)}" for rank, names in groups.items())
+    return f"Tied on {rank_by} (80% ranges overlap, so none is called better than the other): {listed}."
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    row: dict[str, Any]
+    share: float | None = None
+    """Its length as a share of the chart's width; None: no bar (does not fit, or no figure)."""
+    low: float | None = None
+    high: float | None = None
+    """Where its 80 % range starts and ends, as shares of the width."""

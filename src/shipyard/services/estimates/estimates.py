@@ -234,9 +234,10 @@ def _estimate(
     return Estimate(
         accelerator=best.cluster.accelerator.key,
         devices=spec.resources.devices,
-        **_figures(best, calibration).model_dump(exclude={"wall_time_s"}),
+        **_figures(best, calibration).model_dump(exclude={"wall_time_s", "wall_time_s_range"}),
         memory=best.memory.to_dict(),
         wall_time_s=best.wall_time_h * 3600,
+        wall_time_s_range=best.evidence.spread_of_time(best.wall_time_h * 3600),
         # Each accelerator type the job may land on: the layout a launch there fills in for what
         # the spec leaves to the planner, and what the plan predicts with it.
         by_accelerator={p.cluster.accelerator.key: _figures(p, calibration) for p in fitting},
@@ -256,6 +257,7 @@ def _figures(plan: TrainingPlan, calibration: Calibration) -> Figures:
         host_op_us=host_op_us(plan.cluster.accelerator, calibration),
         host_bound=plan.step.host_overlaps and plan.step.host_s > plan.step.device_s,
         evidence=_evidence(plan, calibration),
+        tokens_per_s_range=plan.evidence.spread(plan.tokens_per_s),
     )
 
 
