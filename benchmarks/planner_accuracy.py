@@ -31,7 +31,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from planner_calibrate import calibration_from, fit
-from planner_cases import DEFAULT_RUNS, HELDOUT_RUNS, RULE_OF_THUMB_MFU, Case, load_cases, score, summarize
+from planner_cases import (
+    DEVELOPMENT_RUNS,
+    HELDOUT_RUNS,
+    RULE_OF_THUMB_MFU,
+    Case,
+    load_all,
+    load_cases,
+    score,
+    summarize,
+)
 
 from shipyard.planner.calibration import Calibration
 
@@ -76,7 +85,7 @@ def _time_command(args: list[str], repeats: int = 3) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    parser.add_argument("--runs", type=Path, nargs="+", default=list(DEVELOPMENT_RUNS))
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--heldout", type=Path, default=HELDOUT_RUNS, help="runs no fit has seen")
     parser.add_argument("--no-timing", action="store_true", help="skip timing the CLI")
@@ -88,7 +97,7 @@ def main() -> None:
         help="also refit without each source family (Nelder-Mead iterations per fit; 600 takes minutes)",
     )
     args = parser.parse_args()
-    cases, skipped = load_cases(args.runs)
+    cases, skipped = load_all(args.runs)
     result = score(cases)
     result["skipped"] = skipped
     heldout, _ = load_cases(args.heldout)

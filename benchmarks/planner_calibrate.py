@@ -17,7 +17,7 @@ import math
 from pathlib import Path
 from types import MappingProxyType
 
-from planner_cases import DEFAULT_RUNS, Case, load_cases, predict, score
+from planner_cases import DEVELOPMENT_RUNS, Case, load_all, predict, score
 from scipy.optimize import minimize
 
 from shipyard.planner.calibration import CALIBRATION, Calibration
@@ -120,9 +120,9 @@ def fit(cases: list[Case], maxiter: int = 1500, restarts: int = RESTARTS) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    parser.add_argument("--runs", type=Path, nargs="+", default=list(DEVELOPMENT_RUNS))
     args = parser.parse_args()
-    cases, _ = load_cases(args.runs)
+    cases, _ = load_all(args.runs)
     fitted = fit(cases)
     for name, value in fitted.items():
         print(f"{name} = {value:.4g}")

@@ -9,6 +9,7 @@ import csv
 import math
 import re
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,10 @@ from shipyard.planner.workload import Cluster, LayoutRequest, TrainingWorkload, 
 
 DEFAULT_RUNS = Path(__file__).resolve().parents[2] / "shared" / "data" / "planner" / "training-runs-dev.csv"
 HELDOUT_RUNS = Path(__file__).resolve().parent / "data" / "heldout-runs.csv"
+MLPERF_RUNS = Path(__file__).resolve().parent / "data" / "mlperf-gpt3-runs.csv"
+"""MLPerf Training GPT-3 175B results (fp8, 512-11,616 H100s, three rounds), read from the
+submissions' own logs and configs: the development file's runs at thousands of devices."""
+DEVELOPMENT_RUNS = (DEFAULT_RUNS, MLPERF_RUNS)
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,10 @@ def parse_layout(parallelism: str, precision: str) -> LayoutRequest:
     elif tp and tp > 1 and sequence_parallel is None:
         sequence_parallel = False
     # "local batch" is the per-replica batch; it is the micro-batch only without pipelining.
-    micro_batch = None if pp and pp > 1 else _int_after(r"local batch (\d+)", text)
+    micro_batch = _int_after(r"\bmbs(\d+)", text) or (
+        None if pp and pp > 1 else _int_after(r"local batch (\d+)", text)
+    )
+    interleave = _int_after(r"\bVP(\d+)", text) or (1 if "non-interleaved" in text else None)
     # "model parallel" without a degree leaves tp and pp to the planner's search.
     unstated = re.search(r"model\+|model parallel", text, re.IGNORECASE) is not None
     pure_data_parallel = not unstated and (zero == 3 or "DP" in text)
@@ -112,7 +120,7 @@ def parse_layout(parallelism: str, precision: str) -> LayoutRequest:
         recompute=recompute,  # type: ignore[arg-type]
         micro_batch=micro_batch,
         sequence_parallel=sequence_parallel,
-        interleave=1 if "non-interleaved" in text else None,
+        interleave=interleave,
     )
 
 
@@ -136,6 +144,17 @@ def parse_kind(workload: str) -> str:
     if "fine" in text or "sft" in text:
         return "finetune"
     return "pretrain"
+
+
+def load_all(paths: Sequence[Path]) -> tuple[list[Case], list[tuple[str, str]]]:
+    """The usable runs of every file, and the skipped ones with why."""
+    cases: list[Case] = []
+    skipped: list[tuple[str, str]] = []
+    for path in paths:
+        found, left = load_cases(path)
+        cases += found
+        skipped += left
+    return cases, skipped
 
 
 def load_cases(path: Path) -> tuple[list[Case], list[tuple[str, str]]]:

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from planner_accuracy import refits, with_families
-from planner_cases import DEFAULT_RUNS, HELDOUT_RUNS, Case, load_cases, score, summarize
+from planner_cases import DEVELOPMENT_RUNS, HELDOUT_RUNS, Case, load_all, load_cases, score, summarize
 
 from shipyard.planner.calibration import CALIBRATION, Calibration
 from shipyard.planner.evidence import regime_of
@@ -136,13 +136,13 @@ def check(table: Row, cases: list[Case], rows: list[Row], published: bool) -> di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    parser.add_argument("--runs", type=Path, nargs="+", default=list(DEVELOPMENT_RUNS))
     parser.add_argument("--heldout", type=Path, default=HELDOUT_RUNS)
     parser.add_argument("--cross-validate", type=int, default=600, metavar="ITERATIONS")
     parser.add_argument("--in-sample", action="store_true", help="score with the shipped constants only")
     parser.add_argument("--out", type=Path, default=TABLE)
     args = parser.parse_args()
-    cases, _ = load_cases(args.runs)
+    cases, _ = load_all(args.runs)
     rows: list[Row] = []
     blind: list[Row] = []
     folds = [(cases, CALIBRATION)] if args.in_sample else refits(cases, args.cross_validate)
@@ -151,7 +151,7 @@ def main() -> None:
         rows += fold_rows
         blind += fold_blind
     table = evidence_table(cases, rows, blind, not args.in_sample)
-    table["file"] = args.runs.name
+    table["file"] = ", ".join(path.name for path in args.runs)
     args.out.write_text(json.dumps(table, indent=1) + "\n")
     for key, regimes in table["types"].items():  # type: ignore[attr-defined]
         for kind, row in regimes.items():
@@ -164,7 +164,10 @@ def main() -> None:
         print(f"{kind} class: 80% range x{span['low']:.2f}-x{span['high']:.2f} of the predicted throughput")
     heldout, _ = load_cases(args.heldout)
     heldout_rows, heldout_blind = score_both(heldout, CALIBRATION)
-    mdape = with_families(summarize(rows))["throughput_mdape"]
+    summary = with_families(summarize(rows))
+    mdape = summary["throughput_mdape"]
+    families = summary["families"]  # type: ignore[attr-defined]
+    print("by source: " + ", ".join(f"{f} {e:.1%}" for f, e in families.items()))
     print(
         f"development file ({'in-sample' if args.in_sample else 'cross-validated by source'}): "
         f"MdAPE {mdape:.1%}"

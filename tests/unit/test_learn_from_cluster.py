@@ -139,6 +139,11 @@ def test_calibrate_fits_the_cluster_and_later_plans_use_it(ctx: ServiceContext) 
     fresh = validate_job_spec(spec_dict(name="fresh", training={"micro_batch_size": 8}))
     estimate = jobs.get(ctx, jobs.submit(ctx, fresh).id).estimate
     assert estimate.device_efficiency == pytest.approx(0.5)
+    # And says what it rests on: the published evidence, scaled by the shapes measured here.
+    assert (
+        estimate.evidence is not None
+        and "scaled x0.50 by 3 shapes of job this cluster measured" in estimate.evidence
+    )
     catalog_only = estimate_job(fresh, ctx.executor.nodes(), hardware_catalog(ctx.settings))
     assert 0.5 - 1e-9 <= estimate.tokens_per_s / catalog_only.tokens_per_s < 0.55
     # A run measured just as its calibrated plan said confirms the factor: the planned figure

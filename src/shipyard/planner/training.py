@@ -365,8 +365,25 @@ def _data_parallel_s(
         traffic = 3 * ring * shard_params * WEIGHT_BYTES[workload.precision] / bandwidth + 3 * latency
         return n_micro * max(0.0, traffic - calibration.dp_overlap * compute / n_micro)
     traffic = 2 * ring * shard_params * GRADIENT_BYTES[workload.precision] / bandwidth + 2 * latency
-    backward_of_last = compute / n_micro * 2 / 3
-    return max(0.0, traffic - calibration.dp_overlap * backward_of_last)
+    # Gradients are reduced bucket by bucket as the backward of the step's last micro-batches frees
+    # them, and (ZeRO-1/2) the weights gathered again under the next step's first forwards
+    # (Megatron's distributed optimizer, Apex's DistributedFusedAdam: overlap_grad_sync and
+    # overlap_param_sync). Without a pipeline that is one micro-batch; with one, each device's
+    # cool-down and warm-up span several, while the other stages finish and start theirs.
+    per_micro = compute / n_micro * _overlapped_micro_batches(layout, n_micro)
+    window = per_micro if layout.zero in (1, 2) else per_micro * 2 / 3
+    return max(0.0, traffic - calibration.dp_overlap * window)
+
+
+def _overlapped_micro_batches(layout: Layout, n_micro: float) -> float:
+    """Micro-batches of one device's step that run while its gradients can already be reduced
+    (cool-down) or its weights gathered (warm-up): in an interleaved 1F1B schedule of ``pp``
+    stages and ``v`` chunks a device's warm-up is 2(pp - 1) + (v - 1)pp chunk passes (Narayanan
+    et al., SC21), v of them a micro-batch."""
+    if layout.pp == 1:
+        return 1.0
+    v = layout.interleave
+    return min(n_micro, (2 * (layout.pp - 1) + (v - 1) * layout.pp) / v)
 
 
 def plan_training(

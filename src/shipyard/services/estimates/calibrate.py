@@ -48,10 +48,14 @@ class DeviceFit:
 
 def cluster_calibration(session: Session) -> Calibration:
     """The planner's calibration with this cluster's fitted factors, as estimates use it."""
-    factors = {row.accelerator_type: row.efficiency for row in session.scalars(select(DeviceCalibration))}
-    if not factors:
+    fitted = list(session.scalars(select(DeviceCalibration)))
+    if not fitted:
         return CALIBRATION
-    return replace(CALIBRATION, device_efficiency=MappingProxyType(factors))
+    return replace(
+        CALIBRATION,
+        device_efficiency=MappingProxyType({row.accelerator_type: row.efficiency for row in fitted}),
+        device_runs=MappingProxyType({row.accelerator_type: row.rows for row in fitted}),
+    )
 
 
 def calibrate(ctx: ServiceContext, *, save_fits: bool) -> list[DeviceFit]:

@@ -266,7 +266,9 @@ def _evidence(plan: TrainingPlan, calibration: Calibration) -> str:
     words = plan.evidence.words
     factor = calibration.device_efficiency.get(plan.cluster.accelerator.key)
     if factor is not None and factor != 1.0:
-        words += f"; scaled x{factor:.2f} by the jobs this cluster measured on it"
+        shapes = calibration.device_runs.get(plan.cluster.accelerator.key, 0)
+        jobs = f"{shapes} shape{'s' if shapes != 1 else ''} of job" if shapes else "the jobs"
+        words += f"; scaled x{factor:.2f} by {jobs} this cluster measured on it"
     return words
 
 
