@@ -260,7 +260,7 @@ def test_a_model_version_is_promoted_and_compared(site: Server, admin_page: Any)
     assert "needs" in (page.text_content("tr.unfit") or "")  # and says why
     prices = page.text_content("ul.prices") or ""  # what each cost rests on, and unlike prices named
     assert "h100-sxm: $2.5/h rental (" in prices and "built-in catalog" in prices
-    assert "not like for like" in (page.text_content("p.note") or "")
+    assert "not like for like" in " ".join(page.locator("p.note").all_text_contents())
     # Every fitting bar carries its 80% range as an error bar, and overlapping ranges share a rank.
     chart = page.locator("figure.bars").first
     fitting = chart.locator("li.fits")

@@ -4,8 +4,8 @@ them, or that it has none and extrapolates from the datasheet's peak.
 
 The table (``evidence.json``) is written by ``benchmarks/planner_evidence.py`` from the published
 runs of the planner's development file, with the error cross-validated by source (the constants
-refitted without each paper or vendor, its rows predicted with them). Only A100, H100 and H200
-training runs are published there; every other type is extrapolated from its peak and a
+refitted without each paper or vendor, its rows predicted with them). Only A100, H100, H200 and
+Gaudi 2 training runs are published there; every other type is extrapolated from its peak and a
 generation efficiency taken from the sources ``calibration.py`` names.
 
 Each entry also carries the 80 % range of what a run measures around the plan, from the same
