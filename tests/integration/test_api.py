@@ -502,3 +502,18 @@ def test_what_the_server_acknowledged_survives_a_kill_an_instant_later(
                 root.promote_model("kept", version, "production")
             else:
                 assert next(m for m in root.list_models("kept") if m.version == version).stage == "production"
+
+
+def test_the_hardware_advisor_answers_over_the_api_with_its_ranges_ties_and_evidence(server: Server) -> None:
+    with user(server, "advice-reader", "advice", "viewer") as viewer:  # any signed-in caller may ask
+        advice = viewer.compare_hardware(8, 100, devices=8)
+        with pytest.raises(InvalidSpec):
+            viewer.compare_hardware(-1, 100)
+    by_type = {row["accelerator"]: row for row in advice.rows}
+    h100 = by_type["h100-sxm"]
+    assert h100["cost_usd_range"]["low"] < h100["cost_usd"] < h100["cost_usd_range"]["high"]
+    assert h100["plan"]["evidence"]["kind"] == "published" and h100["plan"]["price"]["source"]
+    assert by_type["gaudi3"]["plan"]["evidence"]["kind"] == "extrapolated"
+    tied = [row for row in advice.rows if row["tied"]]  # overlapping ranges share a rank
+    assert tied and all(sum(r["rank"] == row["rank"] for r in advice.rows) > 1 for row in tied)
+    assert advice.price_caveat is not None and "not like for like" in advice.price_caveat

@@ -177,6 +177,10 @@ MATRIX: dict[tuple[str, str], tuple[frozenset[str], Request]] = {
     ),
     ("GET", "/api/v1/nodes"): (AUTHENTICATED, lambda w: ("/api/v1/nodes", {})),
     ("GET", "/api/v1/nodes/status"): (AUTHENTICATED, lambda w: ("/api/v1/nodes/status", {})),
+    ("GET", "/api/v1/planner/compare"): (
+        AUTHENTICATED,
+        lambda w: ("/api/v1/planner/compare", {"params": {"params_b": 1, "devices": 8}}),
+    ),
     ("GET", "/api/v1/models"): (AUTHENTICATED, lambda w: ("/api/v1/models", {})),
     ("POST", "/api/v1/models/{name}/versions"): (
         frozenset({"maintainer", "owner", "admin"}),

@@ -23,6 +23,7 @@ from shipyard.schemas.documents import PATTERN_WORDS, shown
 from shipyard.schemas.queues import QUEUE_NAME_PATTERN
 from shipyard.services.accounts import accounts
 from shipyard.services.context import ServiceContext
+from shipyard.services.estimates.planning import Advice
 from shipyard.services.jobs import jobs as job_service
 from shipyard.services.jobs.submissions import SubmissionWriter
 
@@ -190,3 +191,19 @@ def links(status: int, parameters: dict[str, str], *operation_ids: str) -> dict[
     the field of the answer that fills it."""
     fields = {param: f"$response.body#/{field}" for param, field in parameters.items()}
     return {status: {"links": {op: {"operationId": op, "parameters": fields} for op in operation_ids}}}
+
+
+def advice_asked(
+    params_b: Annotated[float, Query(gt=0, le=10_000, description="Model parameters, billions.")] = 8.0,
+    tokens_b: Annotated[float, Query(gt=0, le=1_000_000, description="Training tokens, billions.")] = 100.0,
+    workload: Annotated[str, Query(pattern="^(pretrain|finetune|lora|qlora)$")] = "pretrain",
+    rank_by: Annotated[str, Query(pattern="^(time|cost|energy)$")] = "cost",
+    devices: Annotated[
+        int, Query(ge=0, le=100_000, description="Devices of each type; 0: the fewest that hold the model.")
+    ] = 8,
+) -> Advice:
+    """A question to the hardware advisor, as the planner page and the API take it."""
+    return Advice(params_b=params_b, tokens_b=tokens_b, workload=workload, rank_by=rank_by, devices=devices)
+
+
+Asked = Annotated[Advice, Depends(advice_asked)]

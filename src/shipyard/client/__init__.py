@@ -25,6 +25,7 @@ from shipyard.schemas.views import (
     DatasetView,
     DeviceSeriesView,
     DeviceView,
+    HardwareAdviceView,
     IssuedTokenView,
     JobDetail,
     JobView,
@@ -244,6 +245,21 @@ class Client:
         """The devices each attempt of the job held, over its run."""
         return self._list(
             DeviceSeriesView, f"/api/v1/jobs/{job_id}/telemetry", params={"max_points": max_points}
+        )
+
+    def compare_hardware(
+        self,
+        params_b: float,
+        tokens_b: float,
+        *,
+        devices: int = 8,
+        workload: str = "pretrain",
+        rank_by: str = "cost",
+    ) -> HardwareAdviceView:
+        """Every accelerator type planned for the workload and ranked, as the planner page shows it."""
+        params = {"params_b": params_b, "tokens_b": tokens_b, "devices": devices, "workload": workload}
+        return self._get(
+            HardwareAdviceView, "GET", "/api/v1/planner/compare", params={**params, "rank_by": rank_by}
         )
 
     def nodes(self) -> list[DeviceView]:

@@ -166,6 +166,17 @@ class HealthView(View):
     version: str
 
 
+class HardwareAdviceView(View):
+    """Every accelerator type planned for one workload, ranked: each row as ``plan compare --json``
+    gives it (time, cost and energy with their 80 % ranges, ``rank``, ``tied``, the plan with its
+    evidence and price)."""
+
+    rank_by: str
+    rows: list[dict[str, Any]]
+    price_caveat: str | None = None
+    """Set where a purchase price is compared with rentals."""
+
+
 class IssuedTokenView(View):
     id: str
     token: str

@@ -3,7 +3,6 @@ stored artifacts, the audit log, and the planner's advisor."""
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Annotated, Any
 from fastapi import Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
-from shipyard.api.deps import MAX_VERSION, Name, Version, checked_name
+from shipyard.api.deps import MAX_VERSION, Asked, Name, Version, checked_name
 from shipyard.api.ui import wording
 from shipyard.api.ui.rendering import render
 from shipyard.api.ui.routing import Filter, page_router, paged
@@ -22,16 +21,12 @@ from shipyard.api.ui.session import (
 )
 from shipyard.domain.text import DNS_LABEL
 from shipyard.errors import Forbidden, NotFound
-from shipyard.planner.advisor import price_caveat
-from shipyard.planner.shapes import model_shape
-from shipyard.planner.workload import TrainingWorkload
 from shipyard.registry import STAGES
 from shipyard.services.accounts import auditing
 from shipyard.services.estimates import planning
 from shipyard.services.models import models
 from shipyard.services.storage import storage as storage_service
 from shipyard.services.storage import upkeep
-from shipyard.settings import Settings
 
 router = page_router()
 
@@ -145,64 +140,19 @@ def audit_page(
 
 
 @router.get("/planner")
-def planner_page(
-    ctx: PageCaller,
-    request: Request,
-    params_b: Annotated[float, Query(gt=0, le=10_000)] = 8.0,
-    tokens_b: Annotated[float, Query(gt=0, le=1_000_000)] = 100.0,
-    workload: Annotated[str, Query(pattern="^(pretrain|finetune|lora|qlora)$")] = "pretrain",
-    rank_by: Annotated[str, Query(pattern="^(time|cost|energy)$")] = "cost",
-    devices: Annotated[int, Query(ge=0, le=100_000)] = 8,
-) -> Response:
+def planner_page(ctx: PageCaller, request: Request, asked: Asked) -> Response:
     """``devices`` of each type (one node's worth by default; 0: the fewest that hold the model)."""
-    hardware = ctx.settings.home / planning.HARDWARE_FILE
-    changed = hardware.stat().st_mtime_ns if hardware.is_file() else 0
-    listed, price_note = _planned(ctx.settings, changed, params_b, tokens_b, workload, rank_by, devices)
+    listed, price_note = planning.advice(ctx.settings, asked)
     return render(
         request,
         "planner.html",
         active="planner",
         rows=listed,
         price_note=price_note,
-        ties=_ties(listed, rank_by),
+        ties=_ties(listed, asked.rank_by),
         charts={field: _bars(listed, field) for field in ("time_h", "cost_usd", "energy_kwh")},
-        asked={
-            "params_b": params_b,
-            "tokens_b": tokens_b,
-            "workload": workload,
-            "rank_by": rank_by,
-            "devices": devices,
-        },
+        asked=asked,
     )
-
-
-@functools.lru_cache(maxsize=64)
-def _planned(
-    settings: Settings,
-    _hardware_changed: int,
-    params_b: float,
-    tokens_b: float,
-    workload: str,
-    rank_by: str,
-    devices: int,
-) -> tuple[list[dict[str, Any]], str | None]:
-    """The 20-odd types planned for one question (a tenth of a second's work) and the caveat on
-    their prices, kept for the next asker until ``hardware.yaml`` changes (``_hardware_changed``:
-    its modification time)."""
-    work = TrainingWorkload(
-        model=model_shape(params_b * 1e9),
-        kind=workload,  # type: ignore[arg-type]
-        seq_len=2048,
-        global_batch_tokens=2**22,
-        tokens=tokens_b * 1e9,
-        precision="bf16",
-        optimizer="adamw",
-        lora_rank=16,
-        flash_attention=True,
-    )
-    catalog = planning.hardware_catalog(settings)
-    compared = planning.compare_accelerators(catalog, work, None, devices or None, rank_by)
-    return [row.to_dict() for row in compared], price_caveat(compared)
 
 
 def _bars(rows: list[dict[str, Any]], field: str) -> list[Bar]:

@@ -7,12 +7,14 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from shipyard.errors import InvalidSpec
 from shipyard.hardware.catalog import AcceleratorSpec, Catalog, catalog, load_catalog, unknown_key_hint
 from shipyard.hardware.discovery import cpu_device, query_cpu
-from shipyard.planner.advisor import Comparison, compare
+from shipyard.planner.advisor import Comparison, compare, price_caveat
 from shipyard.planner.inference import InferencePlan, InferenceWorkload, plan_inference
+from shipyard.planner.shapes import model_shape
 from shipyard.planner.training import Measure, TrainingPlan, plan_training
 from shipyard.planner.workload import Cluster, LayoutRequest, TrainingWorkload, cluster_of
 from shipyard.settings import Settings
@@ -105,3 +107,44 @@ def compare_accelerators(
 ) -> list[Comparison]:
     specs = [accelerator(known, key) for key in keys] if keys else list(known.values())
     return compare(workload, specs, count=count, rank_by=rank_by)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Advice:
+    """One question put to the advisor, as the dashboard and the API ask it."""
+
+    params_b: float
+    tokens_b: float
+    workload: str
+    rank_by: str
+    devices: int
+    """Devices of each type; 0: the fewest that hold the model."""
+
+
+def advice(settings: Settings, asked: Advice) -> tuple[list[dict[str, Any]], str | None]:
+    """Every type planned for ``asked`` (a tenth of a second's work) and the caveat on their prices,
+    kept for the next asker until ``hardware.yaml`` changes."""
+    hardware = settings.home / HARDWARE_FILE
+    changed = hardware.stat().st_mtime_ns if hardware.is_file() else 0
+    return _advice(settings, changed, asked)
+
+
+@functools.lru_cache(maxsize=64)
+def _advice(
+    settings: Settings, _hardware_changed: int, asked: Advice
+) -> tuple[list[dict[str, Any]], str | None]:
+    work = TrainingWorkload(
+        model=model_shape(asked.params_b * 1e9),
+        kind=asked.workload,  # type: ignore[arg-type]
+        seq_len=2048,
+        global_batch_tokens=2**22,
+        tokens=asked.tokens_b * 1e9,
+        precision="bf16",
+        optimizer="adamw",
+        lora_rank=16,
+        flash_attention=True,
+    )
+    compared = compare_accelerators(
+        hardware_catalog(settings), work, None, asked.devices or None, asked.rank_by
+    )
+    return [row.to_dict() for row in compared], price_caveat(compared)
