@@ -63,3 +63,12 @@ def test_types_whose_ranges_overlap_share_a_rank_and_are_not_called_better() -> 
     assert ranked["a100-80gb"] == ranked["a800"] == (1, True)
     assert ranked["cpu"] == (3, False)
     assert rows[0].to_dict()["tied"] is True and rows[0].to_dict()["time_h_range"] is not None
+
+
+def test_an_inference_plan_says_it_has_no_run_behind_it_and_gives_no_borrowed_range() -> None:
+    from shipyard.planner.inference import InferenceWorkload, plan_inference
+
+    plan = plan_inference(InferenceWorkload(model=model_shape(7e9)), cluster_of(lookup("h100-sxm"), 1), tp=1)
+    d = plan.to_dict()
+    assert d["evidence"]["runs"] == 0 and "no 80% range is derived" in d["evidence"]["words"]
+    assert d["decode_tokens_per_s_range"] is None and plan.assumptions[0].startswith("evidence: no published")

@@ -10,7 +10,7 @@ from rich.text import Text
 from shipyard.cli._output import console, fmt, table
 from shipyard.domain.text import printable
 from shipyard.planner.advisor import RANKINGS, Comparison, price_caveat
-from shipyard.planner.inference import InferencePlan, InferenceWorkload
+from shipyard.planner.inference import INFERENCE_EVIDENCE, InferencePlan, InferenceWorkload
 from shipyard.planner.training import TrainingPlan
 from shipyard.planner.workload import TrainingWorkload
 
@@ -192,7 +192,7 @@ def print_comparison(rows: list[Comparison], workload: str, rank_by: str, title:
                 _number(
                     r.plan.decode_tokens_per_s if isinstance(r.plan, InferencePlan) else r.plan.tokens_per_s
                 ),
-                "-" if isinstance(r.plan, InferencePlan) else r.plan.evidence.short,
+                "no runs" if isinstance(r.plan, InferencePlan) else r.plan.evidence.short,
                 mark(r, "time", r.time_h),
                 mark(r, "cost", r.cost_usd),
                 mark(r, "energy", r.energy_kwh),
@@ -207,7 +207,9 @@ def print_comparison(rows: list[Comparison], workload: str, rank_by: str, title:
         console.print("prices used:", markup=False)
         for row in priced:
             console.print(f"  {row.plan.cluster.accelerator.price_basis}", markup=False, soft_wrap=True)
-    if not inference:
+    if inference:
+        console.print(f"evidence: {INFERENCE_EVIDENCE}", markup=False, soft_wrap=True)
+    else:
         console.print(
             "evidence (published training runs the throughput rests on, 'peak only': none; and the 80% range "
             "of what a run measures, from the planner's cross-validated errors):"

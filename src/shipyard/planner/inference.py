@@ -88,6 +88,17 @@ class InferencePlan:
             "energy_kwh_per_million_tokens": self.kwh_per_million_tokens(),
             "price_usd_per_h": self.cluster.accelerator.hourly_usd,
             "price": self.cluster.accelerator.price_dict(),
+            # No range: nothing measured to derive one from (the training ranges' errors are not
+            # the decode path's); null says so rather than a borrowed width.
+            "decode_tokens_per_s_range": None,
+            "cost_usd_per_million_tokens_range": None,
+            "energy_kwh_per_million_tokens_range": None,
+            "evidence": {
+                "kind": "extrapolated",
+                "regime": "inference",
+                "runs": 0,
+                "words": INFERENCE_EVIDENCE,
+            },
             "parallelism": {"tp": self.tp},
             "model": {
                 "params": self.workload.model.params,
@@ -101,6 +112,13 @@ class InferencePlan:
             },
             "assumptions": list(self.assumptions),
         }
+
+
+INFERENCE_EVIDENCE = (
+    "no published inference run in the planner's files: decode from memory bandwidth at an efficiency "
+    "read from vLLM, TensorRT-LLM and llama.cpp reports, prefill from the dense peak; no 80% range is "
+    "derived, treat the figures as estimates"
+)
 
 
 def inference_memory(
@@ -183,6 +201,7 @@ def plan_inference(
     bound = "memory bandwidth" if memory_s >= compute_s else "compute"
 
     assumptions = (
+        f"evidence: {INFERENCE_EVIDENCE}",
         f"decode reads all weights and half the context's KV cache per step at "
         f"{calibration.bandwidth(spec.architecture):.0%} of {spec.memory_bandwidth_gb_per_s:g} GB/s",
         f"prefill at {efficiency:.0%} of the {compute_precision} dense peak",
