@@ -131,6 +131,10 @@ def test_plan_compare_ranks_marks_and_draws(cli: Cli, tmp_path: Path) -> None:
          "--checkpoint-every must be above zero"),
         (["--params", "7e9", "--accelerator", "h100-sxm", "--count", "8", "--eval-every", "-5"],
          "must be zero or more"),
+        (["--params", "7e9", "--accelerator", "h100-sxm", "--count", "8", "--fabric", "2"],
+         "--fabric '2' is not OVERSUBSCRIPTION:LEAF_NODES"),
+        (["--params", "7e9", "--accelerator", "h100-sxm", "--count", "8", "--fabric", "0.5:16"],
+         "the oversubscription must be 1 to 64"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_clear_error(cli: Cli, args: list[str], message: str) -> None:

@@ -50,3 +50,20 @@ def test_at_ten_thousand_devices_the_exchange_is_mostly_hidden_as_mlperf_measure
 
     small, large = per_device(512, 2048), per_device(10752, 2688)
     assert 0.6 < large / small < 0.85  # measured: 534 / 740 = 0.72
+
+
+def test_an_oversubscribed_fabric_slows_only_the_jobs_that_span_its_leaves() -> None:
+    # 175B on H100s, data parallelism across nodes; the fabric 4:1 above leaves of 16 nodes.
+    workload = TrainingWorkload(model=GPT3, seq_len=2048, global_batch_tokens=1536 * 2048, precision="bf16")
+    request = LayoutRequest(tp=8, pp=8, zero=1, recompute="full", micro_batch=1, interleave=4)
+
+    def plan(count: int, fabric: str | None):  # type: ignore[no-untyped-def]
+        cluster = cluster_of(lookup("h100-sxm"), count, fabric=fabric)
+        return plan_training(workload, cluster, request, measure="steady")
+
+    small, small_blocked = plan(128, None), plan(128, "4:16")  # 16 nodes: one leaf
+    assert small_blocked.step.total_s == small.step.total_s
+    large, large_blocked = plan(1024, None), plan(1024, "4:16")  # 128 nodes over 8 leaves
+    assert large_blocked.step.data_parallel_s > large.step.data_parallel_s
+    assert large_blocked.to_dict()["links"]["fabric_gbit_per_s"] == pytest.approx(400 / 4)
+    assert any("4:1 oversubscribed above leaves of 16 nodes" in a for a in large_blocked.assumptions)

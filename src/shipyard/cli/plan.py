@@ -53,6 +53,13 @@ Network = Annotated[
     typer.Option(help="Link between nodes, per device: ib-ndr, ib-hdr, roce-400, eth-100, ... or Gbit/s."),
 ]
 DevicesPerNode = Annotated[int | None, typer.Option(help="Devices per node (default: the catalog's).")]
+Fabric = Annotated[
+    str | None,
+    typer.Option(
+        help="OVERSUBSCRIPTION:LEAF_NODES of the network above the nodes, e.g. 2:16 (2:1 above leaf "
+        "switches of 16 nodes; default: non-blocking)."
+    ),
+]
 HardwareFile = Annotated[
     Path | None,
     typer.Option(
@@ -102,6 +109,7 @@ def train(
     interconnect: Interconnect = None,
     network: Network = None,
     devices_per_node: DevicesPerNode = None,
+    fabric: Fabric = None,
     hardware: HardwareFile = None,
     measure: Annotated[
         str,
@@ -139,7 +147,9 @@ def train(
         micro_batch=micro_batch,
         interleave=interleave,
     )
-    links = planning.Links(interconnect=interconnect, network=network, devices_per_node=devices_per_node)
+    links = planning.Links(
+        interconnect=interconnect, network=network, devices_per_node=devices_per_node, fabric=fabric
+    )
     chosen = _choice("--measure", measure, MEASURES)
     plan = planning.train(_catalog(hardware), work, accelerator, count, request, links, chosen)  # type: ignore[arg-type]
     if json_out:

@@ -54,7 +54,9 @@ def training_assumptions(
         f"{cluster.devices_per_node}; network {cluster.network} {cluster.network_gbit_per_s:g} Gbit/s "
         "per device; "
         f"collectives reach {calibration.link_efficiency:.0%} / {calibration.network_efficiency:.0%} of that",
-        f"data-parallel traffic hides behind {calibration.dp_overlap:.0%} of the backward pass; "
+        *_fabric_note(cluster),
+        f"data-parallel traffic hides behind {calibration.dp_overlap:.0%} of the backward of the step's last "
+        "micro-batches and (ZeRO-1/2) the next step's first forwards; "
         f"tensor-parallel traffic {calibration.tp_overlap.get(spec.architecture, 0.0):.0%} under the GEMMs "
         "(with sequence parallelism)",
         _host_note(spec, calibration),
@@ -110,3 +112,18 @@ def training_assumptions(
     if spec.tflops.bf16 is None and workload.precision == "bf16":
         notes.append(f"{spec.key} has no bf16 units: fp16 with loss scaling assumed")
     return tuple(notes)
+
+
+def _fabric_note(cluster: Cluster) -> list[str]:
+    if cluster.leaf_nodes is None:
+        return []
+    felt = cluster.fabric_gbit_per_s < cluster.network_gbit_per_s
+    return [
+        f"fabric {cluster.oversubscription:g}:1 oversubscribed above leaves of {cluster.leaf_nodes} nodes: "
+        + (
+            f"{cluster.nodes} nodes span leaves, so collectives between nodes get "
+            f"{cluster.fabric_gbit_per_s:g} Gbit/s per device"
+            if felt
+            else f"{cluster.nodes} nodes fit under one leaf, no effect"
+        )
+    ]

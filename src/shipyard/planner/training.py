@@ -224,6 +224,9 @@ class TrainingPlan:
                 "interconnect_gb_per_s": self.cluster.link_gb_per_s,
                 "network": self.cluster.network,
                 "network_gbit_per_s": self.cluster.network_gbit_per_s,
+                "oversubscription": self.cluster.oversubscription,
+                "leaf_nodes": self.cluster.leaf_nodes,
+                "fabric_gbit_per_s": self.cluster.fabric_gbit_per_s,
             },
             "assumptions": list(self.assumptions),
         }
@@ -298,7 +301,7 @@ def step_time(
         compute *= calibration.qlora_slowdown
 
     intra_bw = cluster.link_gb_per_s * 1e9 * calibration.link_efficiency
-    inter_bw = cluster.network_gbit_per_s / 8 * 1e9 * calibration.network_efficiency
+    inter_bw = cluster.fabric_gbit_per_s / 8 * 1e9 * calibration.network_efficiency
     latency = calibration.collective_latency_s
 
     tensor_parallel = 0.0

@@ -116,10 +116,24 @@ class Cluster:
     link_gb_per_s: float
     network: str
     network_gbit_per_s: float
+    oversubscription: float = 1.0
+    """Of the fabric above its leaf switches: 2 where a leaf has half the bandwidth up to the spine
+    that its nodes have down to it."""
+    leaf_nodes: int | None = None
+    """Nodes under one leaf switch; None: every node under one (no oversubscription felt)."""
 
     @property
     def nodes(self) -> int:
         return -(-self.count // self.devices_per_node)
+
+    @property
+    def fabric_gbit_per_s(self) -> float:
+        """What a device's collectives get between nodes: its network card's rate, divided by the
+        fabric's oversubscription once the job spans more than one leaf (every data-parallel ring
+        then crosses the spine at once)."""
+        if self.leaf_nodes is None or self.nodes <= self.leaf_nodes:
+            return self.network_gbit_per_s
+        return self.network_gbit_per_s / self.oversubscription
 
 
 def cluster_of(
@@ -129,8 +143,10 @@ def cluster_of(
     interconnect: str | None = None,
     network: str | None = None,
     devices_per_node: int | None = None,
+    fabric: str | None = None,
 ) -> Cluster:
-    """A cluster with the accelerator's default links unless ``interconnect``/``network`` name others."""
+    """A cluster with the accelerator's default links unless ``interconnect``/``network`` name others;
+    ``fabric`` is ``OVERSUBSCRIPTION:LEAF_NODES`` (``2:16``: 2:1 above leaf switches of 16 nodes)."""
     positive("--count", count, at_most=1e7)
     per_node = devices_per_node or accelerator.devices_per_node
     positive("--devices-per-node", per_node, at_most=1e4)
@@ -156,7 +172,27 @@ def cluster_of(
         link_gb_per_s=link_bw,
         network=net,
         network_gbit_per_s=net_bw,
+        **_fabric(fabric),
     )
+
+
+def _fabric(value: str | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    ratio, _, leaf = value.partition(":")
+    try:
+        oversubscription, leaf_nodes = float(ratio), int(leaf)
+    except ValueError:
+        raise InvalidSpec(
+            f"--fabric {value!r} is not OVERSUBSCRIPTION:LEAF_NODES",
+            hint="e.g. --fabric 2:16 for a fabric 2:1 oversubscribed above leaf switches of 16 nodes",
+        ) from None
+    if not (1 <= oversubscription <= 64 and 1 <= leaf_nodes <= 100_000):
+        raise InvalidSpec(
+            f"--fabric {value!r}: the oversubscription must be 1 to 64 and a leaf 1 to 100000 nodes",
+            hint="1:N is a non-blocking fabric; 2:16 halves the bandwidth above leaves of 16 nodes",
+        )
+    return {"oversubscription": oversubscription, "leaf_nodes": leaf_nodes}
 
 
 def _named_rate(

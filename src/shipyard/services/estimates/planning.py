@@ -27,6 +27,7 @@ class Links:
     interconnect: str | None = None
     network: str | None = None
     devices_per_node: int | None = None
+    fabric: str | None = None
 
 
 def hardware_catalog(settings: Settings, hardware_file: Path | None = None) -> dict[str, AcceleratorSpec]:
@@ -77,6 +78,7 @@ def _cluster(known: Catalog, key: str, count: int, links: Links) -> Cluster:
         interconnect=links.interconnect,
         network=links.network,
         devices_per_node=links.devices_per_node,
+        fabric=links.fabric,
     )
 
 
