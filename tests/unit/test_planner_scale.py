@@ -67,3 +67,14 @@ def test_an_oversubscribed_fabric_slows_only_the_jobs_that_span_its_leaves() -> 
     assert large_blocked.step.data_parallel_s > large.step.data_parallel_s
     assert large_blocked.to_dict()["links"]["fabric_gbit_per_s"] == pytest.approx(400 / 4)
     assert any("4:1 oversubscribed above leaves of 16 nodes" in a for a in large_blocked.assumptions)
+
+
+def test_the_advisor_puts_every_type_under_the_same_fabric() -> None:
+    from shipyard.planner.advisor import compare
+
+    workload = TrainingWorkload(model=GPT3, seq_len=2048, global_batch_tokens=1536 * 2048)
+    rows = compare(workload, [lookup("h100-sxm"), lookup("a100-80gb")], count=1024, fabric="4:16")
+    assert {r.accelerator: r.plan.cluster.fabric_gbit_per_s for r in rows} == {
+        "h100-sxm": 100,
+        "a100-80gb": 50,
+    }

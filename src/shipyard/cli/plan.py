@@ -215,6 +215,7 @@ def compare(
     ] = None,
     rank_by: Annotated[str, typer.Option(help="time, cost or energy.")] = "cost",
     plot: Annotated[Path | None, typer.Option(help="Also draw the comparison as a PNG chart here.")] = None,
+    fabric: Fabric = None,
     hardware: HardwareFile = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -232,7 +233,12 @@ def compare(
         )  # fmt: skip
     keys = [k.strip() for k in accelerators.split(",") if k.strip()] if accelerators else None
     rows = planning.compare_accelerators(
-        _catalog(hardware), work, keys, count, _choice("--rank-by", rank_by, RANKINGS) or "cost"
+        _catalog(hardware),
+        work,
+        keys,
+        count,
+        _choice("--rank-by", rank_by, RANKINGS) or "cost",
+        fabric=fabric,
     )
     if plot is not None:
         from shipyard.cli._plot import comparison_chart

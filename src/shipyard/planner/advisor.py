@@ -79,13 +79,17 @@ def compare(
     count: int | None = None,
     rank_by: str = "cost",
     calibration: Calibration = CALIBRATION,
+    fabric: str | None = None,
 ) -> list[Comparison]:
-    """Rows for every accelerator type, fitting ones first in ``rank_by`` order, then the rest."""
+    """Rows for every accelerator type, fitting ones first in ``rank_by`` order, then the rest; each
+    type on its own links, all under one ``fabric`` (``cluster_of``)."""
     if rank_by not in RANKINGS:
         raise InvalidSpec(
             f"--rank-by {rank_by!r} is not one of {', '.join(RANKINGS)}", hint="use time, cost or energy"
         )
-    rows = [_row(workload, spec, count, calibration) for spec in accelerators if _supports(workload, spec)]
+    rows = [
+        _row(workload, spec, count, calibration, fabric) for spec in accelerators if _supports(workload, spec)
+    ]
 
     def key(row: Comparison) -> tuple[float, ...]:
         value = row.figure(rank_by)
@@ -150,9 +154,10 @@ def _row(
     spec: AcceleratorSpec,
     count: int | None,
     calibration: Calibration,
+    fabric: str | None = None,
 ) -> Comparison:
     devices = count or _smallest_fitting_count(workload, spec, calibration)
-    cluster = cluster_of(spec, devices)
+    cluster = cluster_of(spec, devices, fabric=fabric)
     if isinstance(workload, InferenceWorkload):
         tp = _inference_tp(workload, devices)
         inference = plan_inference(workload, cluster, tp=tp, calibration=calibration)

@@ -106,9 +106,11 @@ def compare_accelerators(
     keys: Sequence[str] | None,
     count: int | None,
     rank_by: str,
+    *,
+    fabric: str | None = None,
 ) -> list[Comparison]:
     specs = [accelerator(known, key) for key in keys] if keys else list(known.values())
-    return compare(workload, specs, count=count, rank_by=rank_by)
+    return compare(workload, specs, count=count, rank_by=rank_by, fabric=fabric)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
