@@ -13,6 +13,7 @@ from shipyard.errors import Unschedulable
 from shipyard.executors.base import NodeInventory
 from shipyard.hardware import Device
 from shipyard.hardware.catalog import catalog
+from shipyard.schemas.estimate import Estimate
 from shipyard.schemas.jobspec import validate_job_spec
 from shipyard.services.estimates.estimates import estimate_job
 from tests.builders import spec_dict
@@ -71,6 +72,9 @@ def test_full_dpo_counts_its_reference_copy_and_lora_dpo_none(tmp_path: Path) ->
     cpu = [NodeInventory(id="node", devices=(big,))]
 
     def memory(method: str, **dpo: object) -> dict[str, float]:
+        return planned(method, **dpo).memory
+
+    def planned(method: str, **dpo: object) -> Estimate:
         fmt = "preference" if method == "dpo" else "text"
         document = spec_dict(
             model={"preset": None, "path": str(tmp_path)},
@@ -81,8 +85,7 @@ def test_full_dpo_counts_its_reference_copy_and_lora_dpo_none(tmp_path: Path) ->
         )  # fmt: skip
         estimate = estimate_job(validate_job_spec(document), cpu, catalog())  # type: ignore[arg-type]
         assert estimate is not None
-        found: dict[str, float] = estimate.memory
-        return found
+        return estimate
 
     full, dpo = memory("full"), memory("dpo", weights="full")
     params = 7_615_616_512  # Qwen2.5-7B's, as its config describes it
@@ -91,3 +94,9 @@ def test_full_dpo_counts_its_reference_copy_and_lora_dpo_none(tmp_path: Path) ->
     simpo = memory("dpo", weights="full", loss="simpo")  # reference-free
     assert simpo["weights_gib"] == pytest.approx(full["weights_gib"])
     assert memory("dpo", weights="lora")["weights_gib"] == pytest.approx(memory("lora")["weights_gib"])
+    # Every step also runs the reference forward (2 FLOPs a parameter a token), as the runtime
+    # counts it; SimPO has none.
+    sigmoid, reference_free = planned("dpo", weights="full"), planned("dpo", weights="full", loss="simpo")
+    assert sigmoid.flops_per_token is not None and reference_free.flops_per_token is not None
+    assert sigmoid.flops_per_token - reference_free.flops_per_token == pytest.approx(2 * params, rel=0.01)
+    assert reference_free.flops_per_token == pytest.approx(planned("full").flops_per_token)

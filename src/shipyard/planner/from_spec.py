@@ -20,13 +20,15 @@ def job_workload(spec: JobSpec, arch: ModelArch, *, on_llama: bool) -> TrainingW
     # A preference pair is two sequences (chosen and rejected), each run through the policy and
     # (but for SimPO) the reference: the planner sees twice the rows.
     rows = 2 if spec.method == "dpo" else 1
-    full_dpo = spec.method == "dpo" and weights == "full" and _loss(spec) != "simpo"
+    against_reference = spec.method == "dpo" and _loss(spec) != "simpo"
+    full_dpo = against_reference and weights == "full"
     return TrainingWorkload(
         model=shape,
         kind="pretrain" if weights is None else "finetune" if weights == "full" else weights,
         lora_rank=spec.finetune.lora.rank if spec.finetune else 16,
         lora_dropout=bool(spec.finetune and spec.finetune.lora.dropout > 0),
         reference_weights=full_dpo,
+        reference_forward=against_reference,
         seq_len=t.seq_len,
         global_batch_tokens=t.global_batch_tokens * rows,
         tokens=float(t.total_steps * t.global_batch_tokens * rows),

@@ -250,7 +250,7 @@ def flops_per_token(
     m = workload.model
     dense_factor = 4 if workload.kind in ("lora", "qlora") else 6
     attention: float = 12 * m.layers * m.hidden * workload.seq_len
-    dense = dense_factor * m.params
+    dense = (dense_factor + (2 if workload.reference_forward else 0)) * m.params
     model = dense + attention
     if recompute == "full":
         share = -(-m.layers // recompute_every) / m.layers  # the blocks whose forward runs twice

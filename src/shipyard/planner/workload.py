@@ -58,6 +58,9 @@ class TrainingWorkload:
     reference_weights: bool = False
     """Preference tuning of every weight: a frozen copy of the starting weights is the reference
     (under LoRA the reference is the base with the adapters off, which costs nothing)."""
+    reference_forward: bool = False
+    """Preference tuning against a reference (DPO, IPO; not SimPO): every step also runs the
+    reference forward, 2 FLOPs per parameter per token, counted as the runtime counts it."""
     flash_attention: bool = True
     """Attention kernels that never store the s x s scores (FlashAttention, SDPA, xformers; since
     2022). Without them Korthikanti's 5*a*s/h term is stored and the scores cost memory traffic."""
