@@ -72,7 +72,7 @@ def either(remote: Callable[[Client], T], embedded: Callable[[ServiceContext], T
 def embedded_context() -> ServiceContext:
     """The embedded platform as the local admin, which starts the home's agent when there is
     work for it (jobs queued, a repair of the store owed)."""
+    from shipyard.cli._contexts import command_context
     from shipyard.daemon.supervisor import Supervisor
-    from shipyard.services.context import open_context
 
-    return open_context(start_agent=Supervisor())
+    return command_context(start_agent=Supervisor())

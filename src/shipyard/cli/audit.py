@@ -9,10 +9,10 @@ from typing import Annotated
 import typer
 
 from shipyard import audit
+from shipyard.cli._contexts import command_context
 from shipyard.cli._output import JsonOpt, print_json
 from shipyard.domain.paths import refuse_overwrite
 from shipyard.errors import AuditChainBroken
-from shipyard.services.context import open_context
 
 app = typer.Typer(help="The audit log: who trained, downloaded or published what.", no_args_is_help=True)
 
@@ -21,7 +21,7 @@ app = typer.Typer(help="The audit log: who trained, downloaded or published what
 def verify(json_out: JsonOpt = False) -> None:
     """Walk the hash chain; exit 1 naming the first record that was modified, deleted, inserted
     or reordered (on the embedded database, or the server's with SHIPYARD_DB_URL)."""
-    ctx = open_context()
+    ctx = command_context()
     verdict = audit.verify_log(ctx.db, ctx.audit_key)
     if json_out:
         print_json(verdict.view())
@@ -46,7 +46,7 @@ def export(
     """Write the records as JSON lines (with their hashes), after checking the chain."""
     if out is not None:
         refuse_overwrite(out, force=force)
-    ctx = open_context()
+    ctx = command_context()
     moment = audit.parse_since(since) if since else None
     if out is None:
         audit.export_log(ctx.db, ctx.audit_key, sys.stdout, moment)

@@ -50,9 +50,9 @@ def start(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the `ray start` command only.")] = False,
 ) -> None:
     """Discover this machine's devices and start its Ray node advertising them."""
+    from shipyard.cli._contexts import command_context
     from shipyard.errors import InvalidSpec
     from shipyard.services.cluster import cluster
-    from shipyard.services.context import open_context
 
     if head == (address is not None):
         raise InvalidSpec(
@@ -72,7 +72,7 @@ def start(
         if value:
             labels[key] = value
     env = {k: v for k, v in (("NCCL_SOCKET_IFNAME", nccl_socket_ifname), ("NCCL_IB_HCA", nccl_ib_hca)) if v}
-    ctx = open_context()
+    ctx = command_context()
     joining = cluster.Joining(
         address=address,
         port=port,

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from shipyard import __version__
+from shipyard.cli._contexts import close_command_contexts
 from shipyard.cli._errors import exit_code_of
 from shipyard.cli._examples import add_examples
 from shipyard.cli._output import JsonOpt, print_json, table
@@ -77,10 +78,10 @@ def _no_type_beside_flags() -> None:
 
 def devices(json_out: JsonOpt = False) -> None:
     """Devices of this node, each with its accelerator type (the catalog key jobs ask for)."""
+    from shipyard.cli._contexts import command_context
     from shipyard.services.cluster.devices import list_devices
-    from shipyard.services.context import open_context
 
-    found = list_devices(open_context())
+    found = list_devices(command_context())
     if json_out:
         print_json(found)
         return
@@ -118,7 +119,13 @@ def version() -> None:
 
 
 def main() -> None:
-    argv = sys.argv[1:]
+    try:
+        _main(sys.argv[1:])
+    finally:
+        close_command_contexts()
+
+
+def _main(argv: list[str]) -> None:
     command = typer.main.get_command(build_app(argv))
     _paragraphs_as_lines(command)
     add_examples(command)

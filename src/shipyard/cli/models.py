@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
+from shipyard.cli._contexts import command_context
 from shipyard.cli._output import JsonOpt, console, print_json, table
 from shipyard.cli._remote import either
 from shipyard.errors import Conflict, InvalidSpec, NotFound
-from shipyard.services.context import open_context
 from shipyard.services.models import models as model_service
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ def generate(
 ) -> None:
     """Sample a completion from a trained model."""
     completion = model_service.generate(
-        open_context(),
+        command_context(),
         model,
         prompt,
         max_new_tokens=max_new_tokens,

@@ -293,10 +293,10 @@ def calibrate(
     """Fit this cluster's compute efficiency per accelerator type from its finished attempts
     (measured against planned tokens/s), and plan later jobs with it. Shows the planner's error
     before and after; the held-out error (each shape predicted from the others) is the one to trust."""
-    from shipyard.services.context import open_context
+    from shipyard.cli._contexts import command_context
     from shipyard.services.estimates import calibrate as calibration
 
-    fits = calibration.calibrate(open_context(), save_fits=not dry_run)
+    fits = calibration.calibrate(command_context(), save_fits=not dry_run)
     if json_out:
         print_json({"saved": bool(fits) and not dry_run, "fits": [dataclasses.asdict(f) for f in fits]})
         return

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from shipyard.cli._contexts import command_context
 from shipyard.cli._follow import follow
 from shipyard.cli._jobs_backend import Embedded
 from shipyard.cli._output import console, duration, table
@@ -13,7 +14,6 @@ from shipyard.daemon.supervisor import Supervisor
 from shipyard.domain import JobState
 from shipyard.errors import ShipyardError
 from shipyard.schemas.presets import PRESETS
-from shipyard.services.context import open_context
 from shipyard.services.jobs import jobs as job_service
 from shipyard.services.jobs import quickstart as quickstart_service
 from shipyard.services.models import models as model_service
@@ -28,7 +28,7 @@ def quickstart(
     model: Annotated[str | None, typer.Option(help=f"Architecture preset: {', '.join(PRESETS)}.")] = None,
 ) -> None:
     """Train a LLaMA-style model on the Python standard library's source, then sample from it."""
-    ctx = open_context(start_agent=Supervisor())
+    ctx = command_context(start_agent=Supervisor())
     spec = quickstart_service.spec(ctx, steps=steps, preset=model)
     arch = PRESETS[spec.model.preset or ""]
     where = f"{spec.resources.devices} x {spec.resources.accelerator[0]}"

@@ -18,11 +18,11 @@ from rich import filesize
 from rich.progress import BarColumn, DownloadColumn, Progress, ProgressColumn, Task, TimeRemainingColumn
 from rich.text import Text
 
+from shipyard.cli._contexts import command_context
 from shipyard.cli._output import JsonOpt, console, duration, err_console, print_json, rows_or_json, table
 from shipyard.cli._remote import client, either, embedded_context, server_url
 from shipyard.errors import InvalidSpec, NotFound
 from shipyard.schemas.storage_views import StorageStatus
-from shipyard.services.context import open_context
 from shipyard.services.storage import storage as storage_service
 from shipyard.services.storage import upkeep
 
@@ -228,7 +228,7 @@ def scrub(
 ) -> None:
     """Read and verify every replica of every blob; exit 1 if any blob is lost."""
     with _bar("scrub", quiet=json_out, in_bytes=False) as progress:
-        report = upkeep.scrub(open_context(), repair=repair, progress=progress)
+        report = upkeep.scrub(command_context(), repair=repair, progress=progress)
     if json_out:
         print_json(report)
     else:
@@ -258,7 +258,7 @@ def gc(
     json_out: JsonOpt = False,
 ) -> None:
     """Free blobs no artifact references and leftovers of interrupted writes."""
-    report = upkeep.gc(open_context(), grace_s=grace_s)
+    report = upkeep.gc(command_context(), grace_s=grace_s)
     if json_out:
         print_json(report)
     else:
@@ -275,7 +275,7 @@ def recover(json_out: JsonOpt = False) -> None:
     Every artifact whose manifest is in the store and not in the catalog is put back, its blobs
     with it; artifacts the catalog knows are left as they are. Run `shipyard storage scrub` after.
     """
-    report = upkeep.recover(open_context())
+    report = upkeep.recover(command_context())
     if json_out:
         print_json(report)
     else:
@@ -292,7 +292,7 @@ def recover(json_out: JsonOpt = False) -> None:
 @sub_app.command()
 def status(json_out: JsonOpt = False) -> None:
     """Roots with their failure domains and free space; artifacts, blobs and bytes."""
-    found = upkeep.status(open_context())
+    found = upkeep.status(command_context())
     if json_out:
         print_json(found)
         return
@@ -342,7 +342,7 @@ def _when(unix_s: float) -> str:
 @sub_app.command("rotate-key")
 def rotate_key(json_out: JsonOpt = False) -> None:
     """A new master key: every data key is re-wrapped, no data is rewritten."""
-    result = upkeep.rotate_key(open_context())
+    result = upkeep.rotate_key(command_context())
     if json_out:
         print_json(result)
     else:
@@ -357,7 +357,7 @@ def bench(
     json_out: JsonOpt = False,
 ) -> None:
     """Store throughput beside a plain fsync'd file on the same disk (GB/s and ratios)."""
-    results = upkeep.bench(open_context(), size_mib * 2**20)
+    results = upkeep.bench(command_context(), size_mib * 2**20)
     if json_out:
         print_json({"results": results})
         return
@@ -371,7 +371,7 @@ def bench(
 @roots_app.command("ls")
 def roots_ls(json_out: JsonOpt = False) -> None:
     """The roots: path (or bucket), failure domains, free space, whether they answer."""
-    found = upkeep.status(open_context())
+    found = upkeep.status(command_context())
     if json_out:
         typer.echo(json.dumps(found.model_dump(mode="json")["roots"], indent=2))
     else:
@@ -389,7 +389,7 @@ def roots_add(
     json_out: JsonOpt = False,
 ) -> None:
     """Add a root and rebalance copies onto it where failure domains want them."""
-    moved = upkeep.add_root(open_context(), path, rack=rack, node=node, disk=disk)
+    moved = upkeep.add_root(command_context(), path, rack=rack, node=node, disk=disk)
     if json_out:
         print_json(moved)
     else:
@@ -403,7 +403,7 @@ def roots_remove(
     path: Annotated[Path, typer.Argument(help="The root to take out of service.")], json_out: JsonOpt = False
 ) -> None:
     """Copy every blob off a root onto the others, then stop using it."""
-    moved = upkeep.remove_root(open_context(), path)
+    moved = upkeep.remove_root(command_context(), path)
     if json_out:
         print_json(moved)
     else:
