@@ -169,7 +169,9 @@ def test_a_policy_that_never_retries_is_refused_a_pointless_interval_warned(cli:
 
 
 def test_a_node_short_of_disk_is_cordoned_and_drained_until_it_is_well(cli: Cli, tmp_path: Path) -> None:
-    job = cli.json("jobs", "submit", str(write_spec(tmp_path, training={"steps": 400})))
+    # Steps enough that it cannot end before a new agent takes over (a restarted agent comes
+    # back only once the old one's silence is long enough); it is cancelled at the end.
+    job = cli.json("jobs", "submit", str(write_spec(tmp_path, training={"steps": 20000})))
     cli.wait_for(job["id"], lambda j: j["step"] >= 3)
     _restart_agent_with(cli, SHIPYARD_MIN_FREE_DISK_GIB="1e12", SHIPYARD_UNHEALTHY_NODE="drain")
     # More free disk asked for than any disk has: the node is unfit; its job checkpoints, stops

