@@ -14,7 +14,6 @@ import contextlib
 import ctypes
 import json
 import os
-import random
 import signal
 import socket
 import struct
@@ -27,6 +26,7 @@ from typing import IO, Any
 
 from shipyard.durable import write_json_atomic
 from shipyard.executors.base import FolderMover, StoreAccess
+from shipyard.executors.rendezvous import free_port
 from shipyard.executors.stacks import python_stacks
 from shipyard.schemas.launch import (
     CHECKPOINT_DIR,
@@ -40,8 +40,6 @@ from shipyard.schemas.launch import (
 
 RESUME_DIR = "resume"
 """Where the checkpoint an attempt resumes from is read in the node's run folder."""
-RENDEZVOUS_PORTS = range(20000, 32000)
-"""Where rank 0's rendezvous port is drawn: below Linux's default ephemeral range (32768-60999)."""
 STORE_CACHE = "store"
 """The node's cache of stored datasets and base models, under its cache folder."""
 _PR_SET_PDEATHSIG = 1
@@ -69,23 +67,10 @@ class RankGroup:
         self.export_failed = False
 
     def address(self) -> tuple[str, int]:
-        """This node's address and a free port on it: the rendezvous of rank 0. The port is
-        free now and rank 0 binds it a moment later, so it is drawn below the kernel's ephemeral
-        range, where no outgoing connection of the host can take it meanwhile (one drawn by
-        binding port 0 was once taken by another process's connection before rank 0 bound it)."""
+        """This node's address and a free port on it: the rendezvous of rank 0."""
         import ray
 
-        host = ray.util.get_node_ip_address()  # type: ignore[no-untyped-call]
-        for port in random.sample(RENDEZVOUS_PORTS, 64):
-            with socket.socket() as probe:
-                try:
-                    probe.bind((host, port))
-                except OSError:
-                    continue
-                return host, port
-        with socket.socket() as probe:  # all drawn were taken: any free one
-            probe.bind((host, 0))
-            return host, int(probe.getsockname()[1])
+        return ray.util.get_node_ip_address(), free_port()  # type: ignore[no-untyped-call]
 
     def start(self, plan: dict[str, Any], store: StoreAccess, layout: dict[str, Any]) -> None:
         """Write the node's launch plan (its own folders; the checkpoint it resumes from and the

@@ -63,9 +63,7 @@ def batch_script(placement: Placement, run_dir: Path, attempt: int) -> str:
         'first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         'addr=$(scontrol show node "$first" --oneliner | tr " " "\\n" | sed -n "s/^NodeAddr=//p")',
         'export MASTER_ADDR="${addr:-$first}"',
-        "export MASTER_PORT=$("
-        f'{shlex.quote(sys.executable)} -c "import socket; s = socket.socket(); '
-        "s.bind(('', 0)); print(s.getsockname()[1])\")",
+        f"export MASTER_PORT=$({shlex.quote(sys.executable)} -m shipyard.executors.rendezvous)",
         f"export OMP_NUM_THREADS={placement.threads_per_process} PYTHONUNBUFFERED=1",
         'case "$MASTER_ADDR" in 127.*) export GLOO_SOCKET_IFNAME=${GLOO_SOCKET_IFNAME:-lo};; esac',
         f"trap 'echo time_limit > {mark}; scancel --signal=TERM \"$SLURM_JOB_ID\"' {LIMIT_SIGNAL}",
