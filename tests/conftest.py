@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.builders import STDLIB
+from tests.support.ports import quiet_port
 
 SHIPYARD = [sys.executable, "-m", "shipyard.cli.main"]
 SHOW_EVERY_S = 15.0
@@ -243,7 +244,6 @@ class Server:
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
     ) -> None:
-        import socket
 
         home.mkdir(parents=True, exist_ok=True)
         if queues_yaml is not None:
@@ -262,9 +262,7 @@ class Server:
         # A free port is only free until someone else binds it: another test's process can take
         # it between the probe and the server's listen, so a lost race picks another port.
         for _ in range(5):
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                self.port = probe.getsockname()[1]
+            self.port = quiet_port()
             self.url = f"http://127.0.0.1:{self.port}"
             # Into a file, not a pipe nobody reads: a server that logs more than a pipe holds
             # would block on its next line (a run of logged errors once hung every request).

@@ -4,7 +4,6 @@ databases: cookies and CSRF, redirects, the metric series and the job list's fil
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,6 +19,7 @@ from shipyard.services.context import open_context
 from shipyard.settings import Settings
 from tests.builders import FakeClock, spec_dict
 from tests.conftest import SHIPYARD, Cli, Server
+from tests.support.ports import quiet_port
 
 pytestmark = pytest.mark.integration
 
@@ -198,9 +198,7 @@ def test_the_job_list_filters_and_pages(server: Server) -> None:
 
 def test_shipyard_ui_serves_the_home_and_signs_in_by_a_link_that_works_once(tmp_path: Path) -> None:
     cli = Cli(tmp_path / "home")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = quiet_port()
     ui = subprocess.Popen(
         [*SHIPYARD, "ui", "--port", str(port), "--no-browser"], env=cli.env, stderr=subprocess.PIPE, text=True
     )

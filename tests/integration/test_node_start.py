@@ -22,6 +22,7 @@ from shipyard.services.cluster import cluster
 from shipyard.storage import config as storage_config
 from tests.builders import write_spec
 from tests.conftest import Cli, Server
+from tests.support.ports import quiet_port
 from tests.support.redis_server import RedisServer
 from tests.support.seaweedfs import SeaweedCluster
 
@@ -68,12 +69,6 @@ def serve_the_cluster(cli: Cli, port: int) -> tuple[Server, dict[str, str]]:
     return served, headers
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_dry_run_prints_the_ray_start_command_with_what_this_machine_has(cli: Cli) -> None:
     done = cli.run("node", "start", "--head", "--rack", "r7", "--label", "zone=a", "--dry-run")
     command = shlex.split(done.stdout.strip())  # as a shell reads it: it can be pasted
@@ -102,7 +97,7 @@ def test_a_second_node_joins_as_the_readme_says_and_each_node_stops_alone(cli: C
     head's running, as `ray stop` (every Ray of the machine) would not."""
     pytest.importorskip("ray")
     pytest.importorskip("boto3")
-    port = free_port()
+    port = quiet_port()
     second = Cli(tmp_path / "second")
     with contextlib.ExitStack() as stack:
         try:

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 
 SEAWEED = range(20000, 22768)
 """SeaweedFS's servers; each puts gRPC 10000 above, under 32768."""
-SLURM = range(23000, 29800)
+SLURM = range(23000, 29000)
+SERVERS = range(29000, 30000)
+"""Every other server a test starts: Ray's head, Redis, Shipyard's own."""
 
 
 def quiet_ports(choices: range, count: int = 1, offsets: Sequence[int] = (0,)) -> list[int]:
@@ -26,6 +28,11 @@ def quiet_ports(choices: range, count: int = 1, offsets: Sequence[int] = (0,)) -
         if len(found) == count:
             return found
     raise OSError(f"no {count} free loopback ports in {choices.start}-{choices.stop - 1}")
+
+
+def quiet_port() -> int:
+    """One port of ``SERVERS`` free now."""
+    return quiet_ports(SERVERS)[0]
 
 
 def _free(port: int) -> bool:

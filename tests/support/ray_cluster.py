@@ -14,7 +14,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from shipyard.hardware import Device
 from shipyard.hardware.emulation import EMULATE_ENV, emulated_accelerators
 from shipyard.services.cluster.cluster import _naming, ray_temp_dir, register
 from tests.conftest import SHIPYARD
+from tests.support.ports import quiet_port
 
 LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 """What ``ray.cluster_utils.Cluster`` needs to keep several raylets on 127.0.0.1 in one process."""
@@ -137,9 +137,7 @@ class NodeCluster:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> NodeCluster:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = int(probe.getsockname()[1])
+        self.port = quiet_port()
         self._node_start(self.HEAD, ["--head", "--port", str(self.port)], FAST_VERDICT_ENV)
         return self
 

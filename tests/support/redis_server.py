@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shipyard.errors import DependencyMissing
+from tests.support.ports import quiet_port
 
 
 @dataclass
@@ -31,9 +32,7 @@ class RedisServer:
             raise DependencyMissing("redis-server is not installed", hint="apt-get install redis-server")
         self.folder.mkdir(parents=True, exist_ok=True)
         for _ in range(5):  # a probed port is free only until another process binds it
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                self.port = int(probe.getsockname()[1])
+            self.port = quiet_port()
             with open(self.folder / "redis.log", "wb") as log:
                 self.process = subprocess.Popen(
                     [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
