@@ -37,6 +37,7 @@ from typing import Any
 
 from shipyard.scheduling.policies import DEFAULT_POLICY, policy_named
 from shipyard.scheduling.sizing import DEFAULT_SIZING, Sizing
+from shipyard.sim.sia_beliefs import beliefs_of
 from shipyard.sim.sia_workload import SiaWorkload, load_sia
 from shipyard.sim.simulator import SimConfig, finish_time_fairness, simulate
 
@@ -51,9 +52,10 @@ SIA_FLAGS = [
     "--share_max_replicas",
 ]
 """``run_experiment.sh``'s invocation of Sia."""
-SIA_JOB_MODEL = SimConfig(round_s=60.0, first_start_costs=True)
+SIA_JOB_MODEL = SimConfig(round_s=60.0, first_start_costs=True, node_moves_free=True)
 """Sia's rounds (``--interval=60``), and its restarts: every start costs the application's
-seconds, the first included (each job's ``restart_s``)."""
+seconds, the first included (each job's ``restart_s``), a move to other nodes of the same shape
+none."""
 
 
 def workload_of(name: str) -> SiaWorkload:
@@ -91,7 +93,9 @@ def run_sia(sia_dir: Path, python: str, workload: str, adaptive: bool, results: 
 
 def run_shipyard(workload: str, policy: str, sizing: Sizing = DEFAULT_SIZING) -> dict[str, Any]:
     sia = workload_of(workload)
-    config = dataclasses.replace(SIA_JOB_MODEL, sizing=sizing)
+    # Sia's program decides on what it learned of each job; Shipyard's on the planned curve.
+    beliefs = beliefs_of(sia) if sizing == "sia" else None
+    config = dataclasses.replace(SIA_JOB_MODEL, sizing=sizing, beliefs=beliefs)
     result = simulate(sia.jobs, sia.nodes, sia.throughputs, policy_named(policy), config)
     return {
         "avg_jct_h": result.avg_jct_h,

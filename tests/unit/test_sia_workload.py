@@ -8,10 +8,12 @@ import dataclasses
 
 import pytest
 
-from shipyard.scheduling.model import Node, Throughputs
+from shipyard.scheduling.elastic import Curves
+from shipyard.scheduling.model import Lease, Node, Throughputs
 from shipyard.scheduling.policies import policy_named
+from shipyard.sim.sia_beliefs import beliefs_of
 from shipyard.sim.sia_workload import CLUSTER, Application, SiaWorkload, gang_sizes, load_sia
-from shipyard.sim.simulator import SimConfig, finish_time_fairness, simulate
+from shipyard.sim.simulator import SimConfig, _advance, _State, finish_time_fairness, simulate
 from shipyard.sim.workload import TraceJob
 from tests.builders import SHARED_DATA
 
@@ -70,15 +72,14 @@ def test_every_start_costs_the_applications_restart_seconds_as_in_sias_job_model
 def test_sias_program_and_shipyards_sizing_both_finish_a_slice_of_the_workload(saturn: SiaWorkload) -> None:
     first = saturn.jobs[:16]
     policy = policy_named("shortest_remaining_fluid")
+    # Sia's program decides on what it learned of each job (``sia_beliefs``), Shipyard's on the curve.
+    configs = {
+        "sia": SimConfig(round_s=60.0, sizing="sia", first_start_costs=True, beliefs=beliefs_of(saturn)),
+        "remaining": SimConfig(round_s=60.0, sizing="remaining", first_start_costs=True),
+    }
     results = {
-        sizing: simulate(
-            first,
-            saturn.nodes,
-            saturn.throughputs,
-            policy,
-            SimConfig(round_s=60.0, sizing=sizing, first_start_costs=True),
-        )
-        for sizing in ("sia", "remaining")
+        sizing: simulate(first, saturn.nodes, saturn.throughputs, policy, config)
+        for sizing, config in configs.items()
     }
     for result in results.values():
         assert result.jobs_measured == 16 and result.worst_ftf_rho > 0
@@ -95,3 +96,17 @@ def test_finish_time_fairness_is_the_completion_time_over_a_1_over_n_share() -> 
     # first still running (2 jobs, 1 device each of 2: share 1 too). Unfinished: no rho.
     assert finish_time_fairness(jobs, [100.0, 310.0], rates, [node]) == [1.0, 3.0]
     assert finish_time_fairness(jobs, [100.0, None], rates, [node]) == [1.0, None]
+
+
+def test_in_sias_job_model_a_gang_moved_to_other_nodes_of_the_same_shape_does_not_restart() -> None:
+    # Sia's job compares devices per node ((4,) and (4,)), not which nodes: a move from one node
+    # to another costs nothing there; in Shipyard's simulator (and live) it is a restart.
+    nodes = [Node(id=f"n{i}", accelerator_type="t4", devices=4) for i in range(2)]
+    rates = Throughputs(packed={("lm", 4, "t4"): 1.0})
+    job = TraceJob(job_type="lm", devices=4, total_steps=1e6, arrival_s=0.0, restart_s=50.0)
+    before, after = (Lease(job_id="0", accelerator_type="t4", nodes=(n.id,) * 4, level="node") for n in nodes)
+    for free, restarts, steps in ((True, 0, 60.0), (False, 1, 10.0)):  # a restart: 50 s of the round
+        state = _State(index=0, trace=job, lease=before, started=True)
+        config = SimConfig(round_s=60.0, node_moves_free=free)
+        _advance(state, after, Curves(rates), config, now=60.0)
+        assert state.restarts == restarts and state.steps_done == pytest.approx(steps)

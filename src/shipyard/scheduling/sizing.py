@@ -13,9 +13,11 @@ and each type's devices at most its free ones: with ``p < 0`` every job's term f
 where it shortens a job relatively most.
 
 ``objective="sia"`` is Sia's own (``sia.py``: ``__solve_mip_rescaled``; p = -0.5, lambda_n =
-1.1): it decides who runs, and a job learns its curve by running, so it may at most double its
-largest gang so far (Sia's ``max_replicas``: twice the most it was profiled on). It is here to
-check Shipyard's simulator against Sia's. ``objective="remaining"`` is Shipyard's default: the
+1.1): it decides who runs, on what it believes of each job's speed (``Job.believed``: Pollux's
+fit of the configurations the job ran on, ``sim.sia_beliefs``), a job may at most double its
+largest gang so far (Sia's ``max_replicas``: twice the most it was profiled on), and every
+allocation is realised, single-node gangs moved to make room (``alloc_to_placement_smart``). It
+is here to check Shipyard's simulator against Sia's. ``objective="remaining"`` is Shipyard's default: the
 policy decides who runs (priorities and quotas stand) and the program sizes them, with the
 curve known before a job runs (planned, then measured), each job's terms weighed by its
 priority and by how soon it can finish (``SHORTER_FIRST``: short jobs win devices first, as
@@ -135,15 +137,11 @@ def size_jointly(
     leases: dict[str, Lease] = {}
     # Jobs that keep their type place first, on the nodes they hold, so nobody takes those.
     order = sorted(chosen.items(), key=lambda item: jobs[item[0]].running_on != item[1].accelerator_type)
-    for index, config in order:
-        job = jobs[index]
-        if (nodes_taken := _place(job, config, node_free, by_node)) is not None:
-            leases[job.id] = Lease(
-                job_id=job.id,
-                accelerator_type=config.accelerator_type,
-                nodes=nodes_taken,
-                level=level_of(nodes_taken, by_node),
-            )
+    unplaced = _place_all([(jobs[i], c) for i, c in order], node_free, by_node, leases)
+    if objective == "sia":  # Sia realises every allocation, moving single-node gangs to make room
+        for kind in dict.fromkeys(c.accelerator_type for _, c in unplaced):
+            waiting = [(j, c) for j, c in unplaced if c.accelerator_type == kind]
+            _repack(kind, waiting, {j.id: j for j in jobs}, node_free, by_node, leases)
     for job_id, lease in placed.items():  # the program's choice did not fit on the nodes
         fits = all(node_free.get(n, 0) >= lease.nodes.count(n) for n in set(lease.nodes))
         if job_id not in leases and fits:
@@ -176,6 +174,9 @@ def _costs(
     """Each configuration's term in the objective against not running (lower is better)."""
     rates = {c: rate(job, c.accelerator_type, c.count) for c in configs}
     rates = {c: r for c, r in rates.items() if r > 0}
+    if objective == "sia" and job.believed is not None:  # what it learned, not the true curve
+        rates = {c: job.believed.get((c.accelerator_type, c.count), 0.0) for c in rates}
+        rates = {c: r for c, r in rates.items() if r > 0}
     if not rates:
         return {}
     current = Config(job.running_on, len(job.nodes)) if job.running_on is not None else None
@@ -239,6 +240,52 @@ def _solve(
     else:
         return {}
     return {options[c][0]: options[c][1] for c in range(n) if result.x[c] > 0.5}
+
+
+def _place_all(
+    chosen: Sequence[tuple[Job, Config]],
+    node_free: dict[str, int],
+    by_node: Mapping[str, Node],
+    leases: dict[str, Lease],
+) -> list[tuple[Job, Config]]:
+    """Leases for the chosen configurations in their order, into ``leases``; those that did not fit."""
+    unplaced = []
+    for job, config in chosen:
+        if (nodes_taken := _place(job, config, node_free, by_node)) is None:
+            unplaced.append((job, config))
+            continue
+        leases[job.id] = Lease(
+            job_id=job.id,
+            accelerator_type=config.accelerator_type,
+            nodes=nodes_taken,
+            level=level_of(nodes_taken, by_node),
+        )
+    return unplaced
+
+
+def _repack(
+    kind: str,
+    unplaced: Sequence[tuple[Job, Config]],
+    by_id: Mapping[str, Job],
+    node_free: dict[str, int],
+    by_node: Mapping[str, Node],
+    leases: dict[str, Lease],
+) -> None:
+    """Sia's placement (``alloc_to_placement_smart``): where a chosen configuration found no room
+    on ``kind`` though the type has the devices, the single-node gangs placed on it this round
+    give theirs back and everything is placed again, largest first (each job on its own nodes
+    where they still fit), so fragments become room. A job that still does not fit waits."""
+    size = max(n.devices for n in by_node.values() if n.accelerator_type == kind)
+    movable = [
+        (by_id[job_id], Config(kind, len(lease.nodes)))
+        for job_id, lease in leases.items()
+        if job_id in by_id and lease.accelerator_type == kind and len(lease.nodes) < size
+    ]
+    for job, _ in movable:
+        for node_id in leases.pop(job.id).nodes:
+            node_free[node_id] += 1
+    again = sorted([*unplaced, *movable], key=lambda item: -item[1].count)
+    _place_all(again, node_free, by_node, leases)
 
 
 def _place(

@@ -193,10 +193,10 @@ class Application:
             ys.append((r["step_time"], r["sync_time"]))
         return np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
 
-    def iterations_per_s(self, placement: tuple[int, ...], batch: int) -> float | None:
-        """Calibrated iterations per second of a job of this global batch on this placement,
-        its per-GPU batch and accumulation chosen as Sia's ``update_local_bsz`` does with batch
-        size tuning off; None where the placement cannot run it."""
+    def iteration(self, placement: tuple[int, ...], batch: int) -> Iteration | None:
+        """How a job of this global batch runs an iteration on this placement: its per-GPU
+        batch and accumulation chosen as Sia's ``update_local_bsz`` does with batch size tuning
+        off, and the profiled seconds of a pass; None where the placement cannot run it."""
         replicas = sum(placement)
         local = math.ceil(batch / replicas - 1e-8)
         if local < self.min_local_bsz:
@@ -215,16 +215,37 @@ class Application:
         times = self.step_time(placement, atomic)
         if times is None:
             return None
-        step, sync = times
-        iteration = step + accum * (step - sync)
-        return 1.0 / iteration / SLOWDOWNS.get(self.name, 1.0) if iteration > 0 else None
+        return Iteration(atomic_bsz=atomic, accum=accum, step_s=times[0], sync_s=times[1])
+
+    def iterations_per_s(self, placement: tuple[int, ...], batch: int) -> float | None:
+        """Calibrated iterations per second of a job of this global batch on this placement."""
+        if (it := self.iteration(placement, batch)) is None:
+            return None
+        seconds = it.step_s + it.accum * (it.step_s - it.sync_s)
+        return 1.0 / seconds / SLOWDOWNS.get(self.name, 1.0) if seconds > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Iteration:
+    atomic_bsz: int
+    accum: int
+    """Passes before the last, whose gradients accumulate."""
+    step_s: float
+    """Seconds of the last pass, its exchange included."""
+    sync_s: float
+    """Of which the exchange no computation hid."""
+
+
+def placement_of(count: int, per_node: int) -> tuple[int, ...]:
+    """GPUs per node of a gang of ``count`` on a type: one node, or whole nodes."""
+    return (count,) if count <= per_node else (per_node,) * (count // per_node)
 
 
 def gang_sizes(nodes: int, per_node: int) -> list[tuple[int, ...]]:
     """The placements Sia allocates on a type (``sia.py``: ``CONFIGS_4GPU``, ``CONFIGS_8GPU``):
     1, 2, 4 (and 8) GPUs on one node, then whole nodes."""
-    one_node = [n for n in (1, 2, 4, 8) if n <= per_node]
-    return [(n,) for n in one_node] + [(per_node,) * k for k in range(2, nodes + 1)]
+    counts = [n for n in (1, 2, 4, 8) if n <= per_node] + [per_node * k for k in range(2, nodes + 1)]
+    return [placement_of(n, per_node) for n in counts]
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +255,12 @@ class SiaWorkload:
     throughputs: Throughputs
     names: list[str]
     """Each job's name in the workload file (Sia's logs name jobs by it), in ``jobs``' order."""
+    batches: list[tuple[str, int]]
+    """Each job's application and global batch, in ``jobs``' order."""
+    apps: Mapping[tuple[str, str], Application]
+    """(application, GPU type) -> its profiles."""
+    per_node: Mapping[str, int]
+    """GPUs per node of each type, in the cluster's order."""
 
 
 def load_sia(workload: Path, traces: Path, cluster: Mapping[str, tuple[int, int]] = CLUSTER) -> SiaWorkload:
@@ -282,5 +309,12 @@ def load_sia(workload: Path, traces: Path, cluster: Mapping[str, tuple[int, int]
         for gpu, (count, per_node) in cluster.items()
         for i in range(count)
     ]
-    names = [row["name"] for row in rows]
-    return SiaWorkload(jobs=jobs, nodes=nodes, throughputs=Throughputs(packed=packed), names=names)
+    return SiaWorkload(
+        jobs=jobs,
+        nodes=nodes,
+        throughputs=Throughputs(packed=packed),
+        names=[row["name"] for row in rows],
+        batches=[(row["application"], int(float(row["batch_size"]))) for row in rows],
+        apps=apps,
+        per_node={gpu: per_node for gpu, (_, per_node) in cluster.items()},
+    )

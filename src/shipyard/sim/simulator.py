@@ -15,9 +15,10 @@ import bisect
 import dataclasses
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from shipyard.scheduling.cycle import Cycle, TimeSinceSolve
 from shipyard.scheduling.elastic import HORIZON_S, Curves
@@ -59,9 +60,30 @@ class SimConfig:
     """How far ahead an elastic job's resize must pay for itself (``scheduling.elastic``)."""
     sizing: Sizing = DEFAULT_SIZING
     """How the cycle sizes elastic jobs (``Cycle.sizing``)."""
+    node_moves_free: bool = False
+    """A gang moved to other nodes of its type, as many devices on each, does not restart (Sia's
+    job model compares devices per node, not which nodes: ``job.py: reallocate``)."""
+    beliefs: Beliefs | None = None
+    """What Sia's sizing knows of each job's speed (``sia_beliefs``); None: the true curves."""
     first_start_costs: bool = False
     """A job's first start costs its restart seconds too (Sia's job model: ``job.py`` sets
     ``rescale_time`` on every new placement, the first included)."""
+
+
+Config = tuple[str, int]
+"""(accelerator type, devices)."""
+
+
+class Beliefs(Protocol):
+    """A sizing's own knowledge of each job's speed, learned from where the job ran."""
+
+    def ran(self, index: int, gpu: str, count: int) -> None: ...
+
+    def restart_s(self, index: int) -> float: ...
+
+    def rates(
+        self, index: int, configs: Sequence[tuple[str, int]]
+    ) -> Mapping[tuple[str, int], float] | None: ...
 
 
 GAVEL_MECHANISM = {
@@ -191,7 +213,7 @@ def simulate(
                 break
             now = states[next_arrival].trace.arrival_s
             continue
-        snapshot = [s.snapshot() for s in active]
+        snapshot = [_believing(s, config.beliefs, capacity) for s in active]
         plan = cycle.run(snapshot, nodes, seen, now_s=now).plan
         if on_round is not None:
             on_round(now, snapshot, plan)
@@ -220,6 +242,15 @@ def simulate(
     )
 
 
+def _believing(state: _State, beliefs: Beliefs | None, capacity: Mapping[str, int]) -> Job:
+    job = state.snapshot()
+    if beliefs is None or not job.elastic:
+        return job
+    configs = [(kind, size) for kind in capacity for size in job.sizes]
+    believed = beliefs.rates(state.index, configs)
+    return dataclasses.replace(job, believed=believed, resize_s=beliefs.restart_s(state.index))
+
+
 def _fastest_first(throughputs: Throughputs, capacity: Mapping[str, int]) -> list[str]:
     """The cluster's types by their summed throughput over every job type (V100, P100, K80)."""
     speed = dict.fromkeys(capacity, 0.0)
@@ -246,7 +277,7 @@ def _advance(state: _State, lease: Lease, curves: Curves, config: SimConfig, now
     moved = (
         state.lease is None
         or state.lease.accelerator_type != lease.accelerator_type
-        or (state.lease.nodes != lease.nodes)
+        or _shape(state.lease, config.node_moves_free) != _shape(lease, config.node_moves_free)
     )
     if moved and (state.started or config.first_start_costs):
         if state.started:
@@ -261,6 +292,8 @@ def _advance(state: _State, lease: Lease, curves: Curves, config: SimConfig, now
     penalty = min(state.owed_s, config.round_s)
     state.owed_s -= penalty
     usable = config.round_s - penalty
+    if usable > 0 and config.beliefs is not None:  # it ran: its step time there is measured
+        config.beliefs.ran(state.index, lease.accelerator_type, len(lease.nodes))
     if rate > 0 and remaining / rate <= usable:
         held = penalty + remaining / rate
         state.steps_done = state.trace.total_steps
@@ -271,6 +304,11 @@ def _advance(state: _State, lease: Lease, curves: Curves, config: SimConfig, now
         state.steps_done += rate * usable
     state.attained[lease.accelerator_type] = state.attained.get(lease.accelerator_type, 0.0) + held
     return held
+
+
+def _shape(lease: Lease, by_count: bool) -> tuple[Any, ...]:
+    """What a move must change to restart the job: its nodes, or only its devices per node."""
+    return tuple(sorted(Counter(lease.nodes).values())) if by_count else lease.nodes
 
 
 def _restart_s(state: _State, lease: Lease, config: SimConfig) -> float:
