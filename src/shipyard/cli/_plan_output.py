@@ -9,7 +9,7 @@ from rich.text import Text
 
 from shipyard.cli._output import console, fmt, table
 from shipyard.domain.text import printable
-from shipyard.planner.advisor import RANKINGS, Comparison, price_caveat
+from shipyard.planner.advisor import RANKINGS, Comparison, best_of, price_caveat
 from shipyard.planner.inference import INFERENCE_EVIDENCE, InferencePlan, InferenceWorkload
 from shipyard.planner.training import TrainingPlan
 from shipyard.planner.workload import TrainingWorkload
@@ -150,18 +150,6 @@ def print_inference(plan: InferencePlan) -> None:
         ],
     )
     _print_assumptions(d["assumptions"])
-
-
-def best_of(rows: list[Comparison], name: str) -> list[Comparison]:
-    """The fitting rows best on ``name`` and those whose 80 % range overlaps the best's."""
-    known = [r for r in rows if r.fits and r.figure(name) is not None]
-    if not known:
-        return []
-    best = min(known, key=lambda r: r.figure(name))  # type: ignore[arg-type, return-value]
-    span = best.range_of(name)
-    if span is None:
-        return [best]
-    return [r for r in known if r is best or ((o := r.range_of(name)) and o["low"] <= span["high"])]
 
 
 COMPARED_COLUMNS = ("#", "accelerator", "count", "fits", "GiB/device", "tokens/s", "evidence")

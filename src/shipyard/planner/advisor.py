@@ -118,6 +118,16 @@ def _ranked(rows: list[Comparison], rank_by: str) -> list[Comparison]:
     ]
 
 
+def best_of(rows: Sequence[Comparison], name: str) -> list[Comparison]:
+    """The fitting rows best on ``name`` (time, cost, energy) and those tied with the best: their
+    80 % ranges overlap, so none is called better (as ``_ranked`` ranks them)."""
+    known = [r for r in rows if r.fits and r.figure(name) is not None]
+    if not known:
+        return []
+    best = min(known, key=lambda r: r.figure(name))  # type: ignore[arg-type, return-value]
+    return [r for r in known if r is best or _overlap(best.range_of(name), r.range_of(name))]
+
+
 def _overlap(first: Span | None, second: Span | None) -> bool:
     if first is None or second is None:
         return False
