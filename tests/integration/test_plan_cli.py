@@ -106,8 +106,11 @@ def test_plan_compare_ranks_marks_and_draws(cli: Cli, tmp_path: Path) -> None:
     assert by_key["m2-ultra"]["fits"] and by_key["m2-ultra"]["rank"] == 1
     assert not by_key["h100-sxm"]["fits"] and "needs" in by_key["h100-sxm"]["reason"]
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    table = cli.run("plan", "compare", "--params", "7e9", "--workload", "lora").stdout
+    # A training plan has 80% ranges: drawn as error bars on its bars.
+    ranged = tmp_path / "lora.png"
+    table = cli.run("plan", "compare", "--params", "7e9", "--workload", "lora", "--plot", str(ranged)).stdout
     assert "ranked by cost" in table and "a800" in table
+    assert ranged.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.parametrize(
