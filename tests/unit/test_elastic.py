@@ -74,11 +74,16 @@ def test_it_grows_back_when_the_devices_are_free_again(sizing: Sizing) -> None:
     assert decision.resizes["e"].describe().startswith("grew 2→8 h100: 6 idle devices")
 
 
-def test_a_resize_that_would_not_pay_for_itself_within_the_horizon_is_not_made() -> None:
-    # A resize as long as the horizon: no gain over it can pay for it, so the job keeps its size.
-    slow = Cycle(policy=policy_named("priority"), round_s=60.0, horizon_s=600.0, sizing="greedy")
-    decision = slow.run([elastic(held=2, resize_s=600.0)], [NODE], THROUGHPUTS, now_s=120.0)
+@SIZINGS
+def test_a_resize_that_would_not_pay_for_itself_within_the_horizon_is_not_made(sizing: Sizing) -> None:
+    # 2 -> 8 devices runs 3.2x faster, but a resize of five horizons costs more than that gains
+    # within one; the job's own remaining time (a week at 2 devices) does not count beyond it.
+    slow = Cycle(policy=policy_named("priority"), round_s=60.0, horizon_s=600.0, sizing=sizing)
+    decision = slow.run([elastic(held=2, resize_s=3000.0)], [NODE], THROUGHPUTS, now_s=120.0)
     assert len(decision.plan.leases["e"].nodes) == 2 and decision.resizes == {}
+    patient = Cycle(policy=policy_named("priority"), round_s=60.0, horizon_s=1e7, sizing=sizing)
+    decision = patient.run([elastic(held=2, resize_s=3000.0)], [NODE], THROUGHPUTS, now_s=120.0)
+    assert len(decision.plan.leases["e"].nodes) == 8
 
 
 @SIZINGS
@@ -126,10 +131,10 @@ def test_the_simulator_runs_elastic_jobs_through_the_same_cycle_and_counts_resta
 
 
 def test_joint_sizing_gives_the_job_that_can_finish_sooner_the_larger_share() -> None:
-    # Two jobs on one node, one with a tenth of the other's work left: sized together, the short
-    # one gets the larger gang (it is done sooner, and the long one grows when it is).
+    # Two jobs arriving on one node, one with a hundredth of the other's work: sized together, the
+    # short one gets the larger gang (it is done sooner, and the long one grows when it is).
     jobs = [
-        dataclasses.replace(elastic(job_id, held=4, steps=steps), sizes=(2, 4, 6, 8))
+        dataclasses.replace(elastic(job_id, steps=steps), sizes=(2, 4, 6, 8))
         for job_id, steps in (("short", 2_000.0), ("long", 200_000.0))
     ]
     decision = cycle("remaining").run(jobs, [NODE], THROUGHPUTS, now_s=600.0)

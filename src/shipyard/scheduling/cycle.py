@@ -237,7 +237,15 @@ class Cycle:
         """The leases with the elastic jobs at their sizes (``sizing``), and the resizes."""
         if self.sizing == "greedy":
             return resize(jobs, nodes, plan.leases, throughputs, horizon_s=self.horizon_s)
-        return resize_jointly(jobs, nodes, plan.leases, throughputs, now_s=now_s, objective=self.sizing)
+        return resize_jointly(
+            jobs,
+            nodes,
+            plan.leases,
+            throughputs,
+            now_s=now_s,
+            objective=self.sizing,
+            horizon_s=self.horizon_s,
+        )
 
 
 def _at_smallest(job: Job) -> Job:

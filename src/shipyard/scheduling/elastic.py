@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from shipyard.scheduling.framework import level_of
 from shipyard.scheduling.model import Job, Lease, Level, Node, Throughputs
 
-HORIZON_S = 1800.0
-"""How far ahead a resize must pay for itself (Sia's and Pollux's rounds look one to a few
-minutes ahead; a resize costs tens of seconds to minutes, so half an hour keeps it from
-thrashing while still taking a gain that lasts)."""
+HORIZON_S = 600.0
+"""How far ahead a resize must pay for itself. A resize costs tens of seconds to minutes, and on
+a busy cluster the next arrivals undo it within minutes, however long the job has left: ten
+minutes kept the joint program from thrashing on Sia's workloads (half the restarts, and 1-8 %
+lower average JCT than half an hour or the job's whole remaining time, docs/benchmarks/elastic.md)."""
 
 
 @dataclass(frozen=True, slots=True)

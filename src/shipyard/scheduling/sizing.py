@@ -22,7 +22,9 @@ policy decides who runs (priorities and quotas stand) and the program sizes them
 curve known before a job runs (planned, then measured), each job's terms weighed by its
 priority and by how soon it can finish (``SHORTER_FIRST``: short jobs win devices first, as
 shortest-remaining-time ranks them), and a change charged its restart seconds against the
-time the job has left there, not its age.
+time it has left there or the horizon, whichever is sooner (not its age): the program decides again
+every round and new arrivals undo a change within minutes, so a change must pay for itself soon.
+Its terms are not rounded as Sia's are: rounding to two decimals erases a charge of a few percent.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
 from shipyard.errors import InvalidSpec
-from shipyard.scheduling.elastic import Curves, Resize, explained
+from shipyard.scheduling.elastic import HORIZON_S, Curves, Resize, explained
 from shipyard.scheduling.framework import level_of
 from shipyard.scheduling.model import Job, Lease, Node, Throughputs
 
@@ -49,10 +51,11 @@ P_FAIRNESS = -0.5
 """Sia's ``--policy_p_val``: each job's term is its speedup to this power."""
 LAMBDA_NO_ALLOC = 1.1
 """Sia's ``--mip_lambda_n``: what a job left out adds to the objective (above any job's 1)."""
-SHORTER_FIRST = 0.5
+SHORTER_FIRST = 0.25
 """Shipyard's objective weighs a job's terms by (an hour / the soonest it can finish) to this
-power: 0 is Sia's, larger favours short jobs more (0.25 and 0.5 measured on Sia's workloads:
-0.5 gave the lower average JCT on both, docs/benchmarks/elastic.md)."""
+power: 0 is Sia's, larger favours short jobs more. With changes charged over the ten-minute
+horizon, 0.25 gave a lower average JCT than 0.5 on 11 of Sia's 12 workloads and kept its long
+jobs from thrashing at one device (docs/benchmarks/elastic.md)."""
 
 
 RateOf = Callable[[Job, str, int], float]
@@ -82,9 +85,11 @@ def resize_jointly(
     *,
     now_s: float,
     objective: Objective = "remaining",
+    horizon_s: float = HORIZON_S,
 ) -> tuple[dict[str, Lease], dict[str, Resize]]:
     """The round's leases with the elastic jobs sized together on what the rigid ones left, and
-    the resizes; an elastic job left out waits (or is preempted, if it ran)."""
+    the resizes; an elastic job left out waits (or is preempted, if it ran). A change must pay for
+    itself within ``horizon_s`` (Shipyard's objective)."""
     by_id = {j.id: j for j in jobs}
     out = {job_id: lease for job_id, lease in leases.items() if not by_id[job_id].elastic}
     taken: dict[str, int] = {}
@@ -99,7 +104,16 @@ def resize_jointly(
         placed = {j.id: _held(j) for j in elastic if j.restarting and j.running_on is not None}
     else:
         placed = {j.id: leases[j.id] for j in elastic if j.id in leases}
-    out |= size_jointly(elastic, nodes, taken, curves.rate, now_s=now_s, objective=objective, placed=placed)
+    out |= size_jointly(
+        elastic,
+        nodes,
+        taken,
+        curves.rate,
+        now_s=now_s,
+        objective=objective,
+        placed=placed,
+        horizon_s=horizon_s,
+    )
     return out, explained([j for j in elastic if j.id in out], out, out, jobs)
 
 
@@ -112,6 +126,7 @@ def size_jointly(
     now_s: float,
     objective: Objective = "remaining",
     placed: Mapping[str, Lease] | None = None,
+    horizon_s: float = HORIZON_S,
 ) -> dict[str, Lease]:
     """Leases for the elastic ``jobs`` on what ``taken`` (devices per node, the rigid leases')
     leaves free; a job missing from the result waits this round. Jobs in ``placed`` (the
@@ -127,7 +142,7 @@ def size_jointly(
     options: list[tuple[int, Config, float]] = []  # (job index, config, cost in the objective)
     for index, job in enumerate(jobs):
         configs = _configs(job, free_by_type, per_node, objective)
-        for config, cost in _costs(job, configs, rate, now_s, objective).items():
+        for config, cost in _costs(job, configs, rate, now_s, objective, horizon_s).items():
             options.append((index, config, cost))
     if not options:
         return {}
@@ -169,7 +184,7 @@ def _configs(
 
 
 def _costs(
-    job: Job, configs: Sequence[Config], rate: RateOf, now_s: float, objective: Objective
+    job: Job, configs: Sequence[Config], rate: RateOf, now_s: float, objective: Objective, horizon_s: float
 ) -> dict[Config, float]:
     """Each configuration's term in the objective against not running (lower is better)."""
     rates = {c: rate(job, c.accelerator_type, c.count) for c in configs}
@@ -185,7 +200,7 @@ def _costs(
     never_ran = job.running_on is None and job.steps_done <= 0
     if objective == "remaining":
         # Sia's terms, with the curve the planner gives before the job ran, and a change charged
-        # its restart seconds against the time the job has left there (not its age).
+        # its restart seconds against the time it has left there or the horizon (not its age).
         # Shorter jobs' terms weigh more, as shortest-remaining-time ranks them.
         soonest_s = job.remaining_steps / max(rates.values())
         weight = job.priority * (3600.0 / max(soonest_s, 60.0)) ** SHORTER_FIRST
@@ -193,9 +208,9 @@ def _costs(
         for config, r in rates.items():
             speedup = r / base
             if current is not None and config != current and job.resize_s:
-                left_s = job.remaining_steps / r
-                speedup *= left_s / (left_s + job.resize_s)
-            terms[config] = weight * (round(max(speedup, 1e-4) ** P_FAIRNESS, 2) - LAMBDA_NO_ALLOC)
+                span_s = min(job.remaining_steps / r, horizon_s)
+                speedup *= span_s / (span_s + job.resize_s)
+            terms[config] = weight * (max(speedup, 1e-4) ** P_FAIRNESS - LAMBDA_NO_ALLOC)
         return terms
     age = max(0.0, now_s - job.arrival_s)
     penalty = job.resize_s or 30.0
