@@ -168,15 +168,21 @@ def test_sias_sizing_decides_on_what_it_believes_of_a_job_not_on_its_true_curve(
     ran = dataclasses.replace(elastic(held=4), largest_run=4, arrival_s=-3600.0)
     assert len(sia.run([ran], [NODE], THROUGHPUTS, now_s=0.0).plan.leases["e"].nodes) == 8
     believed = {("h100", 2): 1.9, ("h100", 4): 3.6, ("h100", 8): 3.0}
-    doubting = dataclasses.replace(ran, believed=believed)
-    assert len(sia.run([doubting], [NODE], THROUGHPUTS, now_s=0.0).plan.leases["e"].nodes) == 4
+    doubting = dataclasses.replace(sia, believed=lambda job: believed)
+    assert len(doubting.run([ran], [NODE], THROUGHPUTS, now_s=0.0).plan.leases["e"].nodes) == 4
 
 
 def test_sias_placement_moves_single_node_gangs_to_free_a_whole_node_for_a_larger_one() -> None:
     # Two nodes of 8, a gang of 4 on each: a job given 8 finds no whole node. Sia realises every
     # allocation: it packs the two gangs of 4 onto one node and the 8 onto the other.
     nodes = [Node(id=f"n{i}", accelerator_type="h100", devices=8) for i in range(2)]
-    sia = Cycle(policy=policy_named("priority"), round_s=60.0, sizing="sia")
+    believed = {("h100", 2): 1.9, ("h100", 4): 3.9, ("h100", 8): 40.0}  # it believes 8 worth it
+    sia = Cycle(
+        policy=policy_named("priority"),
+        round_s=60.0,
+        sizing="sia",
+        believed=lambda job: believed if job.id == "big" else None,
+    )
     old = -36_000.0  # long-running: a move costs them little of their age
     small = [
         dataclasses.replace(elastic(f"s{i}", steps=1e9), sizes=(4,), devices=4, arrival_s=old)
@@ -187,8 +193,7 @@ def test_sias_placement_moves_single_node_gangs_to_free_a_whole_node_for_a_large
         for i, job in enumerate(small)
     ]
     big = dataclasses.replace(elastic("big", steps=1e9), sizes=(2, 8), arrival_s=old, largest_run=8)
-    believed = {("h100", 2): 1.9, ("h100", 4): 3.9, ("h100", 8): 40.0}  # it believes 8 worth it
-    leases = sia.run([*small, dataclasses.replace(big, believed=believed)], nodes, THROUGHPUTS, now_s=0.0)
+    leases = sia.run([*small, big], nodes, THROUGHPUTS, now_s=0.0)
     held = {job_id: lease.nodes for job_id, lease in leases.plan.leases.items()}
     assert len(set(held["big"])) == 1 and len(held["big"]) == 8, held
     assert {len(held[f"s{i}"]) for i in range(2)} == {4} and held["s0"][0] == held["s1"][0], held

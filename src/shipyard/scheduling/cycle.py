@@ -15,7 +15,7 @@ from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput,
 from shipyard.scheduling.policies import Policy
 from shipyard.scheduling.quota import Admission, Queues, admit
 from shipyard.scheduling.rounds import Received, place_round
-from shipyard.scheduling.sizing import DEFAULT_SIZING, Sizing, resize_jointly
+from shipyard.scheduling.sizing import DEFAULT_SIZING, Believed, Sizing, resize_jointly
 from shipyard.scheduling.status import Reason, Status
 
 
@@ -153,6 +153,9 @@ class Cycle:
     sizing: Sizing = DEFAULT_SIZING
     """How elastic jobs get their sizes: grown greedily from the gang the policy placed
     (``elastic``), or all sized at once by one program (``sizing``: its objective's name)."""
+    believed: Believed | None = None
+    """What Sia's program believes of each job's speed (the simulator's ``sim.sia_beliefs``);
+    None: the throughputs. Only ``sizing="sia"`` reads it."""
     _allocation: Allocation = field(default_factory=dict, init=False, repr=False)
     _solved_for: frozenset[str] | None = field(default=None, init=False, repr=False)
     _solved_at: float | None = field(default=None, init=False, repr=False)
@@ -245,6 +248,7 @@ class Cycle:
             now_s=now_s,
             objective=self.sizing,
             horizon_s=self.horizon_s,
+            believed=self.believed,
         )
 
 

@@ -56,9 +56,6 @@ class Job:
     """The most devices it has run on (0: it never ran): how far Sia's sizing lets it grow."""
     restarting: bool = False
     """Still restarting on its lease (checkpoint restore under way): Sia's sizing keeps it there."""
-    believed: Mapping[tuple[str, int], float] | None = None
-    """Steps/s by (type, count) as Sia's sizing believes them (its fit of what the job ran on),
-    where that differs from the throughputs; None: it sees the throughputs."""
 
     @property
     def node_count(self) -> int:

@@ -13,7 +13,7 @@ and each type's devices at most its free ones: with ``p < 0`` every job's term f
 where it shortens a job relatively most.
 
 ``objective="sia"`` is Sia's own (``sia.py``: ``__solve_mip_rescaled``; p = -0.5, lambda_n =
-1.1): it decides who runs, on what it believes of each job's speed (``Job.believed``: Pollux's
+1.1): it decides who runs, on what it believes of each job's speed (``Believed``: Pollux's
 fit of the configurations the job ran on, ``sim.sia_beliefs``), a job may at most double its
 largest gang so far (Sia's ``max_replicas``: twice the most it was profiled on), and every
 allocation is realised, single-node gangs moved to make room (``alloc_to_placement_smart``). It
@@ -60,6 +60,9 @@ jobs from thrashing at one device (docs/benchmarks/elastic.md)."""
 
 RateOf = Callable[[Job, str, int], float]
 """Steps per second of a job on ``count`` devices of a type (``elastic.Curves.rate``)."""
+Believed = Callable[[Job], Mapping[tuple[str, int], float] | None]
+"""Steps/s of a job by (type, count) as Sia's program believes them (its fit of what the job ran
+on); None: it believes nothing yet and sees the throughputs."""
 
 
 def live_sizing(name: str) -> Sizing:
@@ -86,10 +89,11 @@ def resize_jointly(
     now_s: float,
     objective: Objective = "remaining",
     horizon_s: float = HORIZON_S,
+    believed: Believed | None = None,
 ) -> tuple[dict[str, Lease], dict[str, Resize]]:
     """The round's leases with the elastic jobs sized together on what the rigid ones left, and
     the resizes; an elastic job left out waits (or is preempted, if it ran). A change must pay for
-    itself within ``horizon_s`` (Shipyard's objective)."""
+    itself within ``horizon_s`` (Shipyard's objective); Sia's decides on what it ``believed``."""
     by_id = {j.id: j for j in jobs}
     out = {job_id: lease for job_id, lease in leases.items() if not by_id[job_id].elastic}
     taken: dict[str, int] = {}
@@ -113,6 +117,7 @@ def resize_jointly(
         objective=objective,
         placed=placed,
         horizon_s=horizon_s,
+        believed=believed,
     )
     return out, explained([j for j in elastic if j.id in out], out, out, jobs)
 
@@ -127,6 +132,7 @@ def size_jointly(
     objective: Objective = "remaining",
     placed: Mapping[str, Lease] | None = None,
     horizon_s: float = HORIZON_S,
+    believed: Believed | None = None,
 ) -> dict[str, Lease]:
     """Leases for the elastic ``jobs`` on what ``taken`` (devices per node, the rigid leases')
     leaves free; a job missing from the result waits this round. Jobs in ``placed`` (the
@@ -142,7 +148,8 @@ def size_jointly(
     options: list[tuple[int, Config, float]] = []  # (job index, config, cost in the objective)
     for index, job in enumerate(jobs):
         configs = _configs(job, free_by_type, per_node, objective)
-        for config, cost in _costs(job, configs, rate, now_s, objective, horizon_s).items():
+        known = believed(job) if objective == "sia" and believed is not None else None
+        for config, cost in _costs(job, configs, rate, now_s, objective, horizon_s, known).items():
             options.append((index, config, cost))
     if not options:
         return {}
@@ -184,13 +191,20 @@ def _configs(
 
 
 def _costs(
-    job: Job, configs: Sequence[Config], rate: RateOf, now_s: float, objective: Objective, horizon_s: float
+    job: Job,
+    configs: Sequence[Config],
+    rate: RateOf,
+    now_s: float,
+    objective: Objective,
+    horizon_s: float,
+    known: Mapping[tuple[str, int], float] | None = None,
 ) -> dict[Config, float]:
-    """Each configuration's term in the objective against not running (lower is better)."""
+    """Each configuration's term in the objective against not running (lower is better); ``known``:
+    the rates Sia's program believes, where it believes any."""
     rates = {c: rate(job, c.accelerator_type, c.count) for c in configs}
     rates = {c: r for c, r in rates.items() if r > 0}
-    if objective == "sia" and job.believed is not None:  # what it learned, not the true curve
-        rates = {c: job.believed.get((c.accelerator_type, c.count), 0.0) for c in rates}
+    if known is not None:  # what it learned, not the true curve
+        rates = {c: known.get((c.accelerator_type, c.count), 0.0) for c in rates}
         rates = {c: r for c, r in rates.items() if r > 0}
     if not rates:
         return {}

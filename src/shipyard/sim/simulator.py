@@ -26,7 +26,7 @@ from shipyard.scheduling.framework import DEFAULT_PROFILE, Profile, queue_profil
 from shipyard.scheduling.model import Allocation, Job, Lease, Node, PolicyInput, RoundPlan, Throughputs
 from shipyard.scheduling.policies import Policy
 from shipyard.scheduling.quota import Queues
-from shipyard.scheduling.sizing import DEFAULT_SIZING, Sizing
+from shipyard.scheduling.sizing import DEFAULT_SIZING, Believed, Sizing
 from shipyard.sim.workload import TraceJob
 
 
@@ -192,6 +192,7 @@ def simulate(
         profile=config.profile,
         horizon_s=config.resize_horizon_s,
         sizing=config.sizing,
+        believed=None if config.beliefs is None else _believed(config.beliefs, capacity),
         queue_profiles={}
         if config.queues is None
         else queue_profiles(config.queues.placements(), config.profile),
@@ -213,7 +214,7 @@ def simulate(
                 break
             now = states[next_arrival].trace.arrival_s
             continue
-        snapshot = [_believing(s, config.beliefs, capacity) for s in active]
+        snapshot = [_believing(s, config.beliefs) for s in active]
         plan = cycle.run(snapshot, nodes, seen, now_s=now).plan
         if on_round is not None:
             on_round(now, snapshot, plan)
@@ -242,13 +243,21 @@ def simulate(
     )
 
 
-def _believing(state: _State, beliefs: Beliefs | None, capacity: Mapping[str, int]) -> Job:
+def _believing(state: _State, beliefs: Beliefs | None) -> Job:
+    """The job as the scheduler sees it, with the restart seconds the sizing's beliefs charge."""
     job = state.snapshot()
     if beliefs is None or not job.elastic:
         return job
-    configs = [(kind, size) for kind in capacity for size in job.sizes]
-    believed = beliefs.rates(state.index, configs)
-    return dataclasses.replace(job, believed=believed, resize_s=beliefs.restart_s(state.index))
+    return dataclasses.replace(job, resize_s=beliefs.restart_s(state.index))
+
+
+def _believed(beliefs: Beliefs, capacity: Mapping[str, int]) -> Believed:
+    """The beliefs as the sizing asks for them: by job (its id is its index here, ``_State``)."""
+
+    def believed(job: Job) -> Mapping[tuple[str, int], float] | None:
+        return beliefs.rates(int(job.id), [(kind, size) for kind in capacity for size in job.sizes])
+
+    return believed
 
 
 def _fastest_first(throughputs: Throughputs, capacity: Mapping[str, int]) -> list[str]:
