@@ -54,7 +54,7 @@ LAMBDA_NO_ALLOC = 1.1
 SHORTER_FIRST = 0.25
 """Shipyard's objective weighs a job's terms by (an hour / the soonest it can finish) to this
 power: 0 is Sia's, larger favours short jobs more. With changes charged over the ten-minute
-horizon, 0.25 and 0.5 give the same mean average JCT over Sia's twelve workloads (0.849 and 0.850
+horizon, 0.25 and 0.5 give the same mean average JCT over Sia's twelve workloads (0.849 and 0.851
 of Sia's), but at 0.5 newTrace workload 1's long jobs lose what its short ones gain (its six
 ImageNet jobs take 24.8 h, against 19.9 h at 0.25 and Sia's 19.5 h; the workload's average JCT
 0.92 of Sia's, against 0.86; docs/benchmarks/elastic.md)."""
